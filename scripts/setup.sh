@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Sets up Chatterbox Studio on a fresh Debian/Ubuntu machine.
+#   bash scripts/setup.sh app    system packages + .venv with the app
+#   bash scripts/setup.sh test   the above + test tools + the PyTorch reference venv (.venv-ref)
+# Safe to run again: every step skips what is already done.
+set -euo pipefail
+mode=${1:-app}
+case "$mode" in app|test) ;; *) echo "usage: $0 [app|test]" >&2; exit 2 ;; esac
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+# --- system packages -------------------------------------------------------
+apt_packages=(
+  libportaudio2 ffmpeg espeak-ng patch
+  # Qt's xcb platform plugin (real windows; screenshots under Xvfb)
+  libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0
+  libxcb-randr0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libegl1 libgl1
+  libfontconfig1 libdbus-1-3
+)
+[ "$mode" = test ] && apt_packages+=(xvfb xauth imagemagick)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "setup: installing system packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Without a sound card, an ALSA null device lets playback run for real (tests, CI).
+if [ "$mode" = test ] && { [ ! -e /proc/asound/cards ] || grep -q "no soundcards" /proc/asound/cards; } \
+   && [ ! -e /etc/asound.conf ]; then
+  echo "setup: no sound card; routing ALSA's default device to a null sink"
+  printf 'pcm.!default { type null }\nctl.!default { type hw card 0 }\n' | { [ "$(id -u)" -eq 0 ] && tee /etc/asound.conf || sudo tee /etc/asound.conf; } >/dev/null
+fi
+
+# --- the project environment (never gets torch) ----------------------------
+[ -x .venv/bin/python ] || python3 -m venv .venv
+extras=""
+[ "$mode" = test ] && extras="[test]"
+echo "setup: building and installing chatterbox-studio$extras into .venv"
+.venv/bin/python -m pip install -q ".$extras"
+
+# --- the PyTorch oracle, in its own venv ------------------------------------
+if [ "$mode" = test ]; then
+  bash tests/reference/setup_venv.sh
+fi
+echo "setup: done ($mode)"

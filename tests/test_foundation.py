@@ -1,0 +1,60 @@
+"""The package builds, exposes the engine's build facts, and the CLI answers."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import engine_native
+
+PINNED_GGML = "0.20.2"
+
+
+def test_ggml_version_is_the_pinned_one():
+    assert engine_native.ggml_version() == PINNED_GGML
+
+
+def test_system_info_describes_the_cpu_backend():
+    info = engine_native.system_info()
+    assert info["ggml_version"] == PINNED_GGML
+    assert "CPU" in info["backends"]
+    assert any(d["name"] == "CPU" for d in info["devices"])
+    assert info["default_threads"] >= 1
+    # Built for the native ISA: on x86-64 at least SSE3 is always reported.
+    assert info["cpu_features"], "the CPU backend reported no features"
+
+
+def _cli():
+    exe = shutil.which("chatterbox-studio", path=str(Path(sys.executable).parent))
+    assert exe, "the chatterbox-studio console script is not installed beside this python"
+    return exe
+
+
+def test_cli_version():
+    from app import __version__
+
+    out = subprocess.run([_cli(), "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"chatterbox-studio {__version__}"
+
+
+def test_cli_info_prints_ggml_version_and_cpu_features():
+    out = subprocess.run([_cli(), "info"], capture_output=True, text=True, check=True).stdout
+    assert f"ggml              {PINNED_GGML}" in out
+    features = engine_native.system_info()["cpu_features"]
+    assert " ".join(features) in out
+    assert "default threads" in out
+
+
+def test_cli_rejects_unknown_command():
+    out = subprocess.run([_cli(), "no-such-command"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "invalid choice" in out.stderr
+
+
+def test_layering_contracts_hold():
+    """import-linter: only app imports Qt; app -> voice_lab -> engine_native; no torch."""
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert exe
+    out = subprocess.run([exe], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
