@@ -1,5 +1,5 @@
 """Chatterbox Studio's native engine: a C++/ggml port of Chatterbox behind pybind11."""
 
-from engine_native._core import ggml_version, system_info
+from engine_native._core import EngineError, ModelFile, ggml_version, system_info
 
-__all__ = ["ggml_version", "system_info"]
+__all__ = ["EngineError", "ModelFile", "ggml_version", "system_info"]

@@ -1,0 +1,357 @@
+"""Snapshot folder -> one GGUF model file; requantisation; inspection."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import quants as gguf_quants
+
+from engine_native.convert import filterbanks, hparams, tensors
+from engine_native.convert.errors import ConvertError
+from engine_native.convert.quant import QUANT_TYPES, storage_type
+from engine_native.convert.tokenizer import read_tokenizer
+from engine_native.convert.torch_pickle import TorchPickleError, load_pt
+
+ARCH = "chatterbox"
+FORMAT_VERSION = 1
+MAX_NAME = 63  # GGML_MAX_NAME - 1
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    t3_file: str
+    s3gen_file: str
+    meanflow: bool
+
+
+VARIANTS = {
+    "turbo": Variant("turbo", "t3_turbo_v1.safetensors", "s3gen_meanflow.safetensors", meanflow=True),
+    "nano": Variant("nano", "t3_nano_v1.safetensors", "s3gen_meanflow.safetensors", meanflow=True),
+}
+VE_FILE = "ve.safetensors"
+CONDS_FILE = "conds.pt"
+MULTILINGUAL_MARKERS = ("t3_mtl23ls_v2.safetensors", "t3_cfg.safetensors", "grapheme_mtl_merged_expanded_v1.json")
+
+
+@dataclass
+class ConvertReport:
+    path: Path
+    variant: str
+    quant: str
+    n_tensors: int = 0
+    n_quantised: int = 0
+    n_bytes: int = 0
+    seconds: float = 0.0
+    types: Counter = field(default_factory=Counter)
+
+    def summary(self) -> str:
+        kinds = ", ".join(f"{n} {t}" for t, n in sorted(self.types.items()))
+        return (f"{self.path}: {self.variant} {self.quant}, {self.n_tensors} tensors "
+                f"({kinds}), {self.n_quantised} quantised, {self.n_bytes / 2**20:.1f} MiB, "
+                f"{self.seconds:.1f} s")
+
+
+# --- reading the snapshot ----------------------------------------------------------
+
+def detect_variant(snapshot: str | os.PathLike) -> str:
+    snapshot = Path(snapshot)
+    if not snapshot.is_dir():
+        raise ConvertError(f"{snapshot}: not a folder (expected a Chatterbox Hugging Face snapshot)")
+    found = [v.name for v in VARIANTS.values() if (snapshot / v.t3_file).exists()]
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        raise ConvertError(f"{snapshot}: holds several T3 checkpoints ({', '.join(found)}); pass --variant")
+    if any((snapshot / m).exists() for m in MULTILINGUAL_MARKERS):
+        raise ConvertError(f"{snapshot}: a Multilingual Chatterbox snapshot; only Turbo and Nano convert so far")
+    wanted = " or ".join(v.t3_file for v in VARIANTS.values())
+    raise ConvertError(f"{snapshot}: no Chatterbox T3 checkpoint found (looked for {wanted})")
+
+
+def load_safetensors(path: Path) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    if not path.exists():
+        raise ConvertError(f"{path}: missing from the snapshot")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ConvertError(f"{path}: not a readable safetensors file ({e})") from None
+
+
+def load_builtin_voice(path: Path) -> dict[str, np.ndarray]:
+    """`conds.pt` (Conditionals.save) -> the five conditioning tensors, flattened."""
+    try:
+        conds = load_pt(path)
+    except FileNotFoundError:
+        raise ConvertError(f"{path}: missing from the snapshot (the built-in voice)") from None
+    except TorchPickleError as e:
+        raise ConvertError(str(e)) from None
+    try:
+        t3, gen = conds["t3"], conds["gen"]
+        voice = {
+            "voice.speaker_emb": np.asarray(t3["speaker_emb"], np.float32).reshape(-1),
+            "voice.cond_prompt_speech_tokens": np.asarray(t3["cond_prompt_speech_tokens"]).reshape(-1).astype(np.int32),
+            "voice.embedding": np.asarray(gen["embedding"], np.float32).reshape(-1),
+            "voice.prompt_token": np.asarray(gen["prompt_token"]).reshape(-1).astype(np.int32),
+            "voice.prompt_feat": np.asarray(gen["prompt_feat"], np.float32).reshape(-1, np.asarray(gen["prompt_feat"]).shape[-1]),
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConvertError(f"{path}: not a Chatterbox Conditionals file ({e!r})") from None
+    return voice
+
+
+# --- writing ---------------------------------------------------------------------------
+
+def _add_kv(writer: GGUFWriter, key: str, value) -> None:
+    if isinstance(value, bool):
+        writer.add_bool(key, value)
+    elif isinstance(value, (int, np.integer)):
+        writer.add_int32(key, int(value))
+    elif isinstance(value, (float, np.floating)):
+        writer.add_float32(key, float(value))
+    elif isinstance(value, str):
+        writer.add_string(key, value)
+    elif isinstance(value, (list, tuple)):
+        writer.add_array(key, list(value))
+    else:
+        raise TypeError(f"metadata {key}: unsupported value {value!r}")
+
+
+def _atomic_gguf(out_path: Path, fill: Callable[[GGUFWriter], None]) -> None:
+    """Write through a temporary file in the target folder, renamed into place only when
+    complete: a failed or interrupted conversion leaves no partial model behind."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
+    os.close(fd)
+    try:
+        writer = GGUFWriter(tmp, ARCH)
+        fill(writer)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, out_path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _add_tensor(writer: GGUFWriter, report: ConvertReport, name: str, arr: np.ndarray) -> None:
+    if len(name) > MAX_NAME:
+        raise ConvertError(f"tensor name too long for ggml ({len(name)} > {MAX_NAME}): {name}")
+    if arr.dtype.kind in "iu":
+        data, qtype = np.ascontiguousarray(arr, dtype=np.int32), Q.I32
+    else:
+        qtype = storage_type(name, arr.shape, report.quant)
+        data = np.ascontiguousarray(arr, dtype=np.float32)
+        if qtype == Q.F16:
+            data = data.astype(np.float16)
+        elif qtype != Q.F32:
+            data = gguf_quants.quantize(data, qtype)
+            report.n_quantised += 1
+    if qtype in (Q.F32, Q.F16, Q.I32):
+        writer.add_tensor(name, data)
+    else:
+        writer.add_tensor(name, data, raw_dtype=qtype)
+    report.n_tensors += 1
+    report.n_bytes += data.nbytes
+    report.types[qtype.name] += 1
+
+
+def _filterbank_tensors() -> Iterator[tuple[str, np.ndarray]]:
+    yield "fb.mel_24k", filterbanks.mel_24k_filterbank()
+    yield "fb.ve_mel", filterbanks.ve_mel_filterbank()
+    yield "fb.kaldi_80", filterbanks.kaldi_fbank_filterbank()
+
+
+def _filterbank_metadata() -> dict:
+    meta = {}
+    for prefix, params in (("fb.mel_24k", filterbanks.MEL_24K), ("fb.ve_mel", filterbanks.VE_MEL),
+                           ("fb.kaldi_80", filterbanks.KALDI_FBANK)):
+        for k, v in params.items():
+            if isinstance(v, (bool, int, float, str, np.integer, np.floating)):
+                meta[f"{prefix}.{k}"] = v
+    return meta
+
+
+def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, variant: str = "auto",
+            quant: str = "f32", log: Callable[[str], None] | None = print) -> ConvertReport:
+    """Convert a snapshot folder into one GGUF file at `out_path` (written atomically)."""
+    started = time.perf_counter()
+    snapshot, out_path = Path(snapshot_dir), Path(out_path)
+    if quant not in QUANT_TYPES:
+        raise ConvertError(f"unknown quantisation {quant!r}; choose one of {', '.join(QUANT_TYPES)}")
+    detected = detect_variant(snapshot)
+    if variant == "auto":
+        variant = detected
+    elif variant not in VARIANTS:
+        raise ConvertError(f"unknown variant {variant!r}; choose auto, {', '.join(VARIANTS)}")
+    elif variant != detected:
+        raise ConvertError(f"{snapshot}: holds a {detected} checkpoint, not {variant}")
+    spec = VARIANTS[variant]
+    log = log or (lambda _msg: None)
+
+    # Read and validate every input before writing a byte.
+    t3 = load_safetensors(snapshot / spec.t3_file)
+    s3 = load_safetensors(snapshot / spec.s3gen_file)
+    ve = load_safetensors(snapshot / VE_FILE)
+    voice = load_builtin_voice(snapshot / CONDS_FILE)
+    tok = read_tokenizer(snapshot)
+    meta = {
+        "variant": variant,
+        "format_version": FORMAT_VERSION,
+        "quant": quant,
+        **hparams.t3_hparams(t3, str(snapshot / spec.t3_file)),
+        **hparams.s3gen_hparams(s3, spec.meanflow, str(snapshot / spec.s3gen_file)),
+        **hparams.ve_hparams(ve, str(snapshot / VE_FILE)),
+        **_filterbank_metadata(),
+    }
+    if meta["t3.text_vocab"] != len(tok.tokens):
+        raise ConvertError(f"{snapshot}: tokenizer has {len(tok.tokens)} tokens but T3 expects {meta['t3.text_vocab']}")
+
+    report = ConvertReport(path=out_path, variant=variant, quant=quant)
+    log(f"converting {snapshot} ({variant}) -> {out_path} [{quant}]")
+
+    def fill(w: GGUFWriter) -> None:
+        w.add_name(f"Chatterbox {variant.capitalize()}")
+        w.add_file_type(int(QUANT_TYPES[quant]) if quant != "f32" else 0)
+        for key, value in meta.items():
+            _add_kv(w, f"{ARCH}.{key}", value)
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list(tok.tokens)
+        w.add_token_types(tok.token_types)
+        w.add_token_merges(tok.merges)
+        w.add_bos_token_id(tok.bos_id)
+        w.add_eos_token_id(tok.eos_id)
+        for flag in ("special", "lstrip", "rstrip", "normalized", "single_word"):
+            _add_kv(w, f"{ARCH}.added_tokens.{flag}", [getattr(t, flag) for t in tok.added])
+        _add_kv(w, f"{ARCH}.added_tokens.id", [t.id for t in tok.added])
+        for source in (tensors.t3_tensors(t3, spec.t3_file), tensors.s3gen_tensors(s3, spec.s3gen_file),
+                       tensors.ve_tensors(ve, VE_FILE), iter(voice.items()), _filterbank_tensors()):
+            for name, arr in source:
+                _add_tensor(w, report, name, arr)
+
+    _atomic_gguf(out_path, fill)
+    report.seconds = time.perf_counter() - started
+    log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
+    log(report.summary())
+    return report
+
+
+# --- requantise and inspect an existing model -------------------------------------------
+
+def _read(path: Path) -> GGUFReader:
+    if not path.exists():
+        raise ConvertError(f"{path}: no such model file")
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as e:  # gguf raises ValueError, struct.error, IndexError... on corrupt files
+        raise ConvertError(f"{path}: not a readable GGUF file ({e})") from None
+    arch = reader.get_field("general.architecture")
+    if arch is None or arch.contents() != ARCH:
+        raise ConvertError(f"{path}: not a Chatterbox model (architecture {arch.contents() if arch else None!r})")
+    return reader
+
+
+def _tensor_as_float(t) -> np.ndarray:
+    qtype = Q(t.tensor_type)
+    shape = tuple(int(n) for n in reversed(t.shape))
+    if qtype in (Q.F32, Q.F16, Q.I32):
+        return np.asarray(t.data).reshape(shape)
+    return gguf_quants.dequantize(np.asarray(t.data), qtype).reshape(shape)
+
+
+def requantize(in_path: str | os.PathLike, out_path: str | os.PathLike, quant: str,
+               log: Callable[[str], None] | None = print) -> ConvertReport:
+    """Re-store an existing model under another quantisation, through the same policy.
+    From an already-quantised file the result carries that file's rounding too."""
+    started = time.perf_counter()
+    in_path, out_path = Path(in_path), Path(out_path)
+    if quant not in QUANT_TYPES:
+        raise ConvertError(f"unknown quantisation {quant!r}; choose one of {', '.join(QUANT_TYPES)}")
+    reader = _read(in_path)
+    variant = reader.get_field(f"{ARCH}.variant").contents()
+    report = ConvertReport(path=out_path, variant=variant, quant=quant)
+    log = log or (lambda _msg: None)
+
+    def fill(w: GGUFWriter) -> None:
+        for f in reader.fields.values():
+            if f.name.startswith("GGUF.") or f.name in ("general.architecture", "general.file_type", f"{ARCH}.quant"):
+                continue
+            vtype = GGUFValueType(f.types[0])
+            sub = GGUFValueType(f.types[-1]) if vtype == GGUFValueType.ARRAY else None
+            w.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
+        w.add_file_type(int(QUANT_TYPES[quant]) if quant != "f32" else 0)
+        _add_kv(w, f"{ARCH}.quant", quant)
+        for t in reader.tensors:
+            arr = _tensor_as_float(t)
+            if Q(t.tensor_type) == Q.I32:
+                arr = arr.astype(np.int32)
+            _add_tensor(w, report, t.name, arr.astype(np.float32) if arr.dtype == np.float16 else arr)
+
+    _atomic_gguf(out_path, fill)
+    report.seconds = time.perf_counter() - started
+    log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
+    log(report.summary())
+    return report
+
+
+def inspect_model(path: str | os.PathLike) -> dict:
+    """Variant, quantisation, tensor counts and sizes per component of a model file."""
+    path = Path(path)
+    reader = _read(path)
+    components: dict[str, dict] = {}
+    types: Counter = Counter()
+    for t in reader.tensors:
+        comp = t.name.split(".", 1)[0]
+        c = components.setdefault(comp, {"tensors": 0, "bytes": 0, "params": 0})
+        c["tensors"] += 1
+        c["bytes"] += int(t.n_bytes)
+        c["params"] += int(t.n_elements)
+        types[Q(t.tensor_type).name] += 1
+
+    def field(key, default=None):
+        f = reader.get_field(key)
+        return f.contents() if f is not None else default
+
+    return {
+        "path": str(path),
+        "variant": field(f"{ARCH}.variant"),
+        "quant": field(f"{ARCH}.quant"),
+        "format_version": field(f"{ARCH}.format_version"),
+        "file_bytes": path.stat().st_size,
+        "n_tensors": len(reader.tensors),
+        "types": dict(types),
+        "components": components,
+        "metadata": {f.name: f.contents() for f in reader.fields.values()
+                     if f.name.startswith(f"{ARCH}.") and not f.name.startswith(f"{ARCH}.added_tokens")},
+    }
+
+
+def download_and_convert(repo_id: str, out_path: str | os.PathLike, *, quant: str = "f32",
+                         variant: str = "auto", log: Callable[[str], None] | None = print) -> ConvertReport:
+    """Fetch a snapshot with huggingface_hub (optional dependency), then convert it."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ConvertError("downloading needs huggingface_hub: pip install 'chatterbox-studio[download]'") from None
+    try:
+        local = snapshot_download(repo_id=repo_id, allow_patterns=["*.safetensors", "*.json", "*.txt", "*.pt"])
+    except Exception as e:  # network errors come in many classes; all mean the same to the user
+        raise ConvertError(f"could not download {repo_id} from Hugging Face ({type(e).__name__}: {e}). "
+                           "Check the network, or convert a snapshot folder you already have.") from None
+    return convert(local, out_path, variant=variant, quant=quant, log=log)

@@ -1,0 +1,202 @@
+"""Read PyTorch ``.pt`` files (the zip format of ``torch.save``) without PyTorch.
+
+    from engine_native.convert.torch_pickle import load_pt
+    conds = load_pt("conds.pt")   # {"t3": {...}, "gen": {...}} with numpy arrays for tensors
+
+The pickle inside (``<archive>/data.pkl``) is read by a restricted unpickler: it
+resolves only the globals needed to rebuild tensors and plain containers (the
+``torch._utils`` tensor/parameter rebuild helpers, the typed storage classes,
+``collections.OrderedDict``) and raises ``UnsafePickleError`` for anything else,
+before anything is called.  Tensor data comes from ``<archive>/data/<key>``
+(little-endian unless the archive's ``byteorder`` record says ``big``).  Tensors
+become numpy arrays (contiguous copies with the tensor's shape and dtype);
+bfloat16 tensors become float32 (exact).  Legacy (pre-zip) ``torch.save`` files
+are refused.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import zipfile
+import zlib
+from collections import OrderedDict
+
+import numpy as np
+
+__all__ = ["TorchPickleError", "UnsafePickleError", "load_pt"]
+
+
+class TorchPickleError(ValueError):
+    """The file is not a readable zip-format ``torch.save`` archive."""
+
+
+class UnsafePickleError(TorchPickleError):
+    """The pickle references a global the restricted loader does not allow."""
+
+
+# storage class name -> (numpy dtype string without byte order, itemsize); "bf16" is special
+_STORAGE_DTYPES = {
+    "DoubleStorage": "f8",
+    "FloatStorage": "f4",
+    "HalfStorage": "f2",
+    "BFloat16Storage": "bf16",
+    "LongStorage": "i8",
+    "IntStorage": "i4",
+    "ShortStorage": "i2",
+    "CharStorage": "i1",
+    "ByteStorage": "u1",
+    "BoolStorage": "?",
+    "ComplexFloatStorage": "c8",
+    "ComplexDoubleStorage": "c16",
+}
+
+
+class _StorageType:
+    """Stand-in for ``torch.<X>Storage`` classes inside the pickle."""
+
+    __slots__ = ("name", "code")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.code = _STORAGE_DTYPES[name]
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False, backward_hooks=None,
+                       metadata=None):
+    if not isinstance(storage, np.ndarray) or storage.ndim != 1:
+        raise TorchPickleError(f"tensor rebuild got a {type(storage).__name__}, not a storage")
+    size = tuple(int(s) for s in size)
+    stride = tuple(int(s) for s in stride)
+    offset = int(storage_offset)
+    if len(size) != len(stride) or offset < 0 or any(s < 0 for s in size) or any(s < 0 for s in stride):
+        raise TorchPickleError(f"bad tensor geometry size={size} stride={stride} offset={offset}")
+    numel = int(np.prod(size, dtype=np.int64)) if size else 1
+    if numel == 0:
+        return np.zeros(size, dtype=storage.dtype)
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride))
+    if last >= storage.shape[0]:
+        raise TorchPickleError(f"tensor (size={size} stride={stride} offset={offset}) "
+                               f"runs past its storage of {storage.shape[0]} elements")
+    item = storage.itemsize
+    view = np.lib.stride_tricks.as_strided(storage[offset:], shape=size,
+                                           strides=tuple(s * item for s in stride), writeable=False)
+    return np.array(view, copy=True, order="C")
+
+
+def _rebuild_parameter(data, requires_grad=False, backward_hooks=None, *state):
+    return data
+
+
+# (module, name) -> object the pickle may use
+_ALLOWED = {
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("collections", "OrderedDict"): OrderedDict,
+}
+_ALLOWED.update({("torch", name): _StorageType(name) for name in _STORAGE_DTYPES})
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, zf: zipfile.ZipFile, prefix: str, byteorder: str, path: str):
+        super().__init__(io.BytesIO(data))
+        self._zf = zf
+        self._prefix = prefix
+        self._byteorder = byteorder
+        self._path = path
+        self._storages: dict[str, np.ndarray] = {}
+
+    def find_class(self, module, name):
+        obj = _ALLOWED.get((module, name))
+        if obj is None:
+            raise UnsafePickleError(f"{self._path}: refusing to load global '{module}.{name}' "
+                                    f"(only tensors and plain containers are allowed)")
+        return obj
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+                and isinstance(pid[1], _StorageType)):
+            raise TorchPickleError(f"{self._path}: unsupported persistent id {pid!r}")
+        _, stype, key, _location, numel = pid
+        key = str(key)
+        cached = self._storages.get(key)
+        if cached is not None:
+            return cached
+        member = f"{self._prefix}data/{key}"
+        try:
+            raw = self._zf.read(member)
+        except KeyError:
+            raise TorchPickleError(f"{self._path}: storage record '{member}' is missing") from None
+        code = stype.code
+        if code == "bf16":
+            itemsize = 2
+        else:
+            itemsize = np.dtype(code).itemsize
+        numel = int(numel)
+        if numel < 0 or len(raw) < numel * itemsize:
+            raise TorchPickleError(f"{self._path}: storage '{member}' holds {len(raw)} bytes, "
+                                   f"expected {numel} x {itemsize}")
+        raw = raw[: numel * itemsize]
+        bo = ">" if self._byteorder == "big" else "<"
+        if code == "bf16":
+            bits = np.frombuffer(raw, dtype=bo + "u2").astype(np.uint32) << 16
+            arr = bits.view(np.float32)
+        elif code in ("?", "i1", "u1"):
+            arr = np.frombuffer(raw, dtype=code)
+        else:
+            arr = np.frombuffer(raw, dtype=bo + code).astype(code, copy=False)
+        self._storages[key] = arr
+        return arr
+
+
+def _find_data_pkl(zf: zipfile.ZipFile, path: str) -> str:
+    names = [n for n in zf.namelist() if n.endswith("data.pkl")]
+    top = [n for n in names if n.count("/") == 1 and n.endswith("/data.pkl")]
+    cands = top or [n for n in names if n == "data.pkl"]
+    if len(cands) != 1:
+        if not cands:
+            raise TorchPickleError(f"{path}: zip archive has no data.pkl record; not a torch.save file")
+        raise TorchPickleError(f"{path}: zip archive has several data.pkl records: {', '.join(cands)}")
+    return cands[0]
+
+
+def load_pt(path: str | os.PathLike) -> object:
+    """Load a zip-format ``torch.save`` file; tensors come back as numpy arrays."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise TorchPickleError(f"{path}: is a directory, not a torch.save file")
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as f:
+            head = f.read(512)
+        if head[:1] == b"\x80" or (len(head) >= 262 and head[257:262] == b"ustar"):
+            raise TorchPickleError(f"{path}: legacy (non-zip) torch.save format is not supported; "
+                                   f"re-save it with torch.save(..., _use_new_zipfile_serialization=True)")
+        raise TorchPickleError(f"{path}: not a torch.save zip archive (truncated or not a .pt file)")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            pkl_name = _find_data_pkl(zf, path)
+            prefix = pkl_name[: -len("data.pkl")]
+            byteorder = "little"
+            if f"{prefix}byteorder" in zf.namelist():
+                byteorder = zf.read(f"{prefix}byteorder").decode("ascii", "replace").strip()
+                if byteorder not in ("little", "big"):
+                    raise TorchPickleError(f"{path}: unknown byteorder record {byteorder!r}")
+            data = zf.read(pkl_name)
+            return _Unpickler(data, zf, prefix, byteorder, path).load()
+    except TorchPickleError as e:
+        if str(e).startswith(path):
+            raise
+        raise type(e)(f"{path}: {e}") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, pickle.UnpicklingError,
+            OSError, KeyError, IndexError, TypeError, AttributeError, ValueError,
+            NotImplementedError, RuntimeError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise TorchPickleError(f"{path}: unreadable torch.save archive ({type(e).__name__}: {e})") from None
