@@ -74,8 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not refenv.in_ref_env():
         # Project environment: hand the whole command to the reference python.
+        # The child runs in the repo root: pass absolute paths.
         if args.cmd == "snapshot":
-            argv = [a if a != str(args.out) else str(args.out.resolve()) for a in argv]
+            argv = ["snapshot", "--variant", args.variant, "--seed", str(args.seed),
+                    "--out", str(args.out.resolve())]
+        elif args.cmd == "run":
+            argv = ["run", args.stage, "--snapshot", str(args.snapshot.resolve()),
+                    "--in", str(args.inp.resolve()), "--out", str(args.out.resolve())]
         try:
             refenv.run_in_ref(argv)
         except RuntimeError as e:
