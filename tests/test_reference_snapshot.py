@@ -145,3 +145,11 @@ def test_cache_rejects_unknown_size_and_variant():
         cache.snapshot_dir("turbo", size="tiny")
     with pytest.raises(ValueError, match="variant"):
         cache.snapshot_dir("mtl")
+
+
+def test_official_from_local_reads_turbo_snapshot():
+    out = run_stage("from_local", cache.snapshot_dir("turbo"))
+    assert int(out["tokenizer_len"]) == TEXT_VOCAB
+    assert int(out["n_layer"]) == 24 and not bool(out["has_wte"])
+    assert out["conds_speaker_emb"].tolist() == [1, 256]
+    assert out["conds_prompt_feat"].tolist() == [1, 500, 80]

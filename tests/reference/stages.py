@@ -197,3 +197,24 @@ def check_snapshot_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     out["cond_prompt_feat_len_is_none"] = np.asarray(gen["prompt_feat_len"] is None)
     out["cond_embedding"] = _shape(gen["embedding"])
     return out
+
+
+@stage("from_local")
+def from_local_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """Load a Turbo snapshot with the official `ChatterboxTurboTTS.from_local`.
+
+    (Nano cannot go through it: from_local hard-codes t3_turbo_v1.safetensors.)
+    """
+    from chatterbox.tts_turbo import ChatterboxTurboTTS
+    if snapshot_variant(snapshot) != "turbo":
+        raise ValueError("from_local only reads Turbo snapshots (t3_turbo_v1.safetensors)")
+    m = ChatterboxTurboTTS.from_local(str(snapshot), "cpu")
+    return {"tokenizer_len": np.asarray(len(m.tokenizer)),
+            "has_wte": np.asarray(hasattr(m.t3.tfmr, "wte")),
+            "n_layer": np.asarray(len(m.t3.tfmr.h)),
+            "conds_speaker_emb": _shape(m.conds.t3.speaker_emb),
+            "conds_prompt_feat": _shape(m.conds.gen["prompt_feat"])}
+
+
+# Stages of later issues live in their own modules and register themselves here.
+from . import stages_convert  # noqa: E402,F401
