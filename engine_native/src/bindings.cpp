@@ -5,9 +5,14 @@
 
 #include "backend.h"
 #include "model_file.h"
+#include "py_model.h"
 #include "system_info.h"
 
 namespace py = pybind11;
+
+void bind_text(pybind11::module_& m);
+
+void bind_t3(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "Chatterbox Studio native engine (ggml)";
@@ -15,11 +20,7 @@ PYBIND11_MODULE(_core, m) {
     // Every bad-input error of the engine arrives in Python as engine_native.EngineError.
     py::register_exception<cbs::EngineError>(m, "EngineError", PyExc_RuntimeError);
 
-    // A loaded model file with the backend that holds its weights.
-    struct Model {
-        cbs::BackendPtr backend;
-        std::unique_ptr<cbs::ModelFile> file;
-    };
+    using Model = cbs::PyModel;
     py::class_<Model>(m, "ModelFile", "A Chatterbox GGUF model loaded into a ggml backend buffer.")
         .def(py::init([](const std::string& path, const std::string& backend, int threads) {
                  auto model = std::make_unique<Model>();
@@ -80,6 +81,10 @@ PYBIND11_MODULE(_core, m) {
         d["default_threads"] = s.default_threads;
         return d;
     }, "ggml version, CPU features, compiled-in backends and devices, default thread count.");
+
+    bind_t3(m);
+
+    bind_text(m);
 
 #ifdef CBS_VERSION
     m.attr("__version__") = CBS_VERSION;

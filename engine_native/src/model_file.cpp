@@ -69,6 +69,32 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(pa
     }
 }
 
+ModelFile::ModelFile(const std::string& path, MetadataOnly) : path_(path) {
+    {
+        std::ifstream probe(path, std::ios::binary);
+        if (!probe) throw EngineError(path + ": model file not found or not readable");
+        char magic[4] = {};
+        probe.read(magic, 4);
+        if (probe.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0)
+            throw EngineError(path + ": not a GGUF model file");
+    }
+    gguf_init_params params{/*no_alloc=*/true, /*ctx=*/nullptr};
+    gguf_ = gguf_init_from_file(path.c_str(), params);
+    if (!gguf_) throw EngineError(path + ": corrupt or truncated GGUF file");
+    int64_t arch = gguf_find_key(gguf_, "general.architecture");
+    if (arch < 0 || gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING ||
+        std::strcmp(gguf_get_val_str(gguf_, arch), kArch) != 0) {
+        gguf_free(gguf_);
+        throw EngineError(path + ": not a Chatterbox model (general.architecture is not 'chatterbox')");
+    }
+    try {
+        variant_ = get_string("chatterbox.variant");
+    } catch (...) {
+        gguf_free(gguf_);
+        throw;
+    }
+}
+
 ModelFile::~ModelFile() {
     if (buffer_) ggml_backend_buffer_free(buffer_);
     if (gguf_) gguf_free(gguf_);

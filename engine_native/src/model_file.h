@@ -24,6 +24,10 @@ class ModelFile {
 public:
     // Loads metadata and all tensors into a buffer of `backend`'s default type.
     ModelFile(const std::string& path, ggml_backend_t backend);
+    // Reads the metadata only (no tensor data, no backend buffer; tensors() is empty):
+    // for readers such as the tokenizer that need no weights.
+    struct MetadataOnly {};
+    ModelFile(const std::string& path, MetadataOnly);
     ~ModelFile();
     ModelFile(const ModelFile&) = delete;
     ModelFile& operator=(const ModelFile&) = delete;

@@ -1,0 +1,86 @@
+"""Staged parity seams (DESIGN.md, "Staged parity seams"): each stage of the engine
+with numpy in/out, so tests can feed the same inputs to the engine and the reference."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from engine_native import _core
+
+_tokenizers: dict[tuple, "_core.Gpt2Tokenizer"] = {}
+_tokenizers_lock = threading.Lock()
+
+
+def _tokenizer(model) -> "_core.Gpt2Tokenizer":
+    """The model file's tokenizer, cached per (resolved path, size, mtime)."""
+    path = Path(os.fspath(model)).resolve()
+    try:
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = (str(path), None, None)  # the constructor raises EngineError with the path
+    with _tokenizers_lock:
+        tok = _tokenizers.get(key)
+        if tok is None:
+            tok = _core.Gpt2Tokenizer(str(path))
+            _tokenizers[key] = tok
+        return tok
+
+
+def punc_norm(text: str) -> str:
+    """`chatterbox.tts_turbo.punc_norm`."""
+    return _core.punc_norm(text)
+
+
+def tokenize(model, text: str) -> np.ndarray:
+    """The snapshot's HF tokenizer `input_ids` for `text` (no normalisation, no BOS/EOS):
+    int32 array. `model` is the path of a Chatterbox GGUF model (only its metadata is read)."""
+    return _tokenizer(model).encode(text)
+
+
+_t3: dict[tuple, tuple] = {}
+_t3_lock = threading.Lock()
+
+
+def _t3_for(model):
+    """(ModelFile, T3) for a model path, loaded once per (path, size, mtime)."""
+    path = Path(os.fspath(model)).resolve()
+    st = path.stat() if path.exists() else None
+    key = (str(path), st.st_size if st else None, st.st_mtime_ns if st else None)
+    with _t3_lock:
+        if key not in _t3:
+            _t3.clear()  # one model at a time: they are large
+            mf = _core.ModelFile(str(path))
+            _t3[key] = (mf, _core.T3(mf))
+        return _t3[key][1]
+
+
+def _voice_args(voice) -> dict:
+    """voice: None for the model's built-in voice, or a mapping with `speaker_emb` and
+    `cond_prompt_speech_tokens` (T3's two conditioning tensors)."""
+    if voice is None:
+        return {}
+    return {"speaker_emb": np.asarray(voice["speaker_emb"], np.float32).reshape(-1).tolist(),
+            "prompt_tokens": np.asarray(voice["cond_prompt_speech_tokens"]).reshape(-1).astype(np.int32).tolist()}
+
+
+def t3_logits(model, text_ids, speech_ids, voice=None) -> np.ndarray:
+    """Teacher-forced speech logits [len(speech_ids), speech_vocab] (T3.forward's path);
+    `speech_ids` starts with the start-of-speech token."""
+    t3 = _t3_for(model)
+    return t3.logits(np.asarray(text_ids, np.int32).tolist(), np.asarray(speech_ids, np.int32).tolist(),
+                     **_voice_args(voice))
+
+
+def t3_generate(model, text_ids, voice=None, n: int = 100, greedy: bool = True) -> np.ndarray:
+    """The first `n` speech tokens of `T3.inference_turbo` with top_k=1 (argmax), the
+    stop token included if reached."""
+    if not greedy:
+        raise NotImplementedError("t3_generate: only greedy decoding is exposed as a seam so far")
+    t3 = _t3_for(model)
+    return np.asarray(t3.generate_greedy(np.asarray(text_ids, np.int32).tolist(), int(n), **_voice_args(voice)),
+                      np.int32)

@@ -1,0 +1,209 @@
+#include "t3_gpt2.h"
+
+#include <cmath>
+#include <string>
+
+#include "ggml-cpu.h"
+
+namespace cbs {
+
+T3Hparams T3Hparams::from(const ModelFile& mf) {
+    auto i = [&](const char* k) { return static_cast<int>(mf.get_int(std::string("chatterbox.t3.") + k)); };
+    T3Hparams hp;
+    hp.n_layer = i("n_layer");
+    hp.n_embd = i("n_embd");
+    hp.n_head = i("n_head");
+    hp.n_ff = i("n_ff");
+    hp.n_ctx = i("n_ctx");
+    hp.text_vocab = i("text_vocab");
+    hp.speech_vocab = i("speech_vocab");
+    hp.speaker_embed_size = i("speaker_embed_size");
+    hp.start_speech_token = i("start_speech_token");
+    hp.stop_speech_token = i("stop_speech_token");
+    hp.ln_eps = static_cast<float>(mf.get_float("chatterbox.t3.ln_eps"));
+    if (hp.n_layer <= 0 || hp.n_head <= 0 || hp.n_embd % hp.n_head != 0)
+        throw EngineError(mf.path() + ": inconsistent T3 dimensions");
+    return hp;
+}
+
+// Host-side values for the graph's input tensors, copied in after allocation.
+struct T3Gpt2::Inputs {
+    std::vector<std::pair<ggml_tensor*, std::vector<int32_t>>> ints;
+    std::vector<std::pair<ggml_tensor*, std::vector<float>>> floats;
+
+    ggml_tensor* ids(ggml_context* ctx, std::vector<int32_t> v) {
+        ggml_tensor* t = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, static_cast<int64_t>(v.size()));
+        ggml_set_input(t);
+        ints.emplace_back(t, std::move(v));
+        return t;
+    }
+    ggml_tensor* f32(ggml_context* ctx, std::vector<float> v) {
+        ggml_tensor* t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, static_cast<int64_t>(v.size()));
+        ggml_set_input(t);
+        floats.emplace_back(t, std::move(v));
+        return t;
+    }
+};
+
+T3Gpt2::T3Gpt2(const ModelFile& mf, ggml_backend_t backend) : hp_(T3Hparams::from(mf)), backend_(backend) {
+    auto t = [&](const std::string& name) { return mf.tensor("t3." + name); };
+    text_emb_ = t("text_emb.weight");
+    speech_emb_ = t("speech_emb.weight");
+    wpe_ = t("wpe.weight");
+    ln_f_w_ = t("ln_f.weight");
+    ln_f_b_ = t("ln_f.bias");
+    spkr_w_ = t("cond_enc.spkr_enc.weight");
+    spkr_b_ = t("cond_enc.spkr_enc.bias");
+    head_w_ = t("speech_head.weight");
+    head_b_ = t("speech_head.bias");
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        layers_.push_back({t(p + "ln_1.weight"), t(p + "ln_1.bias"), t(p + "attn.c_attn.weight"), t(p + "attn.c_attn.bias"),
+                           t(p + "attn.c_proj.weight"), t(p + "attn.c_proj.bias"), t(p + "ln_2.weight"), t(p + "ln_2.bias"),
+                           t(p + "mlp.c_fc.weight"), t(p + "mlp.c_fc.bias"), t(p + "mlp.c_proj.weight"), t(p + "mlp.c_proj.bias")});
+    }
+    if (text_emb_->ne[0] != hp_.n_embd || speech_emb_->ne[1] != hp_.speech_vocab || head_w_->ne[1] != hp_.speech_vocab)
+        throw EngineError(mf.path() + ": T3 tensor shapes disagree with its metadata");
+    alloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
+    graph_meta_.resize(ggml_tensor_overhead() * 8192 + ggml_graph_overhead_custom(8192, false));
+}
+
+T3Gpt2::~T3Gpt2() {
+    if (alloc_) ggml_gallocr_free(alloc_);
+    if (cache_buf_) ggml_backend_buffer_free(cache_buf_);
+    if (cache_ctx_) ggml_free(cache_ctx_);
+}
+
+void T3Gpt2::reserve_cache(int n_tokens) {
+    if (n_tokens > hp_.n_ctx)
+        throw EngineError("T3 context is " + std::to_string(hp_.n_ctx) + " positions; this request needs " +
+                          std::to_string(n_tokens) + " (shorten the text)");
+    if (n_tokens <= n_cache_) return;
+    if (cache_buf_) ggml_backend_buffer_free(cache_buf_);
+    if (cache_ctx_) ggml_free(cache_ctx_);
+    ggml_init_params params{ggml_tensor_overhead() * (2 * hp_.n_layer + 1), nullptr, true};
+    cache_ctx_ = ggml_init(params);
+    k_cache_.clear();
+    v_cache_.clear();
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        k_cache_.push_back(ggml_new_tensor_2d(cache_ctx_, GGML_TYPE_F32, hp_.n_embd, n_tokens));
+        v_cache_.push_back(ggml_new_tensor_2d(cache_ctx_, GGML_TYPE_F32, hp_.n_embd, n_tokens));
+    }
+    cache_buf_ = ggml_backend_alloc_ctx_tensors(cache_ctx_, backend_);
+    if (!cache_buf_) throw EngineError("not enough memory for the T3 KV cache");
+    n_cache_ = n_tokens;
+}
+
+ggml_tensor* T3Gpt2::layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) const {
+    return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, hp_.ln_eps), w), b);
+}
+
+// GPT-2 blocks over x [n_embd, n_new] at positions n_past_ .. n_past_ + n_new - 1.
+ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* x, int n_new) {
+    const int E = hp_.n_embd, H = hp_.n_head, D = E / H;
+    const int n_kv = n_past_ + n_new;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const Layer& L = layers_[il];
+        ggml_tensor* h = layer_norm(ctx, x, L.ln1_w, L.ln1_b);
+        ggml_tensor* qkv = ggml_add(ctx, ggml_mul_mat(ctx, L.attn_w, h), L.attn_b);  // [3E, n_new]
+        ggml_tensor* q = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], 0);
+        ggml_tensor* k = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], E * sizeof(float));
+        ggml_tensor* v = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], 2 * E * sizeof(float));
+
+        // Append this call's keys and values to the cache.
+        ggml_tensor* k_dst = ggml_view_2d(ctx, k_cache_[il], E, n_new, k_cache_[il]->nb[1], n_past_ * k_cache_[il]->nb[1]);
+        ggml_tensor* v_dst = ggml_view_2d(ctx, v_cache_[il], E, n_new, v_cache_[il]->nb[1], n_past_ * v_cache_[il]->nb[1]);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, k, k_dst));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, v, v_dst));
+
+        // Attention over every cached position: [D, n_kv, H] x [D, n_new, H].
+        ggml_tensor* K = ggml_permute(ctx, ggml_view_3d(ctx, k_cache_[il], D, H, n_kv, D * sizeof(float),
+                                                        k_cache_[il]->nb[1], 0), 0, 2, 1, 3);
+        ggml_tensor* Q = ggml_permute(ctx, q, 0, 2, 1, 3);
+        ggml_tensor* kq = ggml_mul_mat(ctx, K, Q);  // [n_kv, n_new, H]
+        kq = ggml_soft_max_ext(ctx, ggml_diag_mask_inf(ctx, ggml_scale(ctx, kq, scale), n_past_), nullptr, 1.0f, 0.0f);
+        ggml_tensor* V = ggml_cont(ctx, ggml_permute(ctx, ggml_view_3d(ctx, v_cache_[il], D, H, n_kv, D * sizeof(float),
+                                                                       v_cache_[il]->nb[1], 0), 1, 2, 0, 3));  // [n_kv, D, H]
+        ggml_tensor* att = ggml_mul_mat(ctx, V, kq);  // [D, n_new, H]
+        att = ggml_cont_2d(ctx, ggml_permute(ctx, att, 0, 2, 1, 3), E, n_new);
+        x = ggml_add(ctx, x, ggml_add(ctx, ggml_mul_mat(ctx, L.proj_w, att), L.proj_b));
+
+        h = layer_norm(ctx, x, L.ln2_w, L.ln2_b);
+        h = ggml_gelu(ctx, ggml_add(ctx, ggml_mul_mat(ctx, L.fc_w, h), L.fc_b));
+        x = ggml_add(ctx, x, ggml_add(ctx, ggml_mul_mat(ctx, L.fc_proj_w, h), L.fc_proj_b));
+    }
+    return x;
+}
+
+std::vector<float> T3Gpt2::run(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* logits, Inputs& in) {
+    ggml_set_output(logits);
+    ggml_build_forward_expand(gf, logits);
+    if (!ggml_gallocr_alloc_graph(alloc_, gf)) throw EngineError("not enough memory for the T3 graph");
+    for (auto& [t, v] : in.ints) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+    for (auto& [t, v] : in.floats) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+    if (ggml_backend_graph_compute(backend_, gf) != GGML_STATUS_SUCCESS) throw EngineError("T3 graph computation failed");
+    std::vector<float> out(ggml_nelements(logits));
+    ggml_backend_tensor_get(logits, out.data(), 0, ggml_nbytes(logits));
+    ggml_free(ctx);
+    return out;
+}
+
+static void check_ids(const std::vector<int32_t>& ids, int vocab, const char* what) {
+    for (int32_t id : ids)
+        if (id < 0 || id >= vocab)
+            throw EngineError(std::string(what) + " token id " + std::to_string(id) + " is outside [0, " + std::to_string(vocab) + ")");
+}
+
+std::vector<float> T3Gpt2::prompt(const T3Conditioning& cond, const std::vector<int32_t>& text,
+                                  const std::vector<int32_t>& speech, int n_out, int reserve_tokens) {
+    if (static_cast<int>(cond.speaker_emb.size()) != hp_.speaker_embed_size)
+        throw EngineError("speaker embedding has " + std::to_string(cond.speaker_emb.size()) + " values; T3 expects " +
+                          std::to_string(hp_.speaker_embed_size));
+    check_ids(cond.prompt_tokens, hp_.speech_vocab, "prompt speech");
+    check_ids(text, hp_.text_vocab, "text");
+    check_ids(speech, hp_.speech_vocab, "speech");
+    const int n_tok = 1 + static_cast<int>(cond.prompt_tokens.size() + text.size() + speech.size());
+    if (n_out < 1 || n_out > static_cast<int>(speech.size())) throw EngineError("n_out must be within the speech tokens");
+    reserve_cache(n_tok + std::max(0, reserve_tokens));
+    n_past_ = 0;
+
+    ggml_context* ctx = ggml_init({graph_meta_.size(), graph_meta_.data(), true});
+    ggml_cgraph* gf = ggml_new_graph_custom(ctx, 8192, false);
+    Inputs in;
+    ggml_tensor* spk = ggml_add(ctx, ggml_mul_mat(ctx, spkr_w_, in.f32(ctx, cond.speaker_emb)), spkr_b_);  // [E]
+    ggml_tensor* x = ggml_reshape_2d(ctx, spk, hp_.n_embd, 1);
+    if (!cond.prompt_tokens.empty()) x = ggml_concat(ctx, x, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, cond.prompt_tokens)), 1);
+    if (!text.empty()) x = ggml_concat(ctx, x, ggml_get_rows(ctx, text_emb_, in.ids(ctx, text)), 1);
+    x = ggml_concat(ctx, x, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, speech)), 1);
+    std::vector<int32_t> pos(n_tok);
+    for (int i = 0; i < n_tok; ++i) pos[i] = i;
+    x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, pos)));
+    x = transformer(ctx, gf, x, n_tok);
+    x = ggml_view_2d(ctx, x, hp_.n_embd, n_out, x->nb[1], (n_tok - n_out) * x->nb[1]);
+    x = layer_norm(ctx, x, ln_f_w_, ln_f_b_);
+    ggml_tensor* logits = ggml_add(ctx, ggml_mul_mat(ctx, head_w_, x), head_b_);
+    std::vector<float> out = run(ctx, gf, logits, in);
+    n_past_ = n_tok;
+    return out;
+}
+
+std::vector<float> T3Gpt2::step(int32_t speech_token) {
+    check_ids({speech_token}, hp_.speech_vocab, "speech");
+    if (n_past_ == 0) throw EngineError("T3 step() before prompt()");
+    if (n_past_ + 1 > n_cache_)
+        throw EngineError("T3 context is full (" + std::to_string(n_cache_) + " positions)");
+    ggml_context* ctx = ggml_init({graph_meta_.size(), graph_meta_.data(), true});
+    ggml_cgraph* gf = ggml_new_graph_custom(ctx, 8192, false);
+    Inputs in;
+    ggml_tensor* x = ggml_get_rows(ctx, speech_emb_, in.ids(ctx, {speech_token}));
+    x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, {n_past_})));
+    x = transformer(ctx, gf, x, 1);
+    x = layer_norm(ctx, x, ln_f_w_, ln_f_b_);
+    ggml_tensor* logits = ggml_add(ctx, ggml_mul_mat(ctx, head_w_, x), head_b_);
+    std::vector<float> out = run(ctx, gf, logits, in);
+    n_past_ += 1;
+    return out;
+}
+
+}  // namespace cbs

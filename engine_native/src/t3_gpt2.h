@@ -1,0 +1,73 @@
+// T3 for Turbo and Nano: a GPT-2 decoder over [speaker, prompt speech, text, speech]
+// embeddings with a persistent KV cache. Every dimension comes from the GGUF.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "model_file.h"
+
+namespace cbs {
+
+struct T3Hparams {
+    int n_layer = 0, n_embd = 0, n_head = 0, n_ff = 0, n_ctx = 0;
+    int text_vocab = 0, speech_vocab = 0, speaker_embed_size = 0;
+    int start_speech_token = 0, stop_speech_token = 0;
+    float ln_eps = 1e-5f;
+    static T3Hparams from(const ModelFile& mf);
+};
+
+// What T3 is conditioned on: the voice's speaker embedding and prompt speech tokens.
+struct T3Conditioning {
+    std::vector<float> speaker_emb;
+    std::vector<int32_t> prompt_tokens;
+};
+
+class T3Gpt2 {
+public:
+    T3Gpt2(const ModelFile& mf, ggml_backend_t backend);
+    ~T3Gpt2();
+    T3Gpt2(const T3Gpt2&) = delete;
+    T3Gpt2& operator=(const T3Gpt2&) = delete;
+
+    const T3Hparams& hp() const { return hp_; }
+
+    // Runs [cond, text, speech] from an empty cache and returns the speech-head logits
+    // of the last `n_out` positions, row-major [n_out][speech_vocab]. The cache then
+    // holds the whole sequence, ready for step().
+    std::vector<float> prompt(const T3Conditioning& cond, const std::vector<int32_t>& text,
+                              const std::vector<int32_t>& speech, int n_out, int reserve_tokens);
+    // Appends one speech token and returns its logits [speech_vocab].
+    std::vector<float> step(int32_t speech_token);
+    int n_past() const { return n_past_; }
+
+private:
+    struct Layer {
+        ggml_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+        ggml_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
+    };
+    struct Inputs;
+
+    void reserve_cache(int n_tokens);
+    ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) const;
+    ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* x, int n_new);
+    std::vector<float> run(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* logits, Inputs& in);
+
+    T3Hparams hp_;
+    ggml_backend_t backend_;
+    ggml_tensor *text_emb_, *speech_emb_, *wpe_, *ln_f_w_, *ln_f_b_, *spkr_w_, *spkr_b_, *head_w_, *head_b_;
+    std::vector<Layer> layers_;
+
+    // KV cache: per layer K and V as [n_embd, n_cache] F32, position-major rows.
+    ggml_context* cache_ctx_ = nullptr;
+    ggml_backend_buffer_t cache_buf_ = nullptr;
+    std::vector<ggml_tensor*> k_cache_, v_cache_;
+    int n_cache_ = 0;
+    int n_past_ = 0;
+    ggml_gallocr_t alloc_ = nullptr;
+    std::vector<uint8_t> graph_meta_;
+};
+
+}  // namespace cbs

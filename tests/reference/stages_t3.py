@@ -1,0 +1,50 @@
+"""Reference stages for T3. REFERENCE-VENV ONLY (imports torch).
+
+Conditioning is the snapshot's built-in voice (conds.pt) unless `speaker_emb` and
+`prompt_tokens` are given.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .stages import Inputs, load_conds, load_t3, stage
+
+
+def _cond(snapshot: Path, inputs: Inputs):
+    cond = load_conds(snapshot).t3
+    if "speaker_emb" in inputs:
+        cond.speaker_emb = torch.from_numpy(np.asarray(inputs["speaker_emb"], np.float32)).reshape(1, -1)
+        cond.cond_prompt_speech_tokens = torch.from_numpy(np.asarray(inputs["prompt_tokens"], np.int64)).reshape(1, -1)
+    cond.cond_prompt_speech_emb = None
+    return cond
+
+
+@stage("t3_logits")
+def t3_logits_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """text_ids, speech_ids -> logits [len(speech_ids), speech_vocab]: T3.forward's path
+    (prepare_input_embeds -> tfmr -> speech_head at the speech positions)."""
+    t3 = load_t3(snapshot)
+    text = torch.from_numpy(np.asarray(inputs["text_ids"], np.int64)).reshape(1, -1)
+    speech = torch.from_numpy(np.asarray(inputs["speech_ids"], np.int64)).reshape(1, -1)
+    with torch.inference_mode():
+        embeds, _ = t3.prepare_input_embeds(t3_cond=_cond(snapshot, inputs), text_tokens=text, speech_tokens=speech)
+        hidden = t3.tfmr(inputs_embeds=embeds)[0]
+        logits = t3.speech_head(hidden[:, -speech.shape[1]:])
+    return {"logits": logits[0].numpy().astype(np.float32)}
+
+
+@stage("t3_generate")
+def t3_generate_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """text_ids, n -> the first n speech tokens of inference_turbo with top_k=1 (greedy),
+    the stop token included if reached (inference_turbo strips it; we put it back)."""
+    t3 = load_t3(snapshot)
+    n = int(inputs["n"])
+    text = torch.from_numpy(np.asarray(inputs["text_ids"], np.int64)).reshape(1, -1)
+    with torch.inference_mode():
+        toks = t3.inference_turbo(_cond(snapshot, inputs), text, top_k=1, max_gen_len=n - 1)[0].tolist()
+    if len(toks) < n:
+        toks.append(t3.hp.stop_speech_token)
+    return {"tokens": np.asarray(toks[:n], np.int32)}
