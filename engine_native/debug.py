@@ -76,11 +76,21 @@ def t3_logits(model, text_ids, speech_ids, voice=None) -> np.ndarray:
                      **_voice_args(voice))
 
 
-def t3_generate(model, text_ids, voice=None, n: int = 100, greedy: bool = True) -> np.ndarray:
-    """The first `n` speech tokens of `T3.inference_turbo` with top_k=1 (argmax), the
-    stop token included if reached."""
-    if not greedy:
-        raise NotImplementedError("t3_generate: only greedy decoding is exposed as a seam so far")
+def t3_generate(model, text_ids, voice=None, n: int = 100, greedy: bool = True, *, seed: int = 0,
+                **sampling) -> np.ndarray:
+    """The first `n` speech tokens of `T3.inference_turbo`, the stop token included if
+    reached. greedy=True is top_k=1 (argmax); otherwise `sampling` (temperature, top_k,
+    top_p, repetition_penalty, min_p) defaults to the reference's, drawn from `seed`."""
     t3 = _t3_for(model)
-    return np.asarray(t3.generate_greedy(np.asarray(text_ids, np.int32).tolist(), int(n), **_voice_args(voice)),
-                      np.int32)
+    if greedy:
+        sampling = {**sampling, "top_k": 1}
+    tokens = t3.generate(np.asarray(text_ids, np.int32).tolist(), int(n), int(seed), **sampling, **_voice_args(voice))
+    return np.asarray(tokens, np.int32)
+
+
+def sampler_process(logits, history, *, temperature: float, top_k: int, top_p: float,
+                    repetition_penalty: float, min_p: float = 0.0) -> np.ndarray:
+    """One row of logits through the reference's processors (temperature, top-k, top-p,
+    [min-p], repetition penalty); removed tokens are -inf."""
+    return _core.sampler_process(np.asarray(logits, np.float32).tolist(), np.asarray(history, np.int32).tolist(),
+                                 temperature, top_k, top_p, repetition_penalty, min_p)

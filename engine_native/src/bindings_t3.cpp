@@ -4,6 +4,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+
+#include "sampler.h"
 #include <cstring>
 
 #include "py_model.h"
@@ -61,24 +63,25 @@ void bind_t3(py::module_& m) {
         }, py::arg("text_ids"), py::arg("speech_ids"), py::arg("speaker_emb") = py::none(),
            py::arg("prompt_tokens") = py::none(),
            "Teacher-forced speech logits [len(speech_ids), speech_vocab].")
-        .def("generate_greedy", [](PyT3& self, std::vector<int32_t> text, int n,
-                                   py::object speaker_emb, py::object prompt_tokens) {
-            if (n < 1) throw EngineError("n must be at least 1");
+        .def("generate", [](PyT3& self, std::vector<int32_t> text, int max_tokens, uint64_t seed,
+                            float temperature, int top_k, float top_p, float repetition_penalty, float min_p,
+                            py::object speaker_emb, py::object prompt_tokens) {
             cbs::T3Conditioning c = conditioning(*self.model->file, speaker_emb, prompt_tokens);
-            const auto& hp = self.t3->hp();
-            std::vector<int32_t> tokens;
-            {
-                py::gil_scoped_release release;
-                auto argmax = [](const std::vector<float>& l) {
-                    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-                };
-                std::vector<float> logits = self.t3->prompt(c, text, {hp.start_speech_token}, 1, n);
-                tokens.push_back(argmax(logits));
-                while (static_cast<int>(tokens.size()) < n && tokens.back() != hp.stop_speech_token) {
-                    tokens.push_back(argmax(self.t3->step(tokens.back())));
-                }
-            }
-            return tokens;
-        }, py::arg("text_ids"), py::arg("n"), py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
-           "The first n greedy (argmax) speech tokens, stop token included if reached.");
+            cbs::SamplingParams p{temperature, top_k, top_p, repetition_penalty, min_p};
+            py::gil_scoped_release release;
+            return cbs::generate_speech_tokens(*self.t3, c, text, p, max_tokens, seed);
+        }, py::arg("text_ids"), py::arg("max_tokens"), py::arg("seed") = 0, py::arg("temperature") = 0.8f,
+           py::arg("top_k") = 1000, py::arg("top_p") = 0.95f, py::arg("repetition_penalty") = 1.2f,
+           py::arg("min_p") = 0.0f, py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
+           "Speech tokens as T3.inference_turbo samples them (top_k=1 is greedy); stop token kept if drawn.");
+
+    m.def("sampler_process", [](std::vector<float> logits, std::vector<int32_t> history, float temperature, int top_k,
+                                float top_p, float repetition_penalty, float min_p) {
+        cbs::SamplingParams p{temperature, top_k, top_p, repetition_penalty, min_p};
+        p.validate();
+        cbs::process_logits(logits, history, p);
+        return py::array_t<float>(logits.size(), logits.data());
+    }, py::arg("logits"), py::arg("history"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
+       py::arg("repetition_penalty"), py::arg("min_p") = 0.0f,
+       "The reference's logits processors applied to one row of logits (-inf = removed).");
 }

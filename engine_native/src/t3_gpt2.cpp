@@ -207,3 +207,29 @@ std::vector<float> T3Gpt2::step(int32_t speech_token) {
 }
 
 }  // namespace cbs
+
+namespace cbs {
+
+std::vector<int32_t> generate_speech_tokens(T3Gpt2& t3, const T3Conditioning& cond, const std::vector<int32_t>& text,
+                                            const SamplingParams& params, int max_tokens, uint64_t seed) {
+    params.validate();
+    if (max_tokens < 1) throw EngineError("max_tokens must be at least 1");
+    const int start = t3.hp().start_speech_token, stop = t3.hp().stop_speech_token;
+    Sampler sampler(seed);
+    std::vector<float> logits = t3.prompt(cond, text, {start}, 1, max_tokens);
+    process_logits(logits, {start}, params);  // the reference's first input_ids are the start token
+    std::vector<int32_t> tokens;
+    int32_t next = sampler.draw(logits);
+    if (next < 0) return tokens;
+    tokens.push_back(next);
+    while (static_cast<int>(tokens.size()) < max_tokens && tokens.back() != stop) {
+        logits = t3.step(tokens.back());
+        process_logits(logits, tokens, params);
+        next = sampler.draw(logits);
+        if (next < 0) break;  // every logit filtered: the reference stops here too
+        tokens.push_back(next);
+    }
+    return tokens;
+}
+
+}  // namespace cbs

@@ -71,3 +71,15 @@ private:
 };
 
 }  // namespace cbs
+
+#include "sampler.h"
+
+namespace cbs {
+
+// T3.inference_turbo: prompt with [cond, text, start-of-speech], then sample one token
+// at a time until the stop token, a fully filtered distribution, or `max_tokens`.
+// The stop token is kept in the result when drawn.
+std::vector<int32_t> generate_speech_tokens(T3Gpt2& t3, const T3Conditioning& cond, const std::vector<int32_t>& text,
+                                            const SamplingParams& params, int max_tokens, uint64_t seed);
+
+}  // namespace cbs

@@ -48,3 +48,33 @@ def t3_generate_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     if len(toks) < n:
         toks.append(t3.hp.stop_speech_token)
     return {"tokens": np.asarray(toks[:n], np.int32)}
+
+
+@stage("sampler")
+def sampler_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """logits [N, V], histories (flat + offsets), params [N, 5] = (temperature, top_k, top_p,
+    repetition_penalty, min_p) -> probs [N, V]: softmax after inference_turbo's processors
+    (MinP, which Turbo does not use, inserted after TopP when min_p > 0)."""
+    from transformers.generation.logits_process import (
+        LogitsProcessorList, MinPLogitsWarper, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
+        TopKLogitsWarper, TopPLogitsWarper)
+
+    logits = torch.from_numpy(np.asarray(inputs["logits"], np.float32))
+    hist, offs = np.asarray(inputs["history"], np.int64), np.asarray(inputs["offsets"], np.int64)
+    probs = []
+    for i, (temperature, top_k, top_p, rep, min_p) in enumerate(np.asarray(inputs["params"], np.float64)):
+        procs = LogitsProcessorList()
+        if temperature > 0 and temperature != 1.0:
+            procs.append(TemperatureLogitsWarper(float(temperature)))
+        if top_k > 0:
+            procs.append(TopKLogitsWarper(int(top_k)))
+        if top_p < 1.0:
+            procs.append(TopPLogitsWarper(float(top_p)))
+        if min_p > 0:
+            procs.append(MinPLogitsWarper(float(min_p)))
+        if rep != 1.0:
+            procs.append(RepetitionPenaltyLogitsProcessor(float(rep)))
+        ids = torch.from_numpy(hist[offs[i]:offs[i + 1]]).reshape(1, -1)
+        out = procs(ids, logits[i:i + 1].clone())
+        probs.append(torch.softmax(out, dim=-1)[0].numpy())
+    return {"probs": np.stack(probs).astype(np.float32)}
