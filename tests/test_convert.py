@@ -178,7 +178,7 @@ def test_requantize_uses_the_same_policy(tmp_path):
     report = requantize(model_path("turbo", "f32"), out, "q8_0", log=None)
     direct = GGUFReader(str(model_path("turbo", "q8_0")))
     again = GGUFReader(str(out))
-    assert report.n_quantised == sum(1 for t in direct.tensors if t.tensor_type.name == "Q8_0")
+    assert report.n_quantised == sum(1 for t in direct.tensors if t.tensor_type.name == "Q8_0") > 0
     for a, b in zip(direct.tensors, again.tensors):
         assert a.name == b.name and a.tensor_type == b.tensor_type
         assert np.array_equal(np.asarray(a.data), np.asarray(b.data)), a.name

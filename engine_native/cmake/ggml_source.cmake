@@ -86,5 +86,7 @@ set(GGML_BUILD_EXAMPLES OFF CACHE BOOL "" FORCE)
 set(GGML_BACKEND_DL OFF CACHE BOOL "" FORCE)
 set(GGML_NATIVE ON CACHE BOOL "optimize ggml for the build machine's CPU")
 set(GGML_CCACHE OFF CACHE BOOL "" FORCE)
+# llamafile's tiled sgemm: much faster batched matmuls (prompt passes, S3Gen) on the CPU.
+set(GGML_LLAMAFILE ON CACHE BOOL "use llamafile sgemm kernels")
 add_subdirectory("${_ggml_src}" "${CMAKE_BINARY_DIR}/ggml-build" EXCLUDE_FROM_ALL)
 set(GGML_USED_SOURCE_DIR "${_ggml_src}")

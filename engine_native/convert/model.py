@@ -135,6 +135,9 @@ def _atomic_gguf(out_path: Path, fill: Callable[[GGUFWriter], None]) -> None:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a model file is an ordinary file
     try:
         writer = GGUFWriter(tmp, ARCH)
         fill(writer)
@@ -162,7 +165,7 @@ def _add_tensor(writer: GGUFWriter, report: ConvertReport, name: str, arr: np.nd
             data = data.astype(np.float16)
         elif qtype != Q.F32:
             data = gguf_quants.quantize(data, qtype)
-            report.n_quantised += 1
+        report.n_quantised += qtype != Q.F32
     if qtype in (Q.F32, Q.F16, Q.I32):
         writer.add_tensor(name, data)
     else:

@@ -37,6 +37,17 @@ struct T3Gpt2::Inputs {
         ints.emplace_back(t, std::move(v));
         return t;
     }
+    std::vector<std::pair<ggml_tensor*, std::vector<ggml_fp16_t>>> halves;
+    // [n, n] causal mask for a prompt from an empty cache: 0 on and below the diagonal.
+    ggml_tensor* causal_mask(ggml_context* ctx, int n) {
+        ggml_tensor* t = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n, n);
+        ggml_set_input(t);
+        std::vector<ggml_fp16_t> m(static_cast<size_t>(n) * n);
+        for (int i = 0; i < n; ++i)
+            for (int j = 0; j < n; ++j) m[static_cast<size_t>(i) * n + j] = ggml_fp32_to_fp16(j <= i ? 0.0f : -INFINITY);
+        halves.emplace_back(t, std::move(m));
+        return t;
+    }
     ggml_tensor* f32(ggml_context* ctx, std::vector<float> v) {
         ggml_tensor* t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, static_cast<int64_t>(v.size()));
         ggml_set_input(t);
@@ -64,6 +75,8 @@ T3Gpt2::T3Gpt2(const ModelFile& mf, ggml_backend_t backend) : hp_(T3Hparams::fro
     }
     if (text_emb_->ne[0] != hp_.n_embd || speech_emb_->ne[1] != hp_.speech_vocab || head_w_->ne[1] != hp_.speech_vocab)
         throw EngineError(mf.path() + ": T3 tensor shapes disagree with its metadata");
+    // F32 weights keep an F32 cache (exact parity); reduced-precision models use F16.
+    cache_type_ = layers_[0].attn_w->type == GGML_TYPE_F32 ? GGML_TYPE_F32 : GGML_TYPE_F16;
     alloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
     graph_meta_.resize(ggml_tensor_overhead() * 8192 + ggml_graph_overhead_custom(8192, false));
 }
@@ -86,8 +99,9 @@ void T3Gpt2::reserve_cache(int n_tokens) {
     k_cache_.clear();
     v_cache_.clear();
     for (int il = 0; il < hp_.n_layer; ++il) {
-        k_cache_.push_back(ggml_new_tensor_2d(cache_ctx_, GGML_TYPE_F32, hp_.n_embd, n_tokens));
-        v_cache_.push_back(ggml_new_tensor_2d(cache_ctx_, GGML_TYPE_F32, hp_.n_embd, n_tokens));
+        const int D = hp_.n_embd / hp_.n_head;
+        k_cache_.push_back(ggml_new_tensor_3d(cache_ctx_, cache_type_, D, n_tokens, hp_.n_head));
+        v_cache_.push_back(ggml_new_tensor_3d(cache_ctx_, cache_type_, D, n_tokens, hp_.n_head));
     }
     cache_buf_ = ggml_backend_alloc_ctx_tensors(cache_ctx_, backend_);
     if (!cache_buf_) throw EngineError("not enough memory for the T3 KV cache");
@@ -99,7 +113,7 @@ ggml_tensor* T3Gpt2::layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* 
 }
 
 // GPT-2 blocks over x [n_embd, n_new] at positions n_past_ .. n_past_ + n_new - 1.
-ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* x, int n_new) {
+ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* x, int n_new, ggml_tensor* mask) {
     const int E = hp_.n_embd, H = hp_.n_head, D = E / H;
     const int n_kv = n_past_ + n_new;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -111,22 +125,21 @@ ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor
         ggml_tensor* k = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], E * sizeof(float));
         ggml_tensor* v = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], 2 * E * sizeof(float));
 
-        // Append this call's keys and values to the cache.
-        ggml_tensor* k_dst = ggml_view_2d(ctx, k_cache_[il], E, n_new, k_cache_[il]->nb[1], n_past_ * k_cache_[il]->nb[1]);
-        ggml_tensor* v_dst = ggml_view_2d(ctx, v_cache_[il], E, n_new, v_cache_[il]->nb[1], n_past_ * v_cache_[il]->nb[1]);
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, k, k_dst));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, v, v_dst));
+        // Append this call's keys and values: the cache is [D, n_cache, H] per layer, so
+        // the first n_kv positions of every head are a strided view flash attention reads.
+        auto cache_view = [&](ggml_tensor* cache, int first, int n) {
+            return ggml_view_3d(ctx, cache, D, n, H, cache->nb[1], cache->nb[2], first * cache->nb[1]);
+        };
+        ggml_tensor* k_new = ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, k), D, H, n_new), 0, 2, 1, 3);
+        ggml_tensor* v_new = ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, v), D, H, n_new), 0, 2, 1, 3);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, k_new, cache_view(k_cache_[il], n_past_, n_new)));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, v_new, cache_view(v_cache_[il], n_past_, n_new)));
 
-        // Attention over every cached position: [D, n_kv, H] x [D, n_new, H].
-        ggml_tensor* K = ggml_permute(ctx, ggml_view_3d(ctx, k_cache_[il], D, H, n_kv, D * sizeof(float),
-                                                        k_cache_[il]->nb[1], 0), 0, 2, 1, 3);
-        ggml_tensor* Q = ggml_permute(ctx, q, 0, 2, 1, 3);
-        ggml_tensor* kq = ggml_mul_mat(ctx, K, Q);  // [n_kv, n_new, H]
-        kq = ggml_soft_max_ext(ctx, ggml_diag_mask_inf(ctx, ggml_scale(ctx, kq, scale), n_past_), nullptr, 1.0f, 0.0f);
-        ggml_tensor* V = ggml_cont(ctx, ggml_permute(ctx, ggml_view_3d(ctx, v_cache_[il], D, H, n_kv, D * sizeof(float),
-                                                                       v_cache_[il]->nb[1], 0), 1, 2, 0, 3));  // [n_kv, D, H]
-        ggml_tensor* att = ggml_mul_mat(ctx, V, kq);  // [D, n_new, H]
-        att = ggml_cont_2d(ctx, ggml_permute(ctx, att, 0, 2, 1, 3), E, n_new);
+        ggml_tensor* Q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n_new, H]
+        ggml_tensor* att = ggml_flash_attn_ext(ctx, Q, cache_view(k_cache_[il], 0, n_kv), cache_view(v_cache_[il], 0, n_kv),
+                                               mask, scale, 0.0f, 0.0f);
+        ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
+        att = ggml_reshape_2d(ctx, att, E, n_new);  // result is [D, H, n_new]
         x = ggml_add(ctx, x, ggml_add(ctx, ggml_mul_mat(ctx, L.proj_w, att), L.proj_b));
 
         h = layer_norm(ctx, x, L.ln2_w, L.ln2_b);
@@ -142,6 +155,7 @@ std::vector<float> T3Gpt2::run(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* 
     if (!ggml_gallocr_alloc_graph(alloc_, gf)) throw EngineError("not enough memory for the T3 graph");
     for (auto& [t, v] : in.ints) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
     for (auto& [t, v] : in.floats) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+    for (auto& [t, v] : in.halves) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
     if (ggml_backend_graph_compute(backend_, gf) != GGML_STATUS_SUCCESS) throw EngineError("T3 graph computation failed");
     std::vector<float> out(ggml_nelements(logits));
     ggml_backend_tensor_get(logits, out.data(), 0, ggml_nbytes(logits));
@@ -179,7 +193,7 @@ std::vector<float> T3Gpt2::prompt(const T3Conditioning& cond, const std::vector<
     std::vector<int32_t> pos(n_tok);
     for (int i = 0; i < n_tok; ++i) pos[i] = i;
     x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, pos)));
-    x = transformer(ctx, gf, x, n_tok);
+    x = transformer(ctx, gf, x, n_tok, in.causal_mask(ctx, n_tok));
     x = ggml_view_2d(ctx, x, hp_.n_embd, n_out, x->nb[1], (n_tok - n_out) * x->nb[1]);
     x = layer_norm(ctx, x, ln_f_w_, ln_f_b_);
     ggml_tensor* logits = ggml_add(ctx, ggml_mul_mat(ctx, head_w_, x), head_b_);
@@ -198,7 +212,7 @@ std::vector<float> T3Gpt2::step(int32_t speech_token) {
     Inputs in;
     ggml_tensor* x = ggml_get_rows(ctx, speech_emb_, in.ids(ctx, {speech_token}));
     x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, {n_past_})));
-    x = transformer(ctx, gf, x, 1);
+    x = transformer(ctx, gf, x, 1, nullptr);  // one new token sees every cached one
     x = layer_norm(ctx, x, ln_f_w_, ln_f_b_);
     ggml_tensor* logits = ggml_add(ctx, ggml_mul_mat(ctx, head_w_, x), head_b_);
     std::vector<float> out = run(ctx, gf, logits, in);

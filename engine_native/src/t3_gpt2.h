@@ -52,7 +52,7 @@ private:
 
     void reserve_cache(int n_tokens);
     ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) const;
-    ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* x, int n_new);
+    ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* x, int n_new, ggml_tensor* mask);
     std::vector<float> run(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* logits, Inputs& in);
 
     T3Hparams hp_;
@@ -60,7 +60,9 @@ private:
     ggml_tensor *text_emb_, *speech_emb_, *wpe_, *ln_f_w_, *ln_f_b_, *spkr_w_, *spkr_b_, *head_w_, *head_b_;
     std::vector<Layer> layers_;
 
-    // KV cache: per layer K and V as [n_embd, n_cache] F32, position-major rows.
+    // KV cache: per layer K and V as [head_dim, n_cache, n_head], the layout
+    // ggml_flash_attn_ext reads directly (a view of the first n_kv positions).
+    ggml_type cache_type_ = GGML_TYPE_F32;
     ggml_context* cache_ctx_ = nullptr;
     ggml_backend_buffer_t cache_buf_ = nullptr;
     std::vector<ggml_tensor*> k_cache_, v_cache_;

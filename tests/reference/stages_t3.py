@@ -78,3 +78,27 @@ def sampler_stage(snapshot: Path, inputs: Inputs) -> Inputs:
         out = procs(ids, logits[i:i + 1].clone())
         probs.append(torch.softmax(out, dim=-1)[0].numpy())
     return {"probs": np.stack(probs).astype(np.float32)}
+
+
+@stage("t3_bench")
+def t3_bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """Reference decoding speed: inference_turbo greedy, ms/token over `tokens` steps and
+    the prompt pass, best of 3, with torch.set_num_threads(threads)."""
+    import time
+
+    torch.set_num_threads(int(inputs["threads"]))
+    t3 = load_t3(snapshot)
+    text = torch.from_numpy(np.asarray(inputs["text_ids"], np.int64)).reshape(1, -1)
+    n = int(inputs["tokens"])
+    best_step, best_prompt = float("inf"), float("inf")
+    with torch.inference_mode():
+        t3.inference_turbo(_cond(snapshot, inputs), text, top_k=1, max_gen_len=1)  # warm-up
+        for _ in range(3):
+            t0 = time.perf_counter()
+            t3.inference_turbo(_cond(snapshot, inputs), text, top_k=1, max_gen_len=0)
+            t1 = time.perf_counter()
+            t3.inference_turbo(_cond(snapshot, inputs), text, top_k=1, max_gen_len=n)
+            t2 = time.perf_counter()
+            best_prompt = min(best_prompt, t1 - t0)
+            best_step = min(best_step, ((t2 - t1) - (t1 - t0)) / n)
+    return {"ms_per_token": np.asarray(best_step * 1e3), "prompt_ms": np.asarray(best_prompt * 1e3)}
