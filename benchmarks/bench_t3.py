@@ -35,10 +35,10 @@ def native_ms_per_token(path: Path, text: list[int], tokens: int, threads: int) 
         t0 = time.perf_counter()
         t3.generate(text, 1, 0, top_k=1)
         t1 = time.perf_counter()
-        t3.generate(text, tokens + 1, 0, top_k=1)
+        n = len(t3.generate(text, tokens + 1, 0, top_k=1)) - 1  # fewer if the stop token comes first
         t2 = time.perf_counter()
         best_prompt = min(best_prompt, t1 - t0)
-        best_step = min(best_step, ((t2 - t1) - (t1 - t0)) / tokens)
+        best_step = min(best_step, ((t2 - t1) - (t1 - t0)) / max(n, 1))
     return best_step * 1e3, best_prompt * 1e3
 
 

@@ -12,28 +12,39 @@ namespace cbs {
 
 static constexpr const char* kArch = "chatterbox";
 
-ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(path) {
+// Reads the header of a Chatterbox GGUF: metadata, plus tensor descriptions into *ctx
+// when ctx is given. Throws EngineError (and frees what it made) on anything else.
+void ModelFile::open(ggml_context** ctx) {
     {
-        std::ifstream probe(path, std::ios::binary);
-        if (!probe) throw EngineError(path + ": model file not found or not readable");
+        std::ifstream probe(path_, std::ios::binary);
+        if (!probe) throw EngineError(path_ + ": model file not found or not readable");
         char magic[4] = {};
         probe.read(magic, 4);
         if (probe.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0)
-            throw EngineError(path + ": not a GGUF model file");
+            throw EngineError(path_ + ": not a GGUF model file");
     }
-    gguf_init_params params{/*no_alloc=*/true, &ctx_};
-    gguf_ = gguf_init_from_file(path.c_str(), params);
-    if (!gguf_) throw EngineError(path + ": corrupt or truncated GGUF file");
-
-    int64_t arch = gguf_find_key(gguf_, "general.architecture");
-    if (arch < 0 || gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING ||
-        std::strcmp(gguf_get_val_str(gguf_, arch), kArch) != 0) {
-        gguf_free(gguf_);
-        ggml_free(ctx_);
-        throw EngineError(path + ": not a Chatterbox model (general.architecture is not 'chatterbox')");
-    }
+    gguf_ = gguf_init_from_file(path_.c_str(), gguf_init_params{/*no_alloc=*/true, ctx});
+    if (!gguf_) throw EngineError(path_ + ": corrupt or truncated GGUF file");
     try {
+        int64_t arch = gguf_find_key(gguf_, "general.architecture");
+        if (arch < 0 || gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING ||
+            std::strcmp(gguf_get_val_str(gguf_, arch), kArch) != 0)
+            throw EngineError(path_ + ": not a Chatterbox model (general.architecture is not 'chatterbox')");
         variant_ = get_string("chatterbox.variant");
+    } catch (...) {
+        gguf_free(gguf_);
+        gguf_ = nullptr;
+        if (ctx && *ctx) {
+            ggml_free(*ctx);
+            *ctx = nullptr;
+        }
+        throw;
+    }
+}
+
+ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(path) {
+    open(&ctx_);
+    try {
         // The file's data section must hold every tensor it declares (truncation check).
         std::ifstream f(path, std::ios::binary | std::ios::ate);
         const uint64_t file_size = static_cast<uint64_t>(f.tellg());
@@ -69,31 +80,7 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(pa
     }
 }
 
-ModelFile::ModelFile(const std::string& path, MetadataOnly) : path_(path) {
-    {
-        std::ifstream probe(path, std::ios::binary);
-        if (!probe) throw EngineError(path + ": model file not found or not readable");
-        char magic[4] = {};
-        probe.read(magic, 4);
-        if (probe.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0)
-            throw EngineError(path + ": not a GGUF model file");
-    }
-    gguf_init_params params{/*no_alloc=*/true, /*ctx=*/nullptr};
-    gguf_ = gguf_init_from_file(path.c_str(), params);
-    if (!gguf_) throw EngineError(path + ": corrupt or truncated GGUF file");
-    int64_t arch = gguf_find_key(gguf_, "general.architecture");
-    if (arch < 0 || gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING ||
-        std::strcmp(gguf_get_val_str(gguf_, arch), kArch) != 0) {
-        gguf_free(gguf_);
-        throw EngineError(path + ": not a Chatterbox model (general.architecture is not 'chatterbox')");
-    }
-    try {
-        variant_ = get_string("chatterbox.variant");
-    } catch (...) {
-        gguf_free(gguf_);
-        throw;
-    }
-}
+ModelFile::ModelFile(const std::string& path, MetadataOnly) : path_(path) { open(nullptr); }
 
 ModelFile::~ModelFile() {
     if (buffer_) ggml_backend_buffer_free(buffer_);

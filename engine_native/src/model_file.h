@@ -53,6 +53,7 @@ public:
     std::vector<float> read_f32(const ggml_tensor* t) const;
 
 private:
+    void open(ggml_context** ctx);
     int64_t key_id(const std::string& key) const;
 
     std::string path_;

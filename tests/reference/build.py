@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from .cache import sha256_file
+
 BUILDER_VERSION = 1
 VARIANTS = ("turbo", "nano")
 T3_FILES = {"turbo": "t3_turbo_v1.safetensors", "nano": "t3_nano_v1.safetensors"}
@@ -236,14 +238,6 @@ def write_tokenizer(out: Path) -> None:
         "unk_token": EOT,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_manifest(out: Path) -> None:

@@ -97,8 +97,8 @@ def t3_bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
             t0 = time.perf_counter()
             t3.inference_turbo(_cond(snapshot, inputs), text, top_k=1, max_gen_len=0)
             t1 = time.perf_counter()
-            t3.inference_turbo(_cond(snapshot, inputs), text, top_k=1, max_gen_len=n)
+            done = t3.inference_turbo(_cond(snapshot, inputs), text, top_k=1, max_gen_len=n).shape[1] - 1
             t2 = time.perf_counter()
             best_prompt = min(best_prompt, t1 - t0)
-            best_step = min(best_step, ((t2 - t1) - (t1 - t0)) / n)
+            best_step = min(best_step, ((t2 - t1) - (t1 - t0)) / max(done, 1))
     return {"ms_per_token": np.asarray(best_step * 1e3), "prompt_ms": np.asarray(best_prompt * 1e3)}
