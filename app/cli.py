@@ -77,6 +77,37 @@ def _cmd_requantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lab(args: argparse.Namespace) -> int:
+    if args.bake:
+        missing = [flag for flag, v in (("-m/--model", args.model), ("--name", args.name)) if not v]
+        if missing:
+            return _fail(f"--bake needs {' and '.join(missing)}")
+        print("chatterbox-studio: error: baking a voice needs the voice-cloning engine "
+              "(not in this build yet)", file=sys.stderr)
+        return 2
+    from voice_lab import VoiceLabError
+    from voice_lab.lab import prepare_clip, write_outputs
+
+    try:
+        result = prepare_clip(args.input, target=args.target, chain=args.chain)
+        report_path = write_outputs(result, args.output, args.report)
+    except VoiceLabError as e:
+        return _fail(str(e))
+    except OSError as e:
+        return _fail(f"cannot write {e.filename or args.output}: {e.strerror}")
+    r = result.report
+    w, lo = r["window"], r["loudness"]
+    spans = ", ".join(f"{a:.2f}-{b:.2f} s" for a, b in w["spans"])
+    print(f"source    {r['source']['codec']} {r['source']['sample_rate']} Hz x{r['source']['channels']}, "
+          f"{r['source']['duration']:.2f} s, {r['analysis']['speech_seconds']:.2f} s of speech")
+    print(f"window    {w['method']}: {spans}")
+    print(f"chain     {r['chain']['name']} ({r['chain_reason']})")
+    print(f"loudness  {lo['before']['integrated_lufs']} -> {lo['after']['integrated_lufs']} LUFS, "
+          f"true peak {lo['before']['true_peak_dbtp']} -> {lo['after']['true_peak_dbtp']} dBTP")
+    print(f"wrote     {args.output} ({result.duration:.2f} s, 24 kHz mono float32) and {report_path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chatterbox-studio",
@@ -104,6 +135,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="the .gguf file to write")
     p.add_argument("--quant", required=True, choices=quants)
     p.set_defaults(func=_cmd_requantize)
+
+    p = sub.add_parser("lab", help="prepare a recording for voice cloning: find the speech, "
+                       "pick a window, clean it, write a 24 kHz mono clip")
+    p.add_argument("input", help="any audio (or video) file ffmpeg can read")
+    p.add_argument("-o", "--output", required=True, help="the clip .wav to write (24 kHz mono float32)")
+    p.add_argument("--target", type=float, default=10.0, metavar="SEC",
+                   help="clip length in seconds (default 10; never below the cloning minimum)")
+    p.add_argument("--chain", default="auto", metavar="auto|clean|lossy|FILE.json",
+                   help="filter chain: chosen from codec and bitrate (auto), a preset, or a chain file")
+    p.add_argument("--report", metavar="FILE.json", help="where to write the report (default CLIP.lab.json)")
+    p.add_argument("--bake", action="store_true", help="also bake a voice from the clip (needs -m and --name)")
+    p.add_argument("-m", "--model", help="the model .gguf to bake the voice with")
+    p.add_argument("--name", help="the voice's name")
+    p.set_defaults(func=_cmd_lab)
     return parser
 
 

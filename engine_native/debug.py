@@ -94,3 +94,34 @@ def sampler_process(logits, history, *, temperature: float, top_k: int, top_p: f
     [min-p], repetition penalty); removed tokens are -inf."""
     return _core.sampler_process(np.asarray(logits, np.float32).tolist(), np.asarray(history, np.int32).tolist(),
                                  temperature, top_k, top_p, repetition_penalty, min_p)
+
+
+_models: dict[str, object] = {}
+_models_lock = threading.Lock()
+
+
+def _component(model, kind: str):
+    """A `_core` component (`kind` names its class) over a model file, loaded once per path."""
+    path = str(Path(os.fspath(model)).resolve())
+    with _models_lock:
+        if _models.get("path") != path:
+            _models.clear()
+            _models["path"] = path
+            _models["file"] = _core.ModelFile(path)
+        if kind not in _models and kind != "ModelFile":
+            _models[kind] = getattr(_core, kind)(_models["file"])
+        if kind == "ModelFile":
+            return _models["file"]
+        return _models[kind]
+
+
+def s3gen_encode(model, speech_ids, voice=None) -> np.ndarray:
+    """mu fed to the CFM, f32 [80, 2 x (prompt + speech tokens)]: the voice's prompt tokens
+    then `speech_ids` through the encoder and encoder_proj. voice: None (built-in) or a
+    mapping with `prompt_token`."""
+    if voice is None:
+        prompt = _component(model, "ModelFile").tensor_f32("voice.prompt_token").astype(np.int32)
+    else:
+        prompt = np.asarray(voice["prompt_token"], np.int32).reshape(-1)
+    tokens = np.concatenate([prompt, np.asarray(speech_ids, np.int32).reshape(-1)])
+    return _component(model, "S3GenEncoder").encode(tokens.tolist())

@@ -78,6 +78,8 @@ def s3gen_hparams(s3: dict[str, np.ndarray], meanflow: bool, source: str) -> dic
             "s3gen.enc.n_up_blocks": _count(s3, r"flow\.encoder\.up_encoders\.(\d+)\."),
             "s3gen.enc.layer_eps": 1e-12,
             "s3gen.enc.after_norm_eps": 1e-5,
+            "s3gen.enc.embed_eps": 1e-5,  # LinearNoSubsampling's LayerNorm
+            "s3gen.enc.lookahead_lrelu_slope": 0.01,  # F.leaky_relu default in PreLookaheadLayer
             "s3gen.enc.pre_lookahead_len": s3["flow.encoder.pre_lookahead_layer.conv1.weight"].shape[2] - 1,
             "s3gen.enc.up_stride": 2,
             "s3gen.enc.pos_enc": "rel_pos_espnet",

@@ -87,6 +87,7 @@ def hparams_stage(snapshot: Path, inputs: Inputs) -> Inputs:
         "s3gen.enc.n_head": np.asarray(layer.self_attn.h),
         "s3gen.enc.layer_eps": np.asarray(layer.norm_mha.eps),
         "s3gen.enc.after_norm_eps": np.asarray(enc.after_norm.eps),
+        "s3gen.enc.embed_eps": np.asarray(enc.embed.out[1].eps),
         "s3gen.enc.pre_lookahead_len": np.asarray(enc.pre_lookahead_layer.pre_lookahead_len),
         "s3gen.enc.up_stride": np.asarray(enc.up_layer.stride),
         "s3gen.cfm.n_head": np.asarray(attn0.heads),

@@ -1,0 +1,60 @@
+// Small ggml building blocks shared by every model component, written once.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml.h"
+
+namespace cbs {
+
+// Layer norm over ne0 (channels when a tensor is [C, T]) with affine w, b.
+ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, float eps);
+
+// x [in, n] -> [out, n] through a PyTorch-layout Linear weight (ne [in, out]); b may be null.
+ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b);
+
+// 1-D convolution in full f32 (ggml_conv_1d rounds through an f16 im2col):
+// x [L, C_in] (time fastest), w ne [K, C_in, C_out] -> [L_out, C_out]; b [C_out] may be null.
+ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride = 1, int pad = 0,
+                    int dilation = 1);
+
+// Host values for a graph's input tensors, uploaded once the graph is allocated.
+struct GraphInputs {
+    std::vector<std::pair<ggml_tensor*, std::vector<int32_t>>> ints;
+    std::vector<std::pair<ggml_tensor*, std::vector<float>>> floats;
+    std::vector<std::pair<ggml_tensor*, std::vector<ggml_fp16_t>>> halves;
+
+    ggml_tensor* ids(ggml_context* ctx, std::vector<int32_t> v);
+    ggml_tensor* f32(ggml_context* ctx, std::vector<float> v, int64_t ne0, int64_t ne1 = 1);
+    ggml_tensor* f16_mask(ggml_context* ctx, std::vector<ggml_fp16_t> v, int64_t ne0, int64_t ne1);
+    void upload() const;
+};
+
+// Builds and runs one graph at a time on a backend, reusing its allocator.
+class GraphRunner {
+public:
+    explicit GraphRunner(ggml_backend_t backend, size_t max_nodes = 16384);
+    ~GraphRunner();
+    GraphRunner(const GraphRunner&) = delete;
+    GraphRunner& operator=(const GraphRunner&) = delete;
+
+    // A fresh (metadata-only) context and graph for the next computation.
+    ggml_context* begin();
+    ggml_cgraph* graph() const { return graph_; }
+    // Allocates, uploads `in`, computes and reads `out` back as float32.
+    std::vector<float> compute(ggml_tensor* out, const GraphInputs& in);
+
+private:
+    ggml_backend_t backend_;
+    size_t max_nodes_;
+    ggml_gallocr_t alloc_ = nullptr;
+    std::vector<uint8_t> meta_;
+    ggml_context* ctx_ = nullptr;
+    ggml_cgraph* graph_ = nullptr;
+};
+
+}  // namespace cbs
