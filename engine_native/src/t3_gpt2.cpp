@@ -26,37 +26,16 @@ T3Hparams T3Hparams::from(const ModelFile& mf) {
     return hp;
 }
 
-// Host-side values for the graph's input tensors, copied in after allocation.
-struct T3Gpt2::Inputs {
-    std::vector<std::pair<ggml_tensor*, std::vector<int32_t>>> ints;
-    std::vector<std::pair<ggml_tensor*, std::vector<float>>> floats;
+// [n, n] causal mask for a prompt from an empty cache: 0 on and below the diagonal.
+static ggml_tensor* causal_mask(ggml_context* ctx, GraphInputs& in, int n) {
+    std::vector<ggml_fp16_t> m(static_cast<size_t>(n) * n);
+    for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j) m[static_cast<size_t>(i) * n + j] = ggml_fp32_to_fp16(j <= i ? 0.0f : -INFINITY);
+    return in.f16_mask(ctx, std::move(m), n, n);
+}
 
-    ggml_tensor* ids(ggml_context* ctx, std::vector<int32_t> v) {
-        ggml_tensor* t = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, static_cast<int64_t>(v.size()));
-        ggml_set_input(t);
-        ints.emplace_back(t, std::move(v));
-        return t;
-    }
-    std::vector<std::pair<ggml_tensor*, std::vector<ggml_fp16_t>>> halves;
-    // [n, n] causal mask for a prompt from an empty cache: 0 on and below the diagonal.
-    ggml_tensor* causal_mask(ggml_context* ctx, int n) {
-        ggml_tensor* t = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n, n);
-        ggml_set_input(t);
-        std::vector<ggml_fp16_t> m(static_cast<size_t>(n) * n);
-        for (int i = 0; i < n; ++i)
-            for (int j = 0; j < n; ++j) m[static_cast<size_t>(i) * n + j] = ggml_fp32_to_fp16(j <= i ? 0.0f : -INFINITY);
-        halves.emplace_back(t, std::move(m));
-        return t;
-    }
-    ggml_tensor* f32(ggml_context* ctx, std::vector<float> v) {
-        ggml_tensor* t = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, static_cast<int64_t>(v.size()));
-        ggml_set_input(t);
-        floats.emplace_back(t, std::move(v));
-        return t;
-    }
-};
-
-T3Gpt2::T3Gpt2(const ModelFile& mf, ggml_backend_t backend) : hp_(T3Hparams::from(mf)), backend_(backend) {
+T3Gpt2::T3Gpt2(const ModelFile& mf, ggml_backend_t backend)
+    : hp_(T3Hparams::from(mf)), backend_(backend), runner_(backend) {
     auto t = [&](const std::string& name) { return mf.tensor("t3." + name); };
     text_emb_ = t("text_emb.weight");
     speech_emb_ = t("speech_emb.weight");
@@ -77,12 +56,9 @@ T3Gpt2::T3Gpt2(const ModelFile& mf, ggml_backend_t backend) : hp_(T3Hparams::fro
         throw EngineError(mf.path() + ": T3 tensor shapes disagree with its metadata");
     // F32 weights keep an F32 cache (exact parity); reduced-precision models use F16.
     cache_type_ = layers_[0].attn_w->type == GGML_TYPE_F32 ? GGML_TYPE_F32 : GGML_TYPE_F16;
-    alloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
-    graph_meta_.resize(ggml_tensor_overhead() * 8192 + ggml_graph_overhead_custom(8192, false));
 }
 
 T3Gpt2::~T3Gpt2() {
-    if (alloc_) ggml_gallocr_free(alloc_);
     if (cache_buf_) ggml_backend_buffer_free(cache_buf_);
     if (cache_ctx_) ggml_free(cache_ctx_);
 }
@@ -108,10 +84,6 @@ void T3Gpt2::reserve_cache(int n_tokens) {
     n_cache_ = n_tokens;
 }
 
-ggml_tensor* T3Gpt2::layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) const {
-    return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, hp_.ln_eps), w), b);
-}
-
 // GPT-2 blocks over x [n_embd, n_new] at positions n_past_ .. n_past_ + n_new - 1.
 ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* x, int n_new, ggml_tensor* mask) {
     const int E = hp_.n_embd, H = hp_.n_head, D = E / H;
@@ -119,8 +91,8 @@ ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
-        ggml_tensor* h = layer_norm(ctx, x, L.ln1_w, L.ln1_b);
-        ggml_tensor* qkv = ggml_add(ctx, ggml_mul_mat(ctx, L.attn_w, h), L.attn_b);  // [3E, n_new]
+        ggml_tensor* h = layer_norm(ctx, x, L.ln1_w, L.ln1_b, hp_.ln_eps);
+        ggml_tensor* qkv = linear(ctx, h, L.attn_w, L.attn_b);  // [3E, n_new]
         ggml_tensor* q = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], 0);
         ggml_tensor* k = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], E * sizeof(float));
         ggml_tensor* v = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], 2 * E * sizeof(float));
@@ -140,27 +112,13 @@ ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor
                                                mask, scale, 0.0f, 0.0f);
         ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
         att = ggml_reshape_2d(ctx, att, E, n_new);  // result is [D, H, n_new]
-        x = ggml_add(ctx, x, ggml_add(ctx, ggml_mul_mat(ctx, L.proj_w, att), L.proj_b));
+        x = ggml_add(ctx, x, linear(ctx, att, L.proj_w, L.proj_b));
 
-        h = layer_norm(ctx, x, L.ln2_w, L.ln2_b);
-        h = ggml_gelu(ctx, ggml_add(ctx, ggml_mul_mat(ctx, L.fc_w, h), L.fc_b));
-        x = ggml_add(ctx, x, ggml_add(ctx, ggml_mul_mat(ctx, L.fc_proj_w, h), L.fc_proj_b));
+        h = layer_norm(ctx, x, L.ln2_w, L.ln2_b, hp_.ln_eps);
+        h = ggml_gelu(ctx, linear(ctx, h, L.fc_w, L.fc_b));
+        x = ggml_add(ctx, x, linear(ctx, h, L.fc_proj_w, L.fc_proj_b));
     }
     return x;
-}
-
-std::vector<float> T3Gpt2::run(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* logits, Inputs& in) {
-    ggml_set_output(logits);
-    ggml_build_forward_expand(gf, logits);
-    if (!ggml_gallocr_alloc_graph(alloc_, gf)) throw EngineError("not enough memory for the T3 graph");
-    for (auto& [t, v] : in.ints) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
-    for (auto& [t, v] : in.floats) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
-    for (auto& [t, v] : in.halves) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
-    if (ggml_backend_graph_compute(backend_, gf) != GGML_STATUS_SUCCESS) throw EngineError("T3 graph computation failed");
-    std::vector<float> out(ggml_nelements(logits));
-    ggml_backend_tensor_get(logits, out.data(), 0, ggml_nbytes(logits));
-    ggml_free(ctx);
-    return out;
 }
 
 static void check_ids(const std::vector<int32_t>& ids, int vocab, const char* what) {
@@ -182,10 +140,10 @@ std::vector<float> T3Gpt2::prompt(const T3Conditioning& cond, const std::vector<
     reserve_cache(n_tok + std::max(0, reserve_tokens));
     n_past_ = 0;
 
-    ggml_context* ctx = ggml_init({graph_meta_.size(), graph_meta_.data(), true});
-    ggml_cgraph* gf = ggml_new_graph_custom(ctx, 8192, false);
-    Inputs in;
-    ggml_tensor* spk = ggml_add(ctx, ggml_mul_mat(ctx, spkr_w_, in.f32(ctx, cond.speaker_emb)), spkr_b_);  // [E]
+    ggml_context* ctx = runner_.begin();
+    ggml_cgraph* gf = runner_.graph();
+    GraphInputs in;
+    ggml_tensor* spk = linear(ctx, in.f32(ctx, cond.speaker_emb, hp_.speaker_embed_size), spkr_w_, spkr_b_);  // [E, 1]
     ggml_tensor* x = ggml_reshape_2d(ctx, spk, hp_.n_embd, 1);
     if (!cond.prompt_tokens.empty()) x = ggml_concat(ctx, x, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, cond.prompt_tokens)), 1);
     if (!text.empty()) x = ggml_concat(ctx, x, ggml_get_rows(ctx, text_emb_, in.ids(ctx, text)), 1);
@@ -193,11 +151,11 @@ std::vector<float> T3Gpt2::prompt(const T3Conditioning& cond, const std::vector<
     std::vector<int32_t> pos(n_tok);
     for (int i = 0; i < n_tok; ++i) pos[i] = i;
     x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, pos)));
-    x = transformer(ctx, gf, x, n_tok, in.causal_mask(ctx, n_tok));
+    x = transformer(ctx, gf, x, n_tok, causal_mask(ctx, in, n_tok));
     x = ggml_view_2d(ctx, x, hp_.n_embd, n_out, x->nb[1], (n_tok - n_out) * x->nb[1]);
-    x = layer_norm(ctx, x, ln_f_w_, ln_f_b_);
-    ggml_tensor* logits = ggml_add(ctx, ggml_mul_mat(ctx, head_w_, x), head_b_);
-    std::vector<float> out = run(ctx, gf, logits, in);
+    x = layer_norm(ctx, x, ln_f_w_, ln_f_b_, hp_.ln_eps);
+    ggml_tensor* logits = linear(ctx, x, head_w_, head_b_);
+    std::vector<float> out = runner_.compute(logits, in);
     n_past_ = n_tok;
     return out;
 }
@@ -207,15 +165,15 @@ std::vector<float> T3Gpt2::step(int32_t speech_token) {
     if (n_past_ == 0) throw EngineError("T3 step() before prompt()");
     if (n_past_ + 1 > n_cache_)
         throw EngineError("T3 context is full (" + std::to_string(n_cache_) + " positions)");
-    ggml_context* ctx = ggml_init({graph_meta_.size(), graph_meta_.data(), true});
-    ggml_cgraph* gf = ggml_new_graph_custom(ctx, 8192, false);
-    Inputs in;
+    ggml_context* ctx = runner_.begin();
+    ggml_cgraph* gf = runner_.graph();
+    GraphInputs in;
     ggml_tensor* x = ggml_get_rows(ctx, speech_emb_, in.ids(ctx, {speech_token}));
     x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, {n_past_})));
     x = transformer(ctx, gf, x, 1, nullptr);  // one new token sees every cached one
-    x = layer_norm(ctx, x, ln_f_w_, ln_f_b_);
-    ggml_tensor* logits = ggml_add(ctx, ggml_mul_mat(ctx, head_w_, x), head_b_);
-    std::vector<float> out = run(ctx, gf, logits, in);
+    x = layer_norm(ctx, x, ln_f_w_, ln_f_b_, hp_.ln_eps);
+    ggml_tensor* logits = linear(ctx, x, head_w_, head_b_);
+    std::vector<float> out = runner_.compute(logits, in);
     n_past_ += 1;
     return out;
 }

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml_ops.h"
 #include "model_file.h"
 
 namespace cbs {
@@ -48,12 +48,8 @@ private:
         ggml_tensor *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
         ggml_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
     };
-    struct Inputs;
-
     void reserve_cache(int n_tokens);
-    ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) const;
     ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* x, int n_new, ggml_tensor* mask);
-    std::vector<float> run(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* logits, Inputs& in);
 
     T3Hparams hp_;
     ggml_backend_t backend_;
@@ -68,8 +64,7 @@ private:
     std::vector<ggml_tensor*> k_cache_, v_cache_;
     int n_cache_ = 0;
     int n_past_ = 0;
-    ggml_gallocr_t alloc_ = nullptr;
-    std::vector<uint8_t> graph_meta_;
+    GraphRunner runner_;
 };
 
 }  // namespace cbs
