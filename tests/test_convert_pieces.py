@@ -22,14 +22,13 @@ import numpy as np
 import pytest
 
 from engine_native.convert import filterbanks, torch_pickle
+from tests.reference import refenv
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _ref_python() -> str:
-    exe = os.environ.get("CBS_REF_PYTHON") or str(ROOT / ".venv-ref" / "bin" / "python")
-    assert Path(exe).exists(), f"reference Python {exe} is missing (set CBS_REF_PYTHON); these tests need it"
-    return exe
+    return str(refenv.ensure_ref_python())  # the oracle's venv; CI always has it
 
 
 def _run_ref(script: str, *args: str) -> None:
