@@ -42,60 +42,6 @@ def tokenize(model, text: str) -> np.ndarray:
     return _tokenizer(model).encode(text)
 
 
-_t3: dict[tuple, tuple] = {}
-_t3_lock = threading.Lock()
-
-
-def _t3_for(model):
-    """(ModelFile, T3) for a model path, loaded once per (path, size, mtime)."""
-    path = Path(os.fspath(model)).resolve()
-    st = path.stat() if path.exists() else None
-    key = (str(path), st.st_size if st else None, st.st_mtime_ns if st else None)
-    with _t3_lock:
-        if key not in _t3:
-            _t3.clear()  # one model at a time: they are large
-            mf = _core.ModelFile(str(path))
-            _t3[key] = (mf, _core.T3(mf))
-        return _t3[key][1]
-
-
-def _voice_args(voice) -> dict:
-    """voice: None for the model's built-in voice, or a mapping with `speaker_emb` and
-    `cond_prompt_speech_tokens` (T3's two conditioning tensors)."""
-    if voice is None:
-        return {}
-    return {"speaker_emb": np.asarray(voice["speaker_emb"], np.float32).reshape(-1).tolist(),
-            "prompt_tokens": np.asarray(voice["cond_prompt_speech_tokens"]).reshape(-1).astype(np.int32).tolist()}
-
-
-def t3_logits(model, text_ids, speech_ids, voice=None) -> np.ndarray:
-    """Teacher-forced speech logits [len(speech_ids), speech_vocab] (T3.forward's path);
-    `speech_ids` starts with the start-of-speech token."""
-    t3 = _t3_for(model)
-    return t3.logits(np.asarray(text_ids, np.int32).tolist(), np.asarray(speech_ids, np.int32).tolist(),
-                     **_voice_args(voice))
-
-
-def t3_generate(model, text_ids, voice=None, n: int = 100, greedy: bool = True, *, seed: int = 0,
-                **sampling) -> np.ndarray:
-    """The first `n` speech tokens of `T3.inference_turbo`, the stop token included if
-    reached. greedy=True is top_k=1 (argmax); otherwise `sampling` (temperature, top_k,
-    top_p, repetition_penalty, min_p) defaults to the reference's, drawn from `seed`."""
-    t3 = _t3_for(model)
-    if greedy:
-        sampling = {**sampling, "top_k": 1}
-    tokens = t3.generate(np.asarray(text_ids, np.int32).tolist(), int(n), int(seed), **sampling, **_voice_args(voice))
-    return np.asarray(tokens, np.int32)
-
-
-def sampler_process(logits, history, *, temperature: float, top_k: int, top_p: float,
-                    repetition_penalty: float, min_p: float = 0.0) -> np.ndarray:
-    """One row of logits through the reference's processors (temperature, top-k, top-p,
-    [min-p], repetition penalty); removed tokens are -inf."""
-    return _core.sampler_process(np.asarray(logits, np.float32).tolist(), np.asarray(history, np.int32).tolist(),
-                                 temperature, top_k, top_p, repetition_penalty, min_p)
-
-
 _models: dict[str, object] = {}
 _models_lock = threading.Lock()
 
@@ -115,6 +61,43 @@ def _component(model, kind: str):
         return _models[kind]
 
 
+def _voice_args(voice) -> dict:
+    """voice: None for the model's built-in voice, or a mapping with `speaker_emb` and
+    `cond_prompt_speech_tokens` (T3's two conditioning tensors)."""
+    if voice is None:
+        return {}
+    return {"speaker_emb": np.asarray(voice["speaker_emb"], np.float32).reshape(-1).tolist(),
+            "prompt_tokens": np.asarray(voice["cond_prompt_speech_tokens"]).reshape(-1).astype(np.int32).tolist()}
+
+
+def t3_logits(model, text_ids, speech_ids, voice=None) -> np.ndarray:
+    """Teacher-forced speech logits [len(speech_ids), speech_vocab] (T3.forward's path);
+    `speech_ids` starts with the start-of-speech token."""
+    t3 = _component(model, "T3")
+    return t3.logits(np.asarray(text_ids, np.int32).tolist(), np.asarray(speech_ids, np.int32).tolist(),
+                     **_voice_args(voice))
+
+
+def t3_generate(model, text_ids, voice=None, n: int = 100, greedy: bool = True, *, seed: int = 0,
+                **sampling) -> np.ndarray:
+    """The first `n` speech tokens of `T3.inference_turbo`, the stop token included if
+    reached. greedy=True is top_k=1 (argmax); otherwise `sampling` (temperature, top_k,
+    top_p, repetition_penalty, min_p) defaults to the reference's, drawn from `seed`."""
+    t3 = _component(model, "T3")
+    if greedy:
+        sampling = {**sampling, "top_k": 1}
+    tokens = t3.generate(np.asarray(text_ids, np.int32).tolist(), int(n), int(seed), **sampling, **_voice_args(voice))
+    return np.asarray(tokens, np.int32)
+
+
+def sampler_process(logits, history, *, temperature: float, top_k: int, top_p: float,
+                    repetition_penalty: float, min_p: float = 0.0) -> np.ndarray:
+    """One row of logits through the reference's processors (temperature, top-k, top-p,
+    [min-p], repetition penalty); removed tokens are -inf."""
+    return _core.sampler_process(np.asarray(logits, np.float32).tolist(), np.asarray(history, np.int32).tolist(),
+                                 temperature, top_k, top_p, repetition_penalty, min_p)
+
+
 def s3gen_encode(model, speech_ids, voice=None) -> np.ndarray:
     """mu fed to the CFM, f32 [80, 2 x (prompt + speech tokens)]: the voice's prompt tokens
     then `speech_ids` through the encoder and encoder_proj. voice: None (built-in) or a
@@ -125,3 +108,15 @@ def s3gen_encode(model, speech_ids, voice=None) -> np.ndarray:
         prompt = np.asarray(voice["prompt_token"], np.int32).reshape(-1)
     tokens = np.concatenate([prompt, np.asarray(speech_ids, np.int32).reshape(-1)])
     return _component(model, "S3GenEncoder").encode(tokens.tolist())
+
+
+def hift_f0(model, mel) -> np.ndarray:
+    """HiFT `f0_predictor` (ConvRNNF0Predictor) on mel f32 [80, T]: f0 f32 [T]."""
+    return _component(model, "HiFT").f0(np.asarray(mel, np.float32))
+
+
+def hift_decode(model, mel, source) -> np.ndarray:
+    """`HiFTGenerator.decode(x=mel, s=source)`: mel f32 [80, T] and the excitation `source`
+    (the `m_source` output, (1, 1, N) or (N,), N = 480 T for Turbo) to the waveform f32 [N],
+    clamped to audio_limit as decode does, before any trim fade."""
+    return _component(model, "HiFT").decode(np.asarray(mel, np.float32), np.asarray(source, np.float32))

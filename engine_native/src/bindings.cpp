@@ -13,6 +13,7 @@ namespace py = pybind11;
 void bind_text(pybind11::module_& m);
 
 void bind_t3(py::module_& m);
+void bind_hift(py::module_& m);
 void bind_s3gen(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
@@ -84,6 +85,7 @@ PYBIND11_MODULE(_core, m) {
     }, "ggml version, CPU features, compiled-in backends and devices, default thread count.");
 
     bind_t3(m);
+    bind_hift(m);
     bind_s3gen(m);
 
     bind_text(m);

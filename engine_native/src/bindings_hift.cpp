@@ -1,0 +1,85 @@
+// Python bindings of the HiFT vocoder: the `hift_f0` and `hift_decode` parity seams.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "hift.h"
+#include "py_model.h"
+
+namespace py = pybind11;
+using cbs::EngineError;
+
+namespace {
+
+using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+struct PyHift {
+    py::object model_ref;  // keeps the weights alive
+    cbs::PyModel* model;
+    std::unique_ptr<cbs::Hift> hift;
+    std::mutex mutex;  // one graph allocator: one call at a time (the GIL is released)
+};
+
+// mel must be [in_channels, T] with T >= 1; returns T.
+int64_t check_mel(const cbs::Hift& h, const F32Array& mel) {
+    const int C = h.hp().in_channels;
+    if (mel.ndim() != 2 || mel.shape(0) != C || mel.shape(1) < 1) {
+        std::string shape = "(";
+        for (py::ssize_t i = 0; i < mel.ndim(); ++i) shape += (i ? ", " : "") + std::to_string(mel.shape(i));
+        throw EngineError("mel must have shape (" + std::to_string(C) + ", T) with T >= 1; got " + shape +
+                          (mel.ndim() == 1 ? ",)" : ")"));
+    }
+    return mel.shape(1);
+}
+
+py::array_t<float> to_numpy(const std::vector<float>& v) {
+    py::array_t<float> out(static_cast<py::ssize_t>(v.size()));
+    std::memcpy(out.mutable_data(), v.data(), v.size() * sizeof(float));
+    return out;
+}
+
+}  // namespace
+
+void bind_hift(py::module_& m) {
+    py::class_<PyHift>(m, "HiFT", "S3Gen's HiFT vocoder (HiFTGenerator) over a loaded ModelFile.")
+        .def(py::init([](py::object model) {
+                 auto p = std::make_unique<PyHift>();
+                 p->model_ref = model;
+                 p->model = model.cast<cbs::PyModel*>();
+                 p->hift = std::make_unique<cbs::Hift>(*p->model->file, p->model->backend.get());
+                 return p;
+             }), py::arg("model"))
+        .def_property_readonly("in_channels", [](const PyHift& s) { return s.hift->hp().in_channels; })
+        .def_property_readonly("samples_per_frame", [](const PyHift& s) { return s.hift->hp().samples_per_frame(); })
+        .def_property_readonly("sample_rate", [](const PyHift& s) { return s.hift->hp().sample_rate; })
+        .def("f0", [](PyHift& self, F32Array mel) {
+            const int64_t T = check_mel(*self.hift, mel);
+            std::vector<float> out;
+            {
+                py::gil_scoped_release release;
+                std::lock_guard<std::mutex> lock(self.mutex);
+                out = self.hift->f0(mel.data(), T);
+            }
+            return to_numpy(out);
+        }, py::arg("mel"), "f0_predictor (ConvRNNF0Predictor) on mel [80, T]: f0 [T] float32.")
+        .def("decode", [](PyHift& self, F32Array mel, F32Array source) {
+            const int64_t T = check_mel(*self.hift, mel);
+            // The m_source output is (1, 1, N); accept any shape whose leading dimensions are 1.
+            for (py::ssize_t i = 0; i + 1 < source.ndim(); ++i)
+                if (source.shape(i) != 1)
+                    throw EngineError("source must be (N,), (1, N) or (1, 1, N)");
+            if (source.ndim() < 1) throw EngineError("source must be (N,), (1, N) or (1, 1, N)");
+            const int64_t N = source.shape(source.ndim() - 1);
+            std::vector<float> out;
+            {
+                py::gil_scoped_release release;
+                std::lock_guard<std::mutex> lock(self.mutex);
+                out = self.hift->decode(mel.data(), T, source.data(), N);
+            }
+            return to_numpy(out);
+        }, py::arg("mel"), py::arg("source"),
+           "HiFTGenerator.decode(x=mel, s=source), clamp to audio_limit included: waveform [N] float32.");
+}

@@ -1,0 +1,99 @@
+// HiFT vocoder of S3Gen (HiFTGenerator: neural source filter + ISTFTNet) for the
+// parity seams `hift_f0` and `hift_decode`. Every dimension comes from the GGUF
+// (`chatterbox.hift.*` metadata and the `hift.*` tensor shapes); weight-norm is
+// already folded into `hift.<module>.weight` by the converter.
+//
+// Layout: a signal of C channels and L frames is a ggml tensor ne [L, C] (time
+// fastest), i.e. numpy [C, L] row-major, which is what ggml_im2col reads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "model_file.h"
+
+namespace cbs {
+
+struct HiftHparams {
+    int sample_rate = 0, base_channels = 0, nb_harmonics = 0, in_channels = 0;
+    std::vector<int> upsample_rates, upsample_kernel_sizes;
+    std::vector<int> resblock_kernel_sizes, resblock_dilations;
+    std::vector<int> source_resblock_kernel_sizes, source_resblock_dilations;
+    int n_fft = 0, hop = 0;
+    float lrelu_slope = 0.1f, audio_limit = 0.99f;
+    static HiftHparams from(const ModelFile& mf);
+    // Source (excitation) samples per mel frame: prod(upsample_rates) * hop.
+    int64_t samples_per_frame() const;
+};
+
+class Hift {
+public:
+    Hift(const ModelFile& mf, ggml_backend_t backend);
+    ~Hift();
+    Hift(const Hift&) = delete;
+    Hift& operator=(const Hift&) = delete;
+
+    const HiftHparams& hp() const { return hp_; }
+
+    // ConvRNNF0Predictor on mel [in_channels][T] (row-major): f0 [T].
+    std::vector<float> f0(const float* mel, int64_t T);
+    // HiFTGenerator.decode(x=mel, s=source) including its final clamp to audio_limit:
+    // mel [in_channels][T] row-major, source [T * samples_per_frame()] -> waveform of
+    // the same length as the source.
+    std::vector<float> decode(const float* mel, int64_t T, const float* source, int64_t n_source);
+
+private:
+    struct Conv {
+        ggml_tensor *w = nullptr, *b = nullptr;  // w ne [K, Cin, Cout], b ne [Cout]
+        int stride = 1, pad = 0, dil = 1;
+    };
+    struct Snake {
+        ggml_tensor *alpha = nullptr, *inv_alpha = nullptr;  // both ne [1, C]
+    };
+    struct ResBlock {
+        std::vector<Conv> convs1, convs2;
+        std::vector<Snake> act1, act2;
+    };
+    struct Up {
+        ggml_tensor *wt = nullptr, *b = nullptr;  // wt ne [Cin, K*Cout] (transposed), b ne [Cout]
+        int stride = 1, pad = 0, cout = 0;
+    };
+
+    ggml_tensor* f32_weight(const ModelFile& mf, const std::string& name);
+    Conv conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil);
+    Snake snake(const ModelFile& mf, const std::string& name);
+    ResBlock resblock(const ModelFile& mf, const std::string& prefix, int kernel, const std::vector<int>& dilations);
+
+    ggml_tensor* apply(ggml_context* ctx, const Conv& c, ggml_tensor* x) const;
+    ggml_tensor* apply(ggml_context* ctx, const Snake& s, ggml_tensor* x) const;
+    ggml_tensor* apply(ggml_context* ctx, const ResBlock& rb, ggml_tensor* x) const;
+    ggml_tensor* apply(ggml_context* ctx, const Up& u, ggml_tensor* x) const;
+
+    void check_mel(int64_t T) const;
+    std::vector<float> compute(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* out,
+                               const std::vector<std::pair<ggml_tensor*, const float*>>& inputs);
+
+    HiftHparams hp_;
+    ggml_backend_t backend_;
+
+    // Weights derived at load (1/alpha, transposed ConvTranspose kernels, F32 copies of
+    // any non-F32 weight) live in this context and buffer.
+    ggml_context* own_ctx_ = nullptr;
+    ggml_backend_buffer_t own_buf_ = nullptr;
+    std::vector<std::pair<ggml_tensor*, std::vector<float>>> pending_;  // host data until the buffer exists
+
+    std::vector<Conv> f0_convs_;
+    ggml_tensor *f0_cls_w_ = nullptr, *f0_cls_b_ = nullptr;
+    Conv conv_pre_, conv_post_;
+    std::vector<Up> ups_;
+    std::vector<Conv> source_downs_;
+    std::vector<ResBlock> source_resblocks_, resblocks_;
+    std::vector<float> window_;  // periodic Hann, n_fft values
+
+    ggml_gallocr_t alloc_ = nullptr;
+    std::vector<uint8_t> graph_meta_;
+};
+
+}  // namespace cbs
