@@ -120,3 +120,16 @@ def hift_decode(model, mel, source) -> np.ndarray:
     (the `m_source` output, (1, 1, N) or (N,), N = 480 T for Turbo) to the waveform f32 [N],
     clamped to audio_limit as decode does, before any trim fade."""
     return _component(model, "HiFT").decode(np.asarray(mel, np.float32), np.asarray(source, np.float32))
+
+
+def hift_excitation(model, f0, phases, noise) -> np.ndarray:
+    """HiFT's m_source excitation for f0 [T] with the random parts given: phases [H]
+    (the fundamental's ignored) and standard-normal noise [H, samples_per_frame x T]."""
+    return _component(model, "HiFT").excitation(np.asarray(f0, np.float32).tolist(),
+                                                np.asarray(phases, np.float32).tolist(),
+                                                np.asarray(noise, np.float32).reshape(-1).tolist())
+
+
+def hift_inference(model, mel, seed: int = 0) -> np.ndarray:
+    """HiFTGenerator.inference: f0 -> excitation drawn from `seed` -> decode (no trim fade)."""
+    return _component(model, "HiFT").inference(np.asarray(mel, np.float32), int(seed))

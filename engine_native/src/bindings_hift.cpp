@@ -1,12 +1,14 @@
 // Python bindings of the HiFT vocoder: the `hift_f0` and `hift_decode` parity seams.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstring>
 #include <memory>
 #include <mutex>
 
 #include "hift.h"
+#include "hift_source.h"
 #include "py_model.h"
 
 namespace py = pybind11;
@@ -20,6 +22,7 @@ struct PyHift {
     py::object model_ref;  // keeps the weights alive
     cbs::PyModel* model;
     std::unique_ptr<cbs::Hift> hift;
+    std::unique_ptr<cbs::HiftSource> source;
     std::mutex mutex;  // one graph allocator: one call at a time (the GIL is released)
 };
 
@@ -50,6 +53,7 @@ void bind_hift(py::module_& m) {
                  p->model_ref = model;
                  p->model = model.cast<cbs::PyModel*>();
                  p->hift = std::make_unique<cbs::Hift>(*p->model->file, p->model->backend.get());
+                 p->source = std::make_unique<cbs::HiftSource>(*p->model->file);
                  return p;
              }), py::arg("model"))
         .def_property_readonly("in_channels", [](const PyHift& s) { return s.hift->hp().in_channels; })
@@ -81,5 +85,22 @@ void bind_hift(py::module_& m) {
             }
             return to_numpy(out);
         }, py::arg("mel"), py::arg("source"),
-           "HiFTGenerator.decode(x=mel, s=source), clamp to audio_limit included: waveform [N] float32.");
+           "HiFTGenerator.decode(x=mel, s=source), clamp to audio_limit included: waveform [N] float32.")
+        .def("excitation", [](PyHift& self, std::vector<float> f0, std::vector<float> phases, std::vector<float> noise) {
+            return to_numpy(self.source->excitation(f0, phases, noise));
+        }, py::arg("f0"), py::arg("phases"), py::arg("noise"),
+           "m_source's excitation from f0 [T] with given phases [H] and standard-normal noise [H, 480 T].")
+        .def("inference", [](PyHift& self, F32Array mel, uint64_t seed) {
+            const int64_t T = check_mel(*self.hift, mel);
+            std::vector<float> wav;
+            {
+                py::gil_scoped_release release;
+                std::lock_guard<std::mutex> lock(self.mutex);
+                std::mt19937_64 rng(seed);
+                std::vector<float> source = self.source->excitation(self.hift->f0(mel.data(), T), rng);
+                wav = self.hift->decode(mel.data(), T, source.data(), static_cast<int64_t>(source.size()));
+            }
+            return to_numpy(wav);
+        }, py::arg("mel"), py::arg("seed") = 0,
+           "HiFTGenerator.inference: f0 -> seeded excitation -> decode; waveform [480 T] float32.");
 }

@@ -57,3 +57,28 @@ def hift_decode_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     with torch.inference_mode():
         wav = hift.decode(x=_mel(inputs), s=s)
     return {"wav": wav.reshape(-1).numpy().astype(np.float32)}
+
+
+@stage("hift_excitation")
+def hift_excitation_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """f0 [T], phases [H], noise [H, 480 T] -> the m_source excitation [480 T] as
+    HiFTGenerator.inference makes it (f0_upsamp -> m_source), with SineGen's random
+    phases and Gaussian noise replaced by the given ones."""
+    from unittest import mock
+
+    hift = load_s3gen(snapshot).mel2wav
+    f0 = torch.from_numpy(np.asarray(inputs["f0"], np.float32))[None]          # (1, T)
+    phases = torch.from_numpy(np.asarray(inputs["phases"], np.float32)).reshape(1, -1, 1)
+    noise = torch.from_numpy(np.asarray(inputs["noise"], np.float32))[None]    # (1, H, N)
+    real_randn_like = torch.randn_like
+
+    def fake_randn_like(t, *a, **k):
+        return noise.clone() if tuple(t.shape) == tuple(noise.shape) else torch.zeros_like(t)
+
+    with torch.inference_mode(), \
+            mock.patch("torch.distributions.uniform.Uniform.sample", lambda self, sample_shape=(): phases.clone()), \
+            mock.patch("torch.randn_like", fake_randn_like):
+        s = hift.f0_upsamp(f0[:, None]).transpose(1, 2)
+        s, _, _ = hift.m_source(s)
+    del real_randn_like
+    return {"source": s[0, :, 0].numpy().astype(np.float32)}
