@@ -133,3 +133,8 @@ def hift_excitation(model, f0, phases, noise) -> np.ndarray:
 def hift_inference(model, mel, seed: int = 0) -> np.ndarray:
     """HiFTGenerator.inference: f0 -> excitation drawn from `seed` -> decode (no trim fade)."""
     return _component(model, "HiFT").inference(np.asarray(mel, np.float32), int(seed))
+
+
+def mel_24k(model, wav24k) -> np.ndarray:
+    """`s3gen.utils.mel.mel_spectrogram` of 24 kHz audio: the voice's prompt_feat, f32 [T, 80]."""
+    return _component(model, "Mel24k").compute(np.asarray(wav24k, np.float32).reshape(-1).tolist())

@@ -15,6 +15,7 @@ void bind_text(pybind11::module_& m);
 void bind_t3(py::module_& m);
 void bind_hift(py::module_& m);
 void bind_s3gen(py::module_& m);
+void bind_features(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "Chatterbox Studio native engine (ggml)";
@@ -87,6 +88,7 @@ PYBIND11_MODULE(_core, m) {
     bind_t3(m);
     bind_hift(m);
     bind_s3gen(m);
+    bind_features(m);
 
     bind_text(m);
 

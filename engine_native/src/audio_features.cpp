@@ -1,0 +1,63 @@
+#include "audio_features.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "fft.h"
+
+namespace cbs {
+
+Mel24k::Mel24k(const ModelFile& mf) {
+    auto i = [&](const char* k) { return static_cast<int>(mf.get_int(std::string("chatterbox.fb.mel_24k.") + k)); };
+    auto f = [&](const char* k) { return static_cast<float>(mf.get_float(std::string("chatterbox.fb.mel_24k.") + k)); };
+    n_fft_ = i("n_fft");
+    hop_ = i("hop");
+    win_ = i("win");
+    pad_ = i("pad_left");
+    n_mels_ = i("n_mels");
+    n_freq_ = n_fft_ / 2 + 1;
+    mag_eps_ = f("magnitude_eps");
+    log_clip_ = f("log_clip");
+    filterbank_ = mf.tensor("fb.mel_24k");
+    if (win_ != n_fft_ || filterbank_->ne[0] != n_freq_ || filterbank_->ne[1] != n_mels_)
+        throw EngineError(mf.path() + ": fb.mel_24k does not match its STFT parameters");
+    window_.resize(win_);
+    for (int n = 0; n < win_; ++n)  // torch.hann_window(periodic=True)
+        window_[n] = static_cast<float>(0.5 - 0.5 * std::cos(2.0 * M_PI * n / win_));
+
+    fb_ = mf.read_f32(filterbank_);  // row-major [n_mels][n_freq]
+}
+
+std::vector<float> Mel24k::compute(const std::vector<float>& wav) {
+    const int64_t n = static_cast<int64_t>(wav.size());
+    if (n <= pad_) throw EngineError("audio too short for the 24 kHz mel (" + std::to_string(n) + " samples)");
+    for (float v : wav)
+        if (!std::isfinite(v)) throw EngineError("audio contains NaN or infinite samples");
+    // Reflect padding (F.pad mode="reflect": the edge sample is not repeated).
+    std::vector<float> y(n + 2 * pad_);
+    for (int64_t t = 0; t < static_cast<int64_t>(y.size()); ++t) {
+        int64_t src = t - pad_;
+        if (src < 0) src = -src;
+        if (src >= n) src = 2 * (n - 1) - src;
+        y[t] = wav[src];
+    }
+    const int64_t frames = (static_cast<int64_t>(y.size()) - n_fft_) / hop_ + 1;
+    std::vector<float> out(static_cast<size_t>(frames) * n_mels_);
+    std::vector<double> frame(n_fft_);
+    for (int64_t f = 0; f < frames; ++f) {
+        for (int k = 0; k < n_fft_; ++k) frame[k] = static_cast<double>(y[f * hop_ + k]) * window_[k];
+        std::vector<double> power = rfft_magnitude(frame, /*power=*/true);
+        std::vector<float> mag(n_freq_);
+        for (int k = 0; k < n_freq_; ++k) mag[k] = std::sqrt(static_cast<float>(power[k]) + mag_eps_);
+        for (int m = 0; m < n_mels_; ++m) {
+            const float* w = &fb_[static_cast<size_t>(m) * n_freq_];
+            double acc = 0.0;
+            for (int k = 0; k < n_freq_; ++k) acc += static_cast<double>(w[k]) * mag[k];
+            out[static_cast<size_t>(f) * n_mels_ + m] = std::log(std::max(static_cast<float>(acc), log_clip_));
+        }
+    }
+    return out;
+}
+
+}  // namespace cbs

@@ -1,0 +1,30 @@
+// Spectral features of voice recordings, as the reference computes them. Host code:
+// a double-precision FFT per frame (cheap at these sizes) keeps quiet bins exact.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model_file.h"
+
+namespace cbs {
+
+// S3Gen's 24 kHz, 80-bin log-mel (`s3gen.utils.mel.mel_spectrogram`, the voice's prompt_feat):
+// reflect pad, periodic-Hann STFT without centring, magnitude, Slaney mel, log(clamp).
+class Mel24k {
+public:
+    explicit Mel24k(const ModelFile& mf);
+
+    // wav at 24 kHz -> row-major [n_frames][n_mels].
+    std::vector<float> compute(const std::vector<float>& wav);
+    int n_mels() const { return n_mels_; }
+
+private:
+    int n_fft_, hop_, win_, pad_, n_mels_, n_freq_;
+    float mag_eps_, log_clip_;
+    ggml_tensor* filterbank_;  // ne [n_freq, n_mels]
+    std::vector<float> fb_;     // its values, row-major [n_mels][n_freq]
+    std::vector<float> window_;
+};
+
+}  // namespace cbs

@@ -1,0 +1,20 @@
+"""Reference stages for voice features. REFERENCE-VENV ONLY (imports torch)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .stages import Inputs, stage
+
+
+@stage("mel_24k")
+def mel_24k_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """wav (24 kHz) -> `mel_spectrogram(wav)` transposed to [T, 80] (prompt_feat's layout)."""
+    from chatterbox.models.s3gen.utils.mel import mel_spectrogram
+
+    wav = torch.from_numpy(np.asarray(inputs["wav"], np.float32))
+    with torch.inference_mode():
+        mel = mel_spectrogram(wav)
+    return {"mel": mel[0].T.contiguous().numpy()}
