@@ -138,3 +138,9 @@ def hift_inference(model, mel, seed: int = 0) -> np.ndarray:
 def mel_24k(model, wav24k) -> np.ndarray:
     """`s3gen.utils.mel.mel_spectrogram` of 24 kHz audio: the voice's prompt_feat, f32 [T, 80]."""
     return _component(model, "Mel24k").compute(np.asarray(wav24k, np.float32).reshape(-1).tolist())
+
+
+def fbank80(model, wav16k) -> np.ndarray:
+    """`torchaudio.compliance.kaldi.fbank(wav, num_mel_bins=80)` with its defaults, f32 [T, 80]
+    (before CAMPPlus's mean subtraction)."""
+    return _component(model, "KaldiFbank").compute(np.asarray(wav16k, np.float32).reshape(-1).tolist())

@@ -46,3 +46,27 @@ def test_mel_24k_rejects_bad_audio():
         debug.mel_24k(model_path("turbo"), np.zeros(100, np.float32))
     with pytest.raises(engine_native.EngineError, match="NaN"):
         debug.mel_24k(model_path("turbo"), np.full(24000, np.nan, np.float32))
+
+
+def _speechlike_16k(seed: int, seconds: float = 2.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(16000 * seconds)) / 16000
+    f0 = 120 + 30 * np.sin(2 * np.pi * 0.7 * t)
+    x = sum(0.2 / h * np.sin(2 * np.pi * h * np.cumsum(f0) / 16000) for h in range(1, 12))
+    return (x * (0.6 + 0.4 * np.sin(2 * np.pi * 2 * t)) + 3e-3 * rng.standard_normal(t.size)).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed,gain", [(0, 1.0), (1, 0.05), (2, 3.0)])
+def test_fbank80_matches_reference(seed, gain):
+    wav = np.clip(_speechlike_16k(seed) * gain, -1, 1).astype(np.float32)
+    got = debug.fbank80(model_path("turbo"), wav)
+    ref = run_stage("fbank80", snapshot_dir("turbo"), wav=wav)["fbank"]
+    assert got.shape == ref.shape
+    rel = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    print(f"fbank80 seed={seed} gain={gain}: frames {got.shape[0]} rel {rel:.2e} max_abs {np.abs(got - ref).max():.2e}")
+    assert rel <= 1e-5
+
+
+def test_fbank80_rejects_short_audio():
+    with pytest.raises(engine_native.EngineError, match="too short"):
+        debug.fbank80(model_path("turbo"), np.zeros(100, np.float32))

@@ -60,4 +60,59 @@ std::vector<float> Mel24k::compute(const std::vector<float>& wav) {
     return out;
 }
 
+KaldiFbank::KaldiFbank(const ModelFile& mf) {
+    auto i = [&](const char* k) { return static_cast<int>(mf.get_int(std::string("chatterbox.fb.kaldi_80.") + k)); };
+    auto f = [&](const char* k) { return static_cast<float>(mf.get_float(std::string("chatterbox.fb.kaldi_80.") + k)); };
+    win_ = i("win");
+    hop_ = i("hop");
+    n_fft_ = i("n_fft");
+    n_mels_ = i("n_mels");
+    n_freq_ = n_fft_ / 2 + 1;
+    preemph_ = f("preemphasis");
+    log_floor_ = f("log_floor");
+    remove_dc_ = mf.get_bool("chatterbox.fb.kaldi_80.remove_dc_offset");
+    const ggml_tensor* fb = mf.tensor("fb.kaldi_80");
+    if (fb->ne[0] != n_freq_ || fb->ne[1] != n_mels_ || win_ > n_fft_)
+        throw EngineError(mf.path() + ": fb.kaldi_80 does not match its frame parameters");
+    fb_ = mf.read_f32(fb);
+    const double exponent = mf.get_float("chatterbox.fb.kaldi_80.window_povey_exponent");
+    window_.resize(win_);
+    for (int n = 0; n < win_; ++n)  // torch.hann_window(win, periodic=False) ** 0.85, in float32
+        window_[n] = std::pow(static_cast<float>(0.5 - 0.5 * std::cos(2.0 * M_PI * n / (win_ - 1))),
+                              static_cast<float>(exponent));
+}
+
+std::vector<float> KaldiFbank::compute(const std::vector<float>& wav) const {
+    const int64_t n = static_cast<int64_t>(wav.size());
+    if (n < win_) throw EngineError("audio too short for the fbank (" + std::to_string(n) + " samples, need " +
+                                    std::to_string(win_) + ")");
+    for (float v : wav)
+        if (!std::isfinite(v)) throw EngineError("audio contains NaN or infinite samples");
+    const int64_t frames = 1 + (n - win_) / hop_;
+    std::vector<float> out(static_cast<size_t>(frames) * n_mels_);
+    std::vector<float> x(win_);
+    std::vector<double> frame(n_fft_, 0.0);
+    for (int64_t t = 0; t < frames; ++t) {
+        std::copy(wav.begin() + t * hop_, wav.begin() + t * hop_ + win_, x.begin());
+        if (remove_dc_) {
+            float mean = 0.0f;
+            double sum = 0.0;
+            for (float v : x) sum += v;
+            mean = static_cast<float>(sum / win_);
+            for (float& v : x) v -= mean;
+        }
+        for (int k = win_ - 1; k >= 1; --k) x[k] -= preemph_ * x[k - 1];
+        x[0] -= preemph_ * x[0];
+        for (int k = 0; k < win_; ++k) frame[k] = static_cast<double>(x[k] * window_[k]);
+        const std::vector<double> power = rfft_magnitude(frame, /*power=*/true);
+        for (int m = 0; m < n_mels_; ++m) {
+            const float* w = &fb_[static_cast<size_t>(m) * n_freq_];
+            double acc = 0.0;
+            for (int k = 0; k < n_freq_; ++k) acc += static_cast<double>(w[k]) * static_cast<float>(power[k]);
+            out[static_cast<size_t>(t) * n_mels_ + m] = std::log(std::max(static_cast<float>(acc), log_floor_));
+        }
+    }
+    return out;
+}
+
 }  // namespace cbs

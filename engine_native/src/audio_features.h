@@ -27,4 +27,24 @@ private:
     std::vector<float> window_;
 };
 
+// Kaldi 80-bin log filterbank as `torchaudio.compliance.kaldi.fbank(wav, num_mel_bins=80)`
+// computes it with its defaults at 16 kHz (CAMPPlus's input, before its mean subtraction):
+// snip-edge frames, DC removal, pre-emphasis, Povey window, zero pad to a power of two,
+// power spectrum, mel banks, log with a float-eps floor. No int16 scaling (the reference
+// feeds [-1, 1] floats).
+class KaldiFbank {
+public:
+    explicit KaldiFbank(const ModelFile& mf);
+    // wav at 16 kHz -> row-major [n_frames][n_mels].
+    std::vector<float> compute(const std::vector<float>& wav) const;
+    int n_mels() const { return n_mels_; }
+
+private:
+    int win_, hop_, n_fft_, n_mels_, n_freq_;
+    float preemph_, log_floor_;
+    bool remove_dc_;
+    std::vector<float> fb_;      // row-major [n_mels][n_freq]
+    std::vector<float> window_;  // Povey, win_ values
+};
+
 }  // namespace cbs

@@ -10,6 +10,17 @@
 
 namespace py = pybind11;
 
+struct PyKaldiFbank {
+    py::object model_ref;
+    std::unique_ptr<cbs::KaldiFbank> fbank;
+};
+
+static py::array_t<float> frames_array(const std::vector<float>& v, py::ssize_t n_mels) {
+    py::array_t<float> arr({static_cast<py::ssize_t>(v.size()) / n_mels, n_mels});
+    std::memcpy(arr.mutable_data(), v.data(), v.size() * sizeof(float));
+    return arr;
+}
+
 struct PyMel24k {
     py::object model_ref;  // keeps the weights alive
     std::unique_ptr<cbs::Mel24k> mel;
@@ -30,9 +41,22 @@ void bind_features(py::module_& m) {
                 py::gil_scoped_release release;
                 out = self.mel->compute(wav);
             }
-            const py::ssize_t n_mels = self.mel->n_mels(), frames = static_cast<py::ssize_t>(out.size()) / n_mels;
-            py::array_t<float> arr({frames, n_mels});
-            std::memcpy(arr.mutable_data(), out.data(), out.size() * sizeof(float));
-            return arr;
+            return frames_array(out, self.mel->n_mels());
         }, py::arg("wav"), "log-mel [frames, n_mels] of 24 kHz audio.");
+
+    py::class_<PyKaldiFbank>(m, "KaldiFbank", "Kaldi 80-bin log fbank at 16 kHz (CAMPPlus input).")
+        .def(py::init([](py::object model) {
+                 auto p = std::make_unique<PyKaldiFbank>();
+                 p->model_ref = model;
+                 p->fbank = std::make_unique<cbs::KaldiFbank>(*model.cast<cbs::PyModel*>()->file);
+                 return p;
+             }), py::arg("model"))
+        .def("compute", [](PyKaldiFbank& self, std::vector<float> wav) {
+            std::vector<float> out;
+            {
+                py::gil_scoped_release release;
+                out = self.fbank->compute(wav);
+            }
+            return frames_array(out, self.fbank->n_mels());
+        }, py::arg("wav"), "log fbank [frames, n_mels] of 16 kHz audio.");
 }

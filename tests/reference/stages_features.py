@@ -18,3 +18,13 @@ def mel_24k_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     with torch.inference_mode():
         mel = mel_spectrogram(wav)
     return {"mel": mel[0].T.contiguous().numpy()}
+
+
+@stage("fbank80")
+def fbank80_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """wav (16 kHz) -> torchaudio.compliance.kaldi.fbank(wav[None], num_mel_bins=80) [T, 80]."""
+    from torchaudio.compliance import kaldi
+
+    wav = torch.from_numpy(np.asarray(inputs["wav"], np.float32))
+    with torch.inference_mode():
+        return {"fbank": kaldi.fbank(wav[None], num_mel_bins=80).numpy()}
