@@ -144,3 +144,9 @@ def fbank80(model, wav16k) -> np.ndarray:
     """`torchaudio.compliance.kaldi.fbank(wav, num_mel_bins=80)` with its defaults, f32 [T, 80]
     (before CAMPPlus's mean subtraction)."""
     return _component(model, "KaldiFbank").compute(np.asarray(wav16k, np.float32).reshape(-1).tolist())
+
+
+def ve_embed(model, wav16k) -> np.ndarray:
+    """`VoiceEncoder.embeds_from_wavs([wav], sample_rate=16000)[0]`: f32 [256], L2-normalised."""
+    return np.asarray(_component(model, "VoiceEncoder").embed(np.asarray(wav16k, np.float32).reshape(-1).tolist()),
+                      np.float32)

@@ -70,3 +70,16 @@ def test_fbank80_matches_reference(seed, gain):
 def test_fbank80_rejects_short_audio():
     with pytest.raises(engine_native.EngineError, match="too short"):
         debug.fbank80(model_path("turbo"), np.zeros(100, np.float32))
+
+
+@pytest.mark.parametrize("seed,seconds,lead_silence", [(0, 3.0, 0.0), (1, 6.5, 0.8), (2, 10.0, 0.3)])
+def test_ve_embed_matches_reference(seed, seconds, lead_silence):
+    """Speaker embedding, incl. librosa's silence trim and the partial-window averaging."""
+    wav = _speechlike_16k(seed, seconds)
+    wav = np.concatenate([np.zeros(int(16000 * lead_silence), np.float32), wav, np.zeros(4000, np.float32)])
+    got = debug.ve_embed(model_path("turbo"), wav)
+    ref = run_stage("ve_embed", snapshot_dir("turbo"), wav=wav)["embed"]
+    cos = float(got @ ref / (np.linalg.norm(got) * np.linalg.norm(ref)))
+    print(f"ve_embed {seconds}s: cosine {cos:.8f} max_abs {np.abs(got - ref).max():.2e}")
+    assert got.shape == ref.shape == (256,)
+    assert cos >= 0.99999

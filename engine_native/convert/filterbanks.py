@@ -91,6 +91,8 @@ VE_MEL = dict(
     overlap=0.5,  # embeds_from_mels / inference default
     min_coverage=0.8,
     trim_top_db=20.0,  # embeds_from_wavs: librosa.effects.trim(top_db=20) before the mel
+    trim_frame_length=2048,  # librosa.effects.trim defaults: RMS frames (centred, zero padded) ...
+    trim_hop=512,  # ... every 512 samples, compared with the loudest frame
     n_freqs=201,
 )
 

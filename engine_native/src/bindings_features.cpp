@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "audio_features.h"
+#include "voice_encoder.h"
 #include "py_model.h"
 
 namespace py = pybind11;
@@ -20,6 +21,11 @@ static py::array_t<float> frames_array(const std::vector<float>& v, py::ssize_t 
     std::memcpy(arr.mutable_data(), v.data(), v.size() * sizeof(float));
     return arr;
 }
+
+struct PyVoiceEncoder {
+    py::object model_ref;
+    std::unique_ptr<cbs::VoiceEncoder> ve;
+};
 
 struct PyMel24k {
     py::object model_ref;  // keeps the weights alive
@@ -59,4 +65,16 @@ void bind_features(py::module_& m) {
             }
             return frames_array(out, self.fbank->n_mels());
         }, py::arg("wav"), "log fbank [frames, n_mels] of 16 kHz audio.");
+
+    py::class_<PyVoiceEncoder>(m, "VoiceEncoder", "T3's speaker encoder (VoiceEncoder.embeds_from_wavs).")
+        .def(py::init([](py::object model) {
+                 auto p = std::make_unique<PyVoiceEncoder>();
+                 p->model_ref = model;
+                 p->ve = std::make_unique<cbs::VoiceEncoder>(*model.cast<cbs::PyModel*>()->file);
+                 return p;
+             }), py::arg("model"))
+        .def("embed", [](PyVoiceEncoder& self, std::vector<float> wav) {
+            py::gil_scoped_release release;
+            return self.ve->embed(wav);
+        }, py::arg("wav16k"), "L2-normalised speaker embedding of 16 kHz audio.");
 }

@@ -28,3 +28,13 @@ def fbank80_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     wav = torch.from_numpy(np.asarray(inputs["wav"], np.float32))
     with torch.inference_mode():
         return {"fbank": kaldi.fbank(wav[None], num_mel_bins=80).numpy()}
+
+
+@stage("ve_embed")
+def ve_embed_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """wav (16 kHz) -> VoiceEncoder.embeds_from_wavs([wav], sample_rate=16000)[0]."""
+    from .stages import load_ve
+
+    ve = load_ve(snapshot)
+    wav = np.asarray(inputs["wav"], np.float32)
+    return {"embed": ve.embeds_from_wavs([wav], sample_rate=16000)[0].astype(np.float32)}
