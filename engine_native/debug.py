@@ -150,3 +150,8 @@ def ve_embed(model, wav16k) -> np.ndarray:
     """`VoiceEncoder.embeds_from_wavs([wav], sample_rate=16000)[0]`: f32 [256], L2-normalised."""
     return np.asarray(_component(model, "VoiceEncoder").embed(np.asarray(wav16k, np.float32).reshape(-1).tolist()),
                       np.float32)
+
+
+def s3tok_logmel(model, wav16k) -> np.ndarray:
+    """`S3Tokenizer.log_mel_spectrogram(wav)`: f32 [128, T]."""
+    return _component(model, "S3TokLogMel").compute(np.asarray(wav16k, np.float32).reshape(-1).tolist())

@@ -83,3 +83,14 @@ def test_ve_embed_matches_reference(seed, seconds, lead_silence):
     print(f"ve_embed {seconds}s: cosine {cos:.8f} max_abs {np.abs(got - ref).max():.2e}")
     assert got.shape == ref.shape == (256,)
     assert cos >= 0.99999
+
+
+@pytest.mark.parametrize("seed,gain", [(0, 1.0), (3, 0.02), (4, 2.0)])
+def test_s3tok_logmel_matches_reference(seed, gain):
+    wav = np.clip(_speechlike_16k(seed, 3.0) * gain, -1, 1).astype(np.float32)
+    got = debug.s3tok_logmel(model_path("turbo"), wav)
+    ref = run_stage("s3tok_logmel", snapshot_dir("turbo"), wav=wav)["logmel"]
+    assert got.shape == ref.shape
+    rel = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    print(f"s3tok_logmel seed={seed} gain={gain}: frames {got.shape[1]} rel {rel:.2e} max_abs {np.abs(got - ref).max():.2e}")
+    assert rel <= 1e-5

@@ -115,4 +115,45 @@ std::vector<float> KaldiFbank::compute(const std::vector<float>& wav) const {
     return out;
 }
 
+S3TokLogMel::S3TokLogMel(const ModelFile& mf) {
+    n_fft_ = static_cast<int>(mf.get_int("chatterbox.s3tok.n_fft"));
+    hop_ = static_cast<int>(mf.get_int("chatterbox.s3tok.hop"));
+    n_mels_ = static_cast<int>(mf.get_int("chatterbox.s3tok.n_mels"));
+    n_freq_ = n_fft_ / 2 + 1;
+    fb_ = mf.read_f32(mf.tensor("s3tok._mel_filters"));
+    window_ = mf.read_f32(mf.tensor("s3tok.window"));
+    if (static_cast<int>(fb_.size()) != n_mels_ * n_freq_ || static_cast<int>(window_.size()) != n_fft_)
+        throw EngineError(mf.path() + ": S3Tokenizer mel filters or window have the wrong size");
+}
+
+std::vector<float> S3TokLogMel::compute(const std::vector<float>& wav, int64_t* n_frames) const {
+    const int64_t n = static_cast<int64_t>(wav.size()), pad = n_fft_ / 2;
+    if (n <= pad) throw EngineError("audio too short for the speech tokenizer (" + std::to_string(n) + " samples)");
+    for (float v : wav)
+        if (!std::isfinite(v)) throw EngineError("audio contains NaN or infinite samples");
+    const int64_t frames = n / hop_;  // 1 + n / hop frames, the last one dropped
+    std::vector<float> logmel(static_cast<size_t>(n_mels_) * frames);
+    std::vector<double> frame(n_fft_);
+    float peak = -INFINITY;
+    for (int64_t t = 0; t < frames; ++t) {
+        for (int k = 0; k < n_fft_; ++k) {
+            int64_t idx = t * hop_ + k - pad;
+            if (idx < 0) idx = -idx;
+            if (idx >= n) idx = 2 * (n - 1) - idx;
+            frame[k] = static_cast<double>(wav[idx]) * window_[k];
+        }
+        const std::vector<double> power = rfft_magnitude(frame, /*power=*/true);
+        for (int m = 0; m < n_mels_; ++m) {
+            double acc = 0.0;
+            for (int k = 0; k < n_freq_; ++k) acc += static_cast<double>(fb_[static_cast<size_t>(m) * n_freq_ + k]) * static_cast<float>(power[k]);
+            const float v = std::log10(std::max(static_cast<float>(acc), 1e-10f));
+            logmel[static_cast<size_t>(m) * frames + t] = v;
+            peak = std::max(peak, v);
+        }
+    }
+    for (float& v : logmel) v = (std::max(v, peak - 8.0f) + 4.0f) / 4.0f;
+    *n_frames = frames;
+    return logmel;
+}
+
 }  // namespace cbs

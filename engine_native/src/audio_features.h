@@ -47,4 +47,19 @@ private:
     std::vector<float> window_;  // Povey, win_ values
 };
 
+// S3TokenizerV2's Whisper-style 128-bin log-mel (`S3Tokenizer.log_mel_spectrogram`):
+// centred reflect-padded STFT with the model's window, power, drop the last frame,
+// log10(clamp 1e-10), floor at max - 8, then (x + 4) / 4.
+class S3TokLogMel {
+public:
+    explicit S3TokLogMel(const ModelFile& mf);
+    // wav at 16 kHz -> row-major [n_mels][n_frames] (the reference's [128, T] layout).
+    std::vector<float> compute(const std::vector<float>& wav, int64_t* n_frames) const;
+    int n_mels() const { return n_mels_; }
+
+private:
+    int n_fft_, hop_, n_mels_, n_freq_;
+    std::vector<float> fb_, window_;
+};
+
 }  // namespace cbs

@@ -27,6 +27,11 @@ struct PyVoiceEncoder {
     std::unique_ptr<cbs::VoiceEncoder> ve;
 };
 
+struct PyS3TokLogMel {
+    py::object model_ref;
+    std::unique_ptr<cbs::S3TokLogMel> logmel;
+};
+
 struct PyMel24k {
     py::object model_ref;  // keeps the weights alive
     std::unique_ptr<cbs::Mel24k> mel;
@@ -77,4 +82,23 @@ void bind_features(py::module_& m) {
             py::gil_scoped_release release;
             return self.ve->embed(wav);
         }, py::arg("wav16k"), "L2-normalised speaker embedding of 16 kHz audio.");
+
+    py::class_<PyS3TokLogMel>(m, "S3TokLogMel", "S3TokenizerV2's 128-bin log-mel at 16 kHz.")
+        .def(py::init([](py::object model) {
+                 auto p = std::make_unique<PyS3TokLogMel>();
+                 p->model_ref = model;
+                 p->logmel = std::make_unique<cbs::S3TokLogMel>(*model.cast<cbs::PyModel*>()->file);
+                 return p;
+             }), py::arg("model"))
+        .def("compute", [](PyS3TokLogMel& self, std::vector<float> wav) {
+            std::vector<float> out;
+            int64_t frames = 0;
+            {
+                py::gil_scoped_release release;
+                out = self.logmel->compute(wav, &frames);
+            }
+            py::array_t<float> arr({static_cast<py::ssize_t>(self.logmel->n_mels()), static_cast<py::ssize_t>(frames)});
+            std::memcpy(arr.mutable_data(), out.data(), out.size() * sizeof(float));
+            return arr;
+        }, py::arg("wav"), "log-mel [128, frames] of 16 kHz audio.");
 }

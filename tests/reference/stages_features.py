@@ -38,3 +38,14 @@ def ve_embed_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     ve = load_ve(snapshot)
     wav = np.asarray(inputs["wav"], np.float32)
     return {"embed": ve.embeds_from_wavs([wav], sample_rate=16000)[0].astype(np.float32)}
+
+
+@stage("s3tok_logmel")
+def s3tok_logmel_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """wav (16 kHz) -> S3Tokenizer.log_mel_spectrogram(wav) [128, T]."""
+    from .stages import load_s3gen
+
+    tok = load_s3gen(snapshot).tokenizer
+    wav = torch.from_numpy(np.asarray(inputs["wav"], np.float32))
+    with torch.inference_mode():
+        return {"logmel": tok.log_mel_spectrogram(wav).numpy()}
