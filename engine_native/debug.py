@@ -135,6 +135,27 @@ def hift_inference(model, mel, seed: int = 0) -> np.ndarray:
     return _component(model, "HiFT").inference(np.asarray(mel, np.float32), int(seed))
 
 
+def s3gen_mel(model, speech_ids, voice=None, x0=None) -> np.ndarray:
+    """CFM output for the speech frames only, f32 [80, 2 x len(speech_ids)] (prompt frames
+    removed, as `flow_inference` returns it): the voice's prompt tokens then `speech_ids`
+    through the encoder, then the CFM sampler from `x0` f32 [80, 2 x (prompt + speech
+    tokens)], the initial noise exactly as the estimator first receives it. voice: None
+    (built-in) or a mapping with `prompt_token`, `prompt_feat` [T_prompt, 80] and
+    `embedding` [192]."""
+    if x0 is None:
+        raise ValueError("x0 is required")
+    mf = _component(model, "ModelFile")
+    if voice is None:
+        prompt_feat = mf.tensor_f32("voice.prompt_feat")
+        embedding = mf.tensor_f32("voice.embedding")
+    else:
+        prompt_feat, embedding = voice["prompt_feat"], voice["embedding"]
+    mu = s3gen_encode(model, speech_ids, voice)
+    prompt_feat = np.asarray(prompt_feat, np.float32).reshape(-1, mu.shape[0])
+    return _component(model, "S3GenCfm").sample(mu, prompt_feat, np.asarray(embedding, np.float32).reshape(-1),
+                                               np.asarray(x0, np.float32))
+
+
 def mel_24k(model, wav24k) -> np.ndarray:
     """`s3gen.utils.mel.mel_spectrogram` of 24 kHz audio: the voice's prompt_feat, f32 [T, 80]."""
     return _component(model, "Mel24k").compute(np.asarray(wav24k, np.float32).reshape(-1).tolist())

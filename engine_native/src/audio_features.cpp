@@ -34,19 +34,12 @@ std::vector<float> Mel24k::compute(const std::vector<float>& wav) {
     if (n <= pad_) throw EngineError("audio too short for the 24 kHz mel (" + std::to_string(n) + " samples)");
     for (float v : wav)
         if (!std::isfinite(v)) throw EngineError("audio contains NaN or infinite samples");
-    // Reflect padding (F.pad mode="reflect": the edge sample is not repeated).
-    std::vector<float> y(n + 2 * pad_);
-    for (int64_t t = 0; t < static_cast<int64_t>(y.size()); ++t) {
-        int64_t src = t - pad_;
-        if (src < 0) src = -src;
-        if (src >= n) src = 2 * (n - 1) - src;
-        y[t] = wav[src];
-    }
-    const int64_t frames = (static_cast<int64_t>(y.size()) - n_fft_) / hop_ + 1;
+    // F.pad(reflect, pad) then frames without centring == reflect-indexed frames at f*hop - pad.
+    const int64_t frames = (n + 2 * pad_ - n_fft_) / hop_ + 1;
     std::vector<float> out(static_cast<size_t>(frames) * n_mels_);
     std::vector<double> frame(n_fft_);
     for (int64_t f = 0; f < frames; ++f) {
-        for (int k = 0; k < n_fft_; ++k) frame[k] = static_cast<double>(y[f * hop_ + k]) * window_[k];
+        reflect_windowed_frame(wav, f * hop_ - pad_, window_, frame);
         std::vector<double> power = rfft_magnitude(frame, /*power=*/true);
         std::vector<float> mag(n_freq_);
         for (int k = 0; k < n_freq_; ++k) mag[k] = std::sqrt(static_cast<float>(power[k]) + mag_eps_);
@@ -136,12 +129,7 @@ std::vector<float> S3TokLogMel::compute(const std::vector<float>& wav, int64_t* 
     std::vector<double> frame(n_fft_);
     float peak = -INFINITY;
     for (int64_t t = 0; t < frames; ++t) {
-        for (int k = 0; k < n_fft_; ++k) {
-            int64_t idx = t * hop_ + k - pad;
-            if (idx < 0) idx = -idx;
-            if (idx >= n) idx = 2 * (n - 1) - idx;
-            frame[k] = static_cast<double>(wav[idx]) * window_[k];
-        }
+        reflect_windowed_frame(wav, t * hop_ - pad, window_, frame);
         const std::vector<double> power = rfft_magnitude(frame, /*power=*/true);
         for (int m = 0; m < n_mels_; ++m) {
             double acc = 0.0;

@@ -16,6 +16,7 @@ void bind_t3(py::module_& m);
 void bind_hift(py::module_& m);
 void bind_s3gen(py::module_& m);
 void bind_features(py::module_& m);
+void bind_cfm(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "Chatterbox Studio native engine (ggml)";
@@ -89,6 +90,7 @@ PYBIND11_MODULE(_core, m) {
     bind_hift(m);
     bind_s3gen(m);
     bind_features(m);
+    bind_cfm(m);
 
     bind_text(m);
 

@@ -38,4 +38,15 @@ std::vector<double> rfft_magnitude(const std::vector<double>& frame, bool power)
     return out;
 }
 
+void reflect_windowed_frame(const std::vector<float>& x, int64_t start, const std::vector<float>& window,
+                            std::vector<double>& frame) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    for (size_t k = 0; k < window.size(); ++k) {
+        int64_t idx = start + static_cast<int64_t>(k);
+        if (idx < 0) idx = -idx;
+        if (idx >= n) idx = 2 * (n - 1) - idx;
+        frame[k] = static_cast<double>(x[idx]) * window[k];
+    }
+}
+
 }  // namespace cbs

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <complex>
+#include <cstdint>
 #include <vector>
 
 namespace cbs {
@@ -14,5 +15,10 @@ std::vector<std::complex<double>> fft(const std::vector<std::complex<double>>& x
 
 // |DFT| of a real frame for bins 0..N/2 (the onesided spectrum), as power if `power`.
 std::vector<double> rfft_magnitude(const std::vector<double>& frame, bool power);
+
+// frame[k] = x[start + k] * window[k] for k < window.size(), indexing x with reflection at
+// both ends (numpy/torch "reflect" padding: the edge sample is not repeated).
+void reflect_windowed_frame(const std::vector<float>& x, int64_t start, const std::vector<float>& window,
+                            std::vector<double>& frame);
 
 }  // namespace cbs

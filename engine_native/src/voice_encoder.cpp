@@ -80,12 +80,7 @@ std::vector<float> VoiceEncoder::mel(const std::vector<float>& wav16k) const {
     std::vector<float> out(static_cast<size_t>(frames) * n_mels_);
     std::vector<double> frame(n_fft_);
     for (int64_t t = 0; t < frames; ++t) {
-        for (int k = 0; k < n_fft_; ++k) {  // centred, reflect padded
-            int64_t idx = t * hop_ + k - pad;
-            if (idx < 0) idx = -idx;
-            if (idx >= n) idx = 2 * (n - 1) - idx;
-            frame[k] = static_cast<double>(y[idx]) * window_[k];
-        }
+        reflect_windowed_frame(y, t * hop_ - pad, window_, frame);  // centred, reflect padded
         const std::vector<double> power = rfft_magnitude(frame, /*power=*/true);
         for (int m = 0; m < n_mels_; ++m) {
             double acc = 0.0;

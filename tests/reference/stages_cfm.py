@@ -1,0 +1,97 @@
+"""Reference stages for S3Gen's CFM (meanflow CausalConditionalCFM). REFERENCE-VENV ONLY.
+
+The reference draws its initial noise inside flow_inference / CausalConditionalCFM.forward:
+flow_inference draws `noise` (1, 80, 2 x speech tokens) with torch.randn, then the CFM draws
+z = randn_like(mu) over prompt + speech frames and overlays z[..., prompt:] = noise. The
+estimator's first input x0 is that z. `cfm_noise` reproduces it for a seed; `s3gen_mel`
+runs the reference with that draw replaced by a given x0.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .stages import Inputs, load_conds, load_s3gen, stage
+
+
+def _flow_args(snapshot: Path, speech_ids) -> dict:
+    gen = load_conds(snapshot).gen
+    token = torch.from_numpy(np.asarray(speech_ids).reshape(1, -1).astype(np.int64))
+    return dict(token=token, token_len=torch.tensor([token.shape[1]]),
+                prompt_token=gen["prompt_token"], prompt_token_len=gen["prompt_token_len"],
+                prompt_feat=gen["prompt_feat"], prompt_feat_len=gen["prompt_feat_len"],
+                embedding=gen["embedding"])
+
+
+def _n_prompt(snapshot: Path) -> int:
+    return int(load_conds(snapshot).gen["prompt_token"].shape[-1])
+
+
+@stage("cfm_noise")
+def cfm_noise_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """n_speech (int), seed -> x0 (80, 2 x (prompt + speech)): the reference's initial CFM
+    noise after torch.manual_seed(seed), after the meanflow overlay (flow_inference's noise
+    over the speech frames of the CFM's randn_like(mu))."""
+    s = int(np.asarray(inputs["n_speech"]))
+    torch.manual_seed(int(np.asarray(inputs.get("seed", 0))))
+    noise = torch.randn(1, 80, s * 2)                      # S3Token2Mel.flow_inference (meanflow)
+    z = torch.randn(1, 80, 2 * (_n_prompt(snapshot) + s))  # CausalConditionalCFM.forward: randn_like(mu)
+    z[..., z.shape[2] - noise.shape[2]:] = noise
+    return {"x0": z[0].numpy().astype(np.float32)}
+
+
+def _run_flow(snapshot: Path, inputs: Inputs, estimator_hook=None):
+    s3 = load_s3gen(snapshot)
+    flow = s3.flow
+    x0 = torch.from_numpy(np.asarray(inputs["x0"], np.float32))
+    args = _flow_args(snapshot, inputs["speech_ids"])
+    n_total = 2 * (args["prompt_token"].shape[-1] + args["token"].shape[-1])
+    if tuple(x0.shape) != (80, n_total):
+        raise ValueError(f"x0 must be (80, {n_total})")
+    x0 = x0[None]
+    import chatterbox.models.s3gen.flow_matching as fm
+    orig_randn_like = fm.torch.randn_like
+    calls = []
+
+    def fake_randn_like(t, *a, **k):
+        assert tuple(t.shape) == tuple(x0.shape)
+        return x0.clone()
+
+    est = flow.decoder.estimator
+    orig_forward = est.forward
+
+    def spy(*a, **k):
+        out = orig_forward(*a, **k)
+        calls.append({"x": k["x"] if "x" in k else a[0], "t": k["t"], "r": k["r"], "out": out})
+        return out
+
+    fm.torch.randn_like = fake_randn_like
+    est.forward = spy
+    try:
+        with torch.inference_mode():
+            feat, _ = flow.inference(**args, finalize=True, n_timesteps=2,
+                                     noised_mels=x0[..., n_total - 2 * args["token"].shape[-1]:].clone(),
+                                     meanflow=True)
+    finally:
+        fm.torch.randn_like = orig_randn_like
+        est.forward = orig_forward
+    if not torch.equal(calls[0]["x"], x0):
+        raise RuntimeError("the estimator's first input differs from x0")
+    return feat, calls
+
+
+@stage("s3gen_mel")
+def s3gen_mel_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """speech_ids, x0 (80, 2 x (prompt + speech)) -> mel (80, 2 x speech): CausalMaskedDiffWithXvec.inference
+    (finalize=True, n_timesteps=2, meanflow=True) with the built-in conds.pt voice, the CFM's
+    initial noise replaced by x0 (the estimator's first input equals x0 exactly). Also returns
+    each estimator call's output as dxdt_<i> (80, 2 x (prompt + speech))."""
+    feat, calls = _run_flow(snapshot, inputs)
+    out = {"mel": feat[0].numpy().astype(np.float32)}
+    for i, c in enumerate(calls):
+        out[f"dxdt_{i}"] = c["out"][0].numpy().astype(np.float32)
+        out[f"t_{i}"] = np.asarray(float(c["t"].reshape(-1)[0]), np.float32)
+        out[f"r_{i}"] = np.asarray(float(c["r"].reshape(-1)[0]), np.float32)
+    return out
