@@ -95,3 +95,33 @@ def s3gen_mel_stage(snapshot: Path, inputs: Inputs) -> Inputs:
         out[f"t_{i}"] = np.asarray(float(c["t"].reshape(-1)[0]), np.float32)
         out[f"r_{i}"] = np.asarray(float(c["r"].reshape(-1)[0]), np.float32)
     return out
+
+
+@stage("s3gen_bench")
+def s3gen_bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """Reference S3Gen timings (ms, best of `repeat`) for speech_ids after the built-in voice:
+    encoder (+ proj), CFM (2 meanflow steps), HiFT inference, with torch.set_num_threads."""
+    import time
+
+    torch.set_num_threads(int(np.asarray(inputs["threads"])))
+    repeat = int(np.asarray(inputs["repeat"]))
+    s3 = load_s3gen(snapshot)
+    flow = s3.flow
+    args = _flow_args(snapshot, inputs["speech_ids"])
+    token = torch.cat([args["prompt_token"], args["token"]], dim=1)
+    token_len = torch.tensor([token.shape[1]])
+
+    def best(fn):
+        b, out = float("inf"), None
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            out = fn()
+            b = min(b, time.perf_counter() - t0)
+        return b * 1e3, out
+
+    with torch.inference_mode():
+        enc_ms, _ = best(lambda: flow.encoder_proj(flow.encoder(flow.input_embedding(token), token_len)[0]))
+        cfm_ms, mel = best(lambda: s3.flow_inference(args["token"][0], ref_dict=load_conds(snapshot).gen,
+                                                     n_cfm_timesteps=2, finalize=True))
+        hift_ms, _ = best(lambda: s3.hift_inference(mel, None))
+    return {"encoder_ms": np.asarray(enc_ms), "cfm_ms": np.asarray(cfm_ms - enc_ms), "hift_ms": np.asarray(hift_ms)}
