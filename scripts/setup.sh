@@ -34,7 +34,7 @@ fi
 if [ "$mode" = test ] && { [ ! -e /proc/asound/cards ] || grep -q "no soundcards" /proc/asound/cards; } \
    && [ ! -e /etc/asound.conf ]; then
   echo "setup: no sound card; routing ALSA's default device to a null sink"
-  printf 'pcm.!default { type null }\nctl.!default { type hw card 0 }\n' | { [ "$(id -u)" -eq 0 ] && tee /etc/asound.conf || sudo tee /etc/asound.conf; } >/dev/null
+  printf 'pcm.!default { type null }\n' | { [ "$(id -u)" -eq 0 ] && tee /etc/asound.conf || sudo tee /etc/asound.conf; } >/dev/null
 fi
 
 # --- the project environment (never gets torch) ----------------------------

@@ -58,3 +58,9 @@ def test_layering_contracts_hold():
     out = subprocess.run([exe], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0 broken" in out.stdout
+
+
+def test_cli_without_arguments_opens_the_app_or_says_why():
+    out = subprocess.run([_cli()], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert "usage: chatterbox-studio" in out.stdout
