@@ -77,6 +77,42 @@ def _cmd_requantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_say(args: argparse.Namespace) -> int:
+    import os
+    import tempfile
+
+    import soundfile as sf
+
+    from engine_native import EngineError
+    from engine_native.pipeline import Pipeline
+
+    text = args.text
+    if args.file:
+        try:
+            text = open(args.file, encoding="utf-8").read()
+        except OSError as e:
+            return _fail(f"cannot read {args.file}: {e.strerror}")
+    if not text or not text.strip():
+        return _fail("nothing to say: give TEXT or -f FILE with some text")
+    try:
+        result = Pipeline(args.model, threads=args.threads).synthesize(text, seed=args.seed, max_tokens=args.max_tokens)
+    except (EngineError, FileNotFoundError) as e:
+        return _fail(str(e))
+    out = os.path.abspath(args.output)
+    fd, tmp = tempfile.mkstemp(prefix=".say-", suffix=".wav", dir=os.path.dirname(out))
+    os.close(fd)
+    try:  # written atomically: a failure never leaves half a file at OUT
+        sf.write(tmp, result.samples, result.sample_rate, subtype="FLOAT")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    timings = ", ".join(f"{k[:-3]} {v:.0f} ms" for k, v in result.timings.items())
+    print(f"{out}: {result.samples.size / result.sample_rate:.2f} s of audio "
+          f"({result.speech_tokens.size} speech tokens; {timings})", file=sys.stderr)
+    return 0
+
+
 def _cmd_lab(args: argparse.Namespace) -> int:
     if args.bake:
         missing = [flag for flag, v in (("-m/--model", args.model), ("--name", args.name)) if not v]
@@ -135,6 +171,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="the .gguf file to write")
     p.add_argument("--quant", required=True, choices=quants)
     p.set_defaults(func=_cmd_requantize)
+
+    p = sub.add_parser("say", help="speak TEXT with a model's built-in voice into a WAV file")
+    p.add_argument("text", nargs="?", help="what to say")
+    p.add_argument("-f", "--file", help="read the text from FILE")
+    p.add_argument("-m", "--model", required=True, help="the model .gguf")
+    p.add_argument("-o", "--output", required=True, help="the .wav file to write (24 kHz mono float)")
+    p.add_argument("--seed", type=int, default=0, help="same seed, same audio (default 0)")
+    p.add_argument("--max-tokens", type=int, default=1000, help="speech token budget (25 per second)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all)")
+    p.set_defaults(func=_cmd_say)
 
     p = sub.add_parser("lab", help="prepare a recording for voice cloning: find the speech, "
                        "pick a window, clean it, write a 24 kHz mono clip")

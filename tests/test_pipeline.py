@@ -28,3 +28,22 @@ def test_end_to_end_audio_has_the_reference_length_and_is_deterministic(pipe):
     c = pipe.synthesize("Hello there, this is a test.", seed=4, max_tokens=20)
     assert not np.array_equal(a.samples, c.samples)
     print("timings", {k: round(v) for k, v in a.timings.items()})
+
+
+def test_cli_say_writes_the_same_audio_as_the_api(pipe, tmp_path):
+    import soundfile as sf
+
+    from tests.models import run_cli_without_torch
+
+    out = tmp_path / "hello.wav"
+    res = run_cli_without_torch("say", "Hello there, this is a test.", "-m", str(model_path("turbo")), "-o", str(out),
+                                "--seed", "3", "--max-tokens", "20")
+    assert res.returncode == 0, res.stderr
+    wav, sr = sf.read(str(out), dtype="float32")
+    assert sr == 24000
+    ref = pipe.synthesize("Hello there, this is a test.", seed=3, max_tokens=20).samples
+    assert np.array_equal(wav, ref)
+    bad = run_cli_without_torch("say", "", "-m", str(model_path("turbo")), "-o", str(tmp_path / "x.wav"))
+    assert bad.returncode == 1 and "nothing to say" in bad.stderr and not (tmp_path / "x.wav").exists()
+    missing = run_cli_without_torch("say", "Hi.", "-m", str(tmp_path / "none.gguf"), "-o", str(tmp_path / "y.wav"))
+    assert missing.returncode == 1 and "not found" in missing.stderr and "Traceback" not in missing.stderr
