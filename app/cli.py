@@ -195,6 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--model", help="the model .gguf to bake the voice with")
     p.add_argument("--name", help="the voice's name")
     p.set_defaults(func=_cmd_lab)
+
+    from app.selftest import add_parser as add_selftest_parser  # the packaged app's self-test (packaging/)
+
+    add_selftest_parser(sub)
     return parser
 
 
