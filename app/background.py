@@ -1,0 +1,68 @@
+"""Background operations, Anki-style: `op` runs on a pool thread and never touches the UI;
+`success`, `failure` and `progress` run on the GUI thread.
+
+    BackgroundOp(lambda report: decode(path), success=show, failure=show_error).start()
+
+`op(report)` receives `report(value)` to send progress (any object) to `progress`.
+Engine work does not go here: it goes through the EngineWorker (one thread owns the engine).
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Callable
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
+
+_live: set[BackgroundOp] = set()  # keeps running ops (and their Qt signals) alive
+
+
+class _Signals(QObject):
+    done = Signal(object)
+    failed = Signal(object)
+    progress = Signal(object)
+
+
+class _Runnable(QRunnable):
+    def __init__(self, op, signals):
+        super().__init__()
+        self.op, self.signals = op, signals
+
+    def run(self):
+        try:
+            result = self.op(self.signals.progress.emit)
+        except BaseException as e:  # noqa: BLE001 - every failure goes back to the GUI as a message
+            e.__traceback_text__ = traceback.format_exc()
+            self.signals.failed.emit(e)
+        else:
+            self.signals.done.emit(result)
+
+
+class BackgroundOp:
+    def __init__(self, op: Callable, success: Callable | None = None, failure: Callable | None = None,
+                 progress: Callable | None = None):
+        self.op = op
+        self.signals = _Signals()  # created on the GUI thread: its slots run there
+        self.signals.done.connect(lambda r: self._finish(success, r))
+        self.signals.failed.connect(lambda e: self._finish(failure, e))
+        if progress:
+            self.signals.progress.connect(progress)
+        self.running = False
+
+    def start(self, pool: QThreadPool | None = None) -> BackgroundOp:
+        _live.add(self)
+        self.running = True
+        (pool or QThreadPool.globalInstance()).start(_Runnable(self.op, self.signals))
+        return self
+
+    def _finish(self, callback, value):
+        self.running = False
+        _live.discard(self)
+        if callback:
+            callback(value)
+
+
+def error_text(e: BaseException) -> str:
+    """A readable one-paragraph message for the user (no traceback)."""
+    text = str(e).strip()
+    return text or type(e).__name__

@@ -1,0 +1,263 @@
+"""The engine thread: one EngineWorker on a QThread owns the Engine; the GUI talks to it through
+EngineClient and never waits on it.
+
+Requests go in as queued signal deliveries (so they run in order on the engine thread);
+results, progress (stream chunks) and failures come back as signals and are dispatched to
+the callbacks the caller gave, on the GUI thread. A job is cancelled from the GUI thread
+with `job.cancel()`: a running stream is told `it.cancel()` (the engine stops within one
+chunk), a queued job is skipped, and late progress of a cancelled job is dropped, so
+nothing of it reaches the player after Stop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.background import error_text
+
+_ids = itertools.count(1)
+
+
+class Cancelled(Exception):
+    """The job was cancelled before or while it ran."""
+
+
+@dataclass
+class StreamChunk:
+    """A chunk as the GUI receives it: the engine's Chunk plus the compute time it took."""
+
+    chunk: object
+    compute_s: float
+    job_id: int
+
+
+@dataclass(eq=False)
+class EngineJob:
+    fn: Callable  # fn(engine, job) -> result; runs on the engine thread
+    label: str = ""
+    success: Callable | None = None
+    failure: Callable | None = None
+    progress: Callable | None = None
+    id: int = field(default_factory=lambda: next(_ids))
+    cancelled: bool = False
+    finished: bool = False
+    cancel_requested_at: float | None = None
+    chunks_after_cancel: int = 0  # chunks the engine still produced after cancel(): the Stop test reads it
+    _iterator: object = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def cancel(self) -> None:
+        """From any thread: stop the job within one chunk; queued, it never starts."""
+        with self._lock:
+            if self.cancelled:
+                return
+            self.cancelled = True
+            self.cancel_requested_at = time.perf_counter()
+            it = self._iterator
+        if it is not None:
+            it.cancel()
+
+    def set_iterator(self, it) -> None:
+        with self._lock:
+            self._iterator = it
+            cancelled = self.cancelled
+        if cancelled:
+            it.cancel()
+
+    def check(self) -> None:
+        if self.cancelled:
+            raise Cancelled(f"{self.label or 'job'} cancelled")
+
+
+class EngineWorker(QObject):
+    """Lives on the engine thread. Everything here runs there."""
+
+    submitted = Signal(object)  # EngineJob; queued into run()
+    done = Signal(object, object)  # job, result
+    failed = Signal(object, object)  # job, exception
+    progressed = Signal(object, object)  # job, payload
+
+    def __init__(self):
+        super().__init__()
+        self.engine = None
+        self._voices: dict[str, tuple[float, object]] = {}
+        self.submitted.connect(self.run)
+
+    @Slot(object)
+    def run(self, job: EngineJob) -> None:
+        try:
+            job.check()
+            result = job.fn(self, job)
+        except BaseException as e:  # noqa: BLE001 - any failure becomes a message on the GUI side
+            self.failed.emit(job, e)
+        else:
+            self.done.emit(job, result)
+
+    # helpers used by job functions (engine thread)
+
+    def require_engine(self):
+        if self.engine is None:
+            raise RuntimeError("No model is loaded. Choose a model file first (Model > Open model...).")
+        return self.engine
+
+    def voice(self, path):
+        """The Voice for a library path ('' or None: the model's built-in voice; a Voice: itself)."""
+        engine = self.require_engine()
+        if not path:
+            return engine.builtin_voice
+        if not isinstance(path, str):  # an unsaved Voice (the Voice Lab's test sentence)
+            engine.check_voice(path)
+            return path
+        from engine_native import Voice
+
+        mtime = os.path.getmtime(path)
+        cached = self._voices.get(path)
+        if cached and cached[0] == mtime:
+            return cached[1]
+        v = Voice.load(path)
+        engine.check_voice(v)
+        self._voices[path] = (mtime, v)
+        return v
+
+    def stream(self, job: EngineJob, text: str, voice_path, params: dict) -> dict:
+        """Run engine.stream, sending each chunk to the GUI; returns a summary."""
+        engine = self.require_engine()
+        voice = self.voice(voice_path)
+        it = engine.stream(text, voice, **params)
+        job.set_iterator(it)
+        n, seed, audio = 0, None, 0
+        t0 = t_last = time.perf_counter()
+        try:
+            for chunk in it:
+                now = time.perf_counter()
+                if job.cancelled:
+                    job.chunks_after_cancel += 1
+                    continue  # the iterator ends within one chunk; nothing more goes out
+                n += 1
+                audio += len(chunk.samples)
+                seed = chunk.timings.get("seed", seed) if isinstance(chunk.timings, dict) else seed
+                self.progressed.emit(job, StreamChunk(chunk, now - t_last, job.id))
+                t_last = time.perf_counter()
+        finally:
+            close = getattr(it, "close", None)
+            if close:
+                close()
+        job.check()
+        return {"chunks": n, "seed": seed, "audio_s": audio / engine.sample_rate,
+                "compute_s": time.perf_counter() - t0}
+
+
+class EngineClient(QObject):
+    """The GUI side: owns the engine thread, submits jobs, dispatches their callbacks."""
+
+    modelChanged = Signal(object)  # engine.info dict, or None when unloaded
+    busyChanged = Signal(bool)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.thread = QThread()
+        self.thread.setObjectName("engine")
+        self.worker = EngineWorker()
+        self.worker.moveToThread(self.thread)
+        self.worker.done.connect(self._on_done)
+        self.worker.failed.connect(self._on_failed)
+        self.worker.progressed.connect(self._on_progress)
+        self.thread.start()
+        self.pending: list[EngineJob] = []
+        self.info: dict | None = None
+        self.defaults: dict = {}
+        self.sample_rate = 24000
+        self.builtin_voice_name = "Built-in"
+
+    # requests
+
+    def submit(self, fn: Callable, *, label: str = "", success=None, failure=None, progress=None) -> EngineJob:
+        job = EngineJob(fn, label, success, failure, progress)
+        self.pending.append(job)
+        if len(self.pending) == 1:
+            self.busyChanged.emit(True)
+        self.worker.submitted.emit(job)
+        return job
+
+    def load_model(self, path: str, threads: int = 0, success=None, failure=None) -> EngineJob:
+        def fn(worker: EngineWorker, job: EngineJob):
+            from engine_native import Engine
+
+            worker.engine = None  # free the old model first: two models may not fit in memory
+            worker._voices.clear()
+            engine = Engine(path, threads=threads or None)
+            worker.engine = engine
+            return {"info": dict(engine.info), "defaults": dict(engine.defaults),
+                    "sample_rate": int(engine.sample_rate), "builtin": engine.builtin_voice.name}
+
+        def ok(result):
+            self.info, self.defaults = result["info"], result["defaults"]
+            self.sample_rate, self.builtin_voice_name = result["sample_rate"], result["builtin"]
+            self.modelChanged.emit(self.info)
+            if success:
+                success(self.info)
+
+        def bad(e):
+            self.info = None
+            self.modelChanged.emit(None)
+            if failure:
+                failure(e)
+
+        return self.submit(fn, label="load model", success=ok, failure=bad)
+
+    def stream(self, text: str, voice_path, params: dict, *, on_chunk, success=None,
+               failure=None, label="synthesis") -> EngineJob:
+        return self.submit(lambda w, job: w.stream(job, text, voice_path, params), label=label,
+                           success=success, failure=failure, progress=on_chunk)
+
+    def cancel_all(self) -> None:
+        for job in list(self.pending):
+            job.cancel()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending)
+
+    def shutdown(self, timeout_ms: int = 10000) -> None:
+        self.cancel_all()
+        self.thread.quit()
+        self.thread.wait(timeout_ms)
+
+    # results (GUI thread)
+
+    def _finish(self, job: EngineJob) -> None:
+        job.finished = True
+        if job in self.pending:
+            self.pending.remove(job)
+            if not self.pending:
+                self.busyChanged.emit(False)
+
+    def _on_done(self, job: EngineJob, result) -> None:
+        self._finish(job)
+        if job.cancelled:
+            if job.failure:
+                job.failure(Cancelled(f"{job.label or 'job'} cancelled"))
+            return
+        if job.success:
+            job.success(result)
+
+    def _on_failed(self, job: EngineJob, error) -> None:
+        self._finish(job)
+        if job.failure:
+            job.failure(Cancelled(str(error)) if job.cancelled else error)
+
+    def _on_progress(self, job: EngineJob, payload) -> None:
+        if job.cancelled or job.progress is None:
+            return  # Stop flushes: nothing of a cancelled job reaches the player
+        job.progress(payload)
+
+
+def describe_error(e: BaseException) -> str:
+    return error_text(e)

@@ -1,0 +1,552 @@
+"""The main window: toolbar (model, voice, preset, sampling panel), voice library, script editor,
+transport, the Voice Lab page, drag and drop, and readable error messages."""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import QEvent, QObject, QStandardPaths, Qt, QTimer
+from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QPushButton,
+    QSizePolicy,
+    QSplitter,
+    QStackedWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import theme
+from app.background import BackgroundOp, error_text
+from app.engine_worker import EngineClient
+from app.icons import icon
+from app.playback import PlaybackController, estimate_seconds
+from app.player import Player, output_devices
+from app.sampling_panel import PRESETS, SamplingPanel
+from app.script_editor import SAMPLE_SCRIPT, ScriptEditor
+from app.settings import Settings
+from app.take import EXPORT_FORMATS, export_audio
+from app.transport import Transport
+from app.voice_lab_view import VoiceLabView
+from app.voice_library import BUILTIN, VoiceLibraryPanel, VoiceStore
+
+AUDIO_EXTENSIONS = {".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".wma", ".aiff", ".aif", ".mp4",
+                    ".mkv", ".mov", ".webm", ".avi", ".m4v", ".caf", ".ac3", ".amr"}
+SAMPLE_SENTENCE = "Hello! This is a short sample of my voice."
+APP_ICON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "resources",
+                        "chatterbox-studio.svg")
+
+
+def default_data_dir() -> str:
+    return QStandardPaths.writableLocation(QStandardPaths.AppDataLocation) or os.path.expanduser(
+        "~/.local/share/chatterbox-studio")
+
+
+def dropped_media(mime) -> str | None:
+    """The first local audio/video file in a drag's data, if any."""
+    if not mime.hasUrls():
+        return None
+    for url in mime.urls():
+        if url.isLocalFile():
+            path = url.toLocalFile()
+            if os.path.splitext(path)[1].lower() in AUDIO_EXTENSIONS and os.path.isfile(path):
+                return path
+    return None
+
+
+class _DropFilter(QObject):
+    """Catches audio/video drops on any widget of the window (the editor would insert the path)."""
+
+    def __init__(self, window):
+        super().__init__(window)
+        self.window = window
+
+    def eventFilter(self, obj, e):
+        t = e.type()
+        if t in (QEvent.DragEnter, QEvent.DragMove, QEvent.Drop) and isinstance(obj, QWidget) \
+                and obj.window() is self.window:
+            path = dropped_media(e.mimeData())
+            if path:
+                e.acceptProposedAction()
+                if t == QEvent.Drop:
+                    self.window.open_voice_lab(path)
+                return True
+        return False
+
+
+class ErrorBanner(QFrame):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("Card")
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(12, 8, 8, 8)
+        self.label = QLabel("")
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        lay.addWidget(self.label, 1)
+        self.action = QPushButton()
+        self.action.hide()
+        lay.addWidget(self.action)
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.clicked.connect(self.hide)
+        lay.addWidget(close)
+        self.hide()
+
+    def show_message(self, text: str, action: tuple[str, object] | None = None) -> None:
+        self.label.setStyleSheet(f"color: {theme.colors().error};")
+        self.label.setText(text)
+        try:
+            self.action.clicked.disconnect()
+        except (RuntimeError, TypeError):
+            pass
+        if action:
+            self.action.setText(action[0])
+            self.action.clicked.connect(action[1])
+            self.action.show()
+        else:
+            self.action.hide()
+        self.show()
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: Settings | None = None, data_dir: str | None = None):
+        super().__init__()
+        self.settings = settings or Settings()
+        self.data_dir = data_dir or default_data_dir()
+        self.store = VoiceStore(os.path.join(self.data_dir, "voices"))
+        self.client = EngineClient(self)
+        self.player = Player(24000, self.settings.output_device or None)
+        self.controller = PlaybackController(self.client, self.player, self)
+        self.last_error = ""
+        self.current_take = None
+        self.setWindowTitle("Chatterbox Studio")
+        if os.path.exists(APP_ICON):
+            self.setWindowIcon(QIcon(APP_ICON))
+        self.setAcceptDrops(True)
+        self._build()
+        self._connect()
+        self._drop_filter = _DropFilter(self)
+        QApplication.instance().installEventFilter(self._drop_filter)
+        self._wave_dirty = False
+        self._wave_timer = QTimer(self)
+        self._wave_timer.setInterval(150)
+        self._wave_timer.timeout.connect(self._refresh_wave)
+        self._wave_timer.start()
+        if not self.settings.geometry.isEmpty():
+            self.restoreGeometry(self.settings.geometry)
+        else:
+            self.resize(1280, 800)
+        self.editor.set_text(self.settings.script or SAMPLE_SCRIPT)
+        self._model_changed(None)
+
+    # --- construction --------------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        tb = self.addToolBar("Main")
+        tb.setObjectName("MainToolbar")
+        tb.setMovable(False)
+        tb.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        self.model_button = QToolButton()
+        self.model_button.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        self.model_button.setToolTip("The model in use: click to open or convert another")
+        self.model_button.clicked.connect(lambda: self.choose_model())
+        tb.addWidget(self.model_button)
+        tb.addSeparator()
+        tb.addWidget(QLabel("Voice"))
+        self.voice_combo = QComboBox()
+        self.voice_combo.setMinimumWidth(180)
+        self.voice_combo.setToolTip("The voice that speaks the script")
+        tb.addWidget(self.voice_combo)
+        tb.addWidget(QLabel("Quality"))
+        self.preset_combo = QComboBox()
+        self.preset_combo.addItems(list(PRESETS) + ["Custom"])
+        self.preset_combo.setToolTip("Fast: fewer flow-matching steps. Best: more steps, slower.")
+        tb.addWidget(self.preset_combo)
+        self.sampling_button = QToolButton()
+        self.sampling_button.setText("Sampling")
+        self.sampling_button.setCheckable(True)
+        self.sampling_button.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        self.sampling_button.setToolTip("Show the sampling settings and the seed")
+        tb.addWidget(self.sampling_button)
+        spacer = QWidget()
+        spacer.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Preferred)
+        tb.addWidget(spacer)
+        self.add_voice_action = QAction("Add voice…", self)
+        self.add_voice_action.triggered.connect(lambda: self.add_voice())
+        tb.addAction(self.add_voice_action)
+        self.menu_button = QToolButton()
+        self.menu_button.setText("⋯")
+        self.menu_button.setPopupMode(QToolButton.InstantPopup)
+        self.menu_button.setMenu(self._build_menu())
+        tb.addWidget(self.menu_button)
+
+        central = QWidget()
+        outer = QVBoxLayout(central)
+        outer.setContentsMargins(12, 10, 12, 12)
+        outer.setSpacing(10)
+        self.banner = ErrorBanner()
+        outer.addWidget(self.banner)
+        self.sampling_panel = SamplingPanel(self.settings)
+        self.sampling_panel.setVisible(self.settings.sampling_panel_open)
+        outer.addWidget(self.sampling_panel)
+        self.stack = QStackedWidget()
+        outer.addWidget(self.stack, 1)
+
+        studio = QWidget()
+        s_lay = QVBoxLayout(studio)
+        s_lay.setContentsMargins(0, 0, 0, 0)
+        s_lay.setSpacing(10)
+        split = QSplitter(Qt.Horizontal)
+        split.setChildrenCollapsible(False)
+        self.library = VoiceLibraryPanel(self.store)
+        self.library.setMinimumWidth(240)
+        self.editor = ScriptEditor()
+        split.addWidget(self.library)
+        split.addWidget(self.editor)
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setSizes([290, 900])
+        s_lay.addWidget(split, 1)
+        self.transport = Transport()
+        s_lay.addWidget(self.transport)
+        self.stack.addWidget(studio)
+        self.studio_page = studio
+
+        self.lab = VoiceLabView(self.client, self.store)
+        self.stack.addWidget(self.lab)
+        self.setCentralWidget(central)
+
+        sb = self.statusBar()
+        self.status_model = QLabel("No model")
+        self.status_engine = QLabel("Idle")
+        sb.addWidget(self.status_model, 1)
+        sb.addPermanentWidget(self.status_engine)
+        self.refresh_icons()
+        self._sync_voice_combo()
+
+    def _build_menu(self) -> QMenu:
+        m = QMenu(self)
+        m.addAction("Open model…", lambda: self.choose_model())
+        m.addAction("Add voice from a recording…", lambda: self.add_voice())
+        m.addSeparator()
+        self.device_menu = m.addMenu("Audio output")
+        self.device_menu.aboutToShow.connect(self._fill_device_menu)
+        self.threads_menu = m.addMenu("CPU threads")
+        group = QActionGroup(self)
+        for n in (0, 1, 2, 4, 8, 16):
+            a = self.threads_menu.addAction("Automatic" if n == 0 else str(n))
+            a.setCheckable(True)
+            a.setChecked(self.settings.threads == n)
+            a.triggered.connect(lambda _c=False, n=n: self.set_threads(n))
+            group.addAction(a)
+        theme_menu = m.addMenu("Appearance")
+        for name in ("dark", "light"):
+            theme_menu.addAction(name.capitalize(), lambda n=name: self.set_theme(n))
+        m.addSeparator()
+        m.addAction("Export take…", lambda: self.export_take())
+        return m
+
+    def _fill_device_menu(self) -> None:
+        self.device_menu.clear()
+        group = QActionGroup(self.device_menu)
+        for name in [""] + output_devices():
+            a = self.device_menu.addAction(name or "System default")
+            a.setCheckable(True)
+            a.setChecked(name == self.settings.output_device)
+            a.triggered.connect(lambda _c=False, n=name: self.set_output_device(n))
+            group.addAction(a)
+
+    def refresh_icons(self) -> None:
+        self.model_button.setIcon(icon("model"))
+        self.sampling_button.setIcon(icon("sliders"))
+        self.add_voice_action.setIcon(icon("add"))
+        self.library.refresh_icons()
+        self.editor.refresh_icons()
+        self.transport.refresh_icons()
+        self.lab.refresh_icons()
+
+    def _connect(self) -> None:
+        c, ed, tr, lib = self.controller, self.editor, self.transport, self.library
+        ed.playRequested.connect(self.play_text)
+        ed.regenerateRequested.connect(lambda pos: c.regenerate(pos, self.voice_arg(), self.params()))
+        ed.liveToggled.connect(self._live_toggled)
+        ed.live.sentenceTyped.connect(lambda s, a, b: c.say_live(s, a, b, self.voice_arg(), self.params()))
+        ed.takeActivated.connect(self.show_take)
+        tr.playClicked.connect(ed.request_play)
+        tr.stopClicked.connect(c.stop)
+        tr.exportClicked.connect(lambda: self.export_take())
+        QShortcut(QKeySequence(Qt.Key_Escape), self, activated=c.stop)
+        c.takeStarted.connect(self._take_started)
+        c.takeChanged.connect(lambda _t: setattr(self, "_wave_dirty", True))
+        c.takeFinished.connect(self._take_finished)
+        c.sentenceHeard.connect(ed.highlight)
+        c.position.connect(tr.set_time)
+        c.stateChanged.connect(self._state_changed)
+        c.statusText.connect(tr.status.setText)
+        c.error.connect(self.show_error)
+        lib.voiceChosen.connect(self._voice_chosen)
+        lib.addRequested.connect(lambda: self.add_voice())
+        lib.sampleRequested.connect(self.play_sample)
+        lib.changed.connect(self._sync_voice_combo)
+        lib.error.connect(self.show_error)
+        self.voice_combo.currentIndexChanged.connect(self._voice_combo_changed)
+        self.preset_combo.setCurrentText(self.settings.preset if self.settings.preset in PRESETS else "Custom")
+        self.preset_combo.currentTextChanged.connect(self.sampling_panel.apply_preset)
+        self.sampling_panel.presetChanged.connect(self._preset_shown)
+        self.sampling_button.setChecked(self.settings.sampling_panel_open)
+        self.sampling_button.toggled.connect(self._toggle_sampling)
+        self.lab.backRequested.connect(self.show_studio)
+        self.lab.voiceSaved.connect(self._voice_saved)
+        self.lab.playAudio.connect(self.preview_audio)
+        self.lab.stopAudio.connect(c.stop)
+        self.lab.speakRequested.connect(
+            lambda text, voice, name: c.play(text, 0, voice, self.params(), name, in_history=False))
+        self.lab.error.connect(lambda t: self.statusBar().showMessage(t, 8000))
+        self.client.modelChanged.connect(self._model_changed)
+        self.client.busyChanged.connect(lambda b: self.status_engine.setText("Working…" if b else "Idle"))
+        lib.select(self.settings.voice if os.path.exists(self.settings.voice or "") else BUILTIN)
+
+    # --- model ---------------------------------------------------------------------------------------
+
+    def load_model(self, path: str):
+        self.status_model.setText(f"Loading {os.path.basename(path)}…")
+        self.model_button.setText(f"Loading {os.path.basename(path)}…")
+
+        def ok(info):
+            self.settings.model_path = path
+            self.settings.model_choice_made = True
+            self.banner.hide()
+
+        def bad(e):
+            self.show_error(f"Could not load the model {path}: {error_text(e)}",
+                            action=("Choose model…", lambda: self.choose_model()))
+
+        return self.client.load_model(path, self.settings.threads, success=ok, failure=bad)
+
+    def choose_model(self, first_run: bool = False) -> None:
+        from app.model_dialog import ModelDialog
+
+        dlg = ModelDialog(os.path.join(self.data_dir, "models"), self, first_run=first_run)
+        if dlg.exec() and dlg.model_path:
+            self.load_model(dlg.model_path)
+        elif first_run:
+            self.settings.model_choice_made = True  # asked once; the toolbar button asks again
+
+    def _model_changed(self, info) -> None:
+        if info:
+            name = f"{info.get('variant', '?').capitalize()} · {info.get('quantization', '?')}"
+            self.model_button.setText(name)
+            self.status_model.setText(f"{os.path.basename(info.get('path', ''))} · {info.get('backend', 'cpu')} · "
+                                      f"{info.get('threads', '?')} threads · ggml {info.get('ggml_version', '')}")
+            self.library.set_builtin_name(f"Built-in ({info.get('variant', 'model')})")
+            self.sampling_panel.set_defaults(self.client.defaults)
+            self.player.rate = self.client.sample_rate
+        else:
+            self.model_button.setText("Choose a model…")
+            self.status_model.setText("No model loaded")
+        self._sync_voice_combo()
+
+    def set_threads(self, n: int) -> None:
+        self.settings.threads = n
+        if self.settings.model_path and self.client.info:
+            self.load_model(self.settings.model_path)
+
+    def set_output_device(self, name: str) -> None:
+        self.settings.output_device = name
+        self.player.set_device(name or None)
+
+    def set_theme(self, name: str) -> None:
+        self.settings.theme = name
+        theme.apply(QApplication.instance(), name)
+        self.refresh_icons()
+        self.update()
+
+    # --- voices --------------------------------------------------------------------------------------
+
+    def voice_arg(self) -> str:
+        v = self.settings.voice
+        return v if v and os.path.exists(v) else ""
+
+    def voice_name(self) -> str:
+        return self.library.name_of(self.voice_arg())
+
+    def _sync_voice_combo(self) -> None:
+        self.voice_combo.blockSignals(True)
+        self.voice_combo.clear()
+        for e in self.library.entries():
+            self.voice_combo.addItem(icon("model" if not e.path else "voice"), e.name, e.path)
+        i = self.voice_combo.findData(self.voice_arg())
+        self.voice_combo.setCurrentIndex(max(0, i))
+        self.voice_combo.blockSignals(False)
+
+    def _voice_combo_changed(self, i: int) -> None:
+        path = self.voice_combo.itemData(i)
+        if path is not None:
+            self.library.select(path)
+
+    def _voice_chosen(self, path: str) -> None:
+        self.settings.voice = path
+        i = self.voice_combo.findData(path)
+        if i >= 0 and i != self.voice_combo.currentIndex():
+            self.voice_combo.blockSignals(True)
+            self.voice_combo.setCurrentIndex(i)
+            self.voice_combo.blockSignals(False)
+
+    def _voice_saved(self, path: str) -> None:
+        self.library.reload(select=path)
+        self._sync_voice_combo()
+        self.statusBar().showMessage(f"Saved {os.path.basename(path)} to the library", 6000)
+
+    def add_voice(self, path: str | None = None) -> None:
+        if path is None:
+            exts = " ".join(f"*{e}" for e in sorted(AUDIO_EXTENSIONS))
+            path, _ = QFileDialog.getOpenFileName(self, "Clone a voice from a recording",
+                                                  self.settings.last_open_dir or os.path.expanduser("~"),
+                                                  f"Audio and video ({exts});;All files (*)")
+            if not path:
+                return
+        self.settings.last_open_dir = os.path.dirname(path)
+        self.open_voice_lab(path)
+
+    def open_voice_lab(self, path: str):
+        self.stack.setCurrentWidget(self.lab)
+        return self.lab.open_file(path)
+
+    def show_studio(self) -> None:
+        self.stack.setCurrentWidget(self.studio_page)
+
+    def play_sample(self, path: str) -> None:
+        self.controller.play(SAMPLE_SENTENCE, 0, path, self.params(), self.library.name_of(path), in_history=False)
+
+    def preview_audio(self, samples) -> None:
+        self.controller.stop()
+        self.player.reset()
+        self.player.begin_segment(0.0)
+        self.player.feed(samples)
+        self.player.end_segment()
+
+    # --- synthesis -----------------------------------------------------------------------------------
+
+    def params(self) -> dict:
+        return self.sampling_panel.params()
+
+    def play_text(self, text: str, offset: int):
+        if self.controller.live:
+            self.editor.live_button.setChecked(False)
+        return self.controller.play(text, offset, self.voice_arg(), self.params(), self.voice_name())
+
+    def _live_toggled(self, on: bool) -> None:
+        if on:
+            self.controller.start_live(self.voice_name())
+        else:
+            self.controller.stop_live()
+
+    def _take_started(self, take) -> None:
+        self.current_take = take
+        self.transport.waveform.clear()
+        self.transport.waveform.set_audio(take.samples, take.sample_rate,
+                                          expected_s=0 if self.controller.live else estimate_seconds(take.text))
+        self.transport.export_button.setEnabled(False)
+        if take.in_history and not self.controller.live:
+            self.editor.add_take(take)
+
+    def _take_finished(self, take) -> None:
+        self._refresh_wave()
+        self.transport.export_button.setEnabled(take.frames > 0)
+        if take.in_history:
+            self.editor.set_regen_take(take)
+            self.editor.update_take(take)
+
+    def _refresh_wave(self) -> None:
+        take = self.current_take
+        if take is not None and (self._wave_dirty or self.transport.waveform.duration * take.sample_rate
+                                 != take.frames):
+            self._wave_dirty = False
+            w = self.transport.waveform
+            expected = 0 if take.complete or self.controller.live else estimate_seconds(take.text)
+            w.set_audio(take.samples, take.sample_rate, expected_s=expected)
+            w.marks = [a / take.sample_rate for a, _b, _s in take.sentence_ranges()[1:]]
+            self.transport.export_button.setEnabled(take.frames > 0 and take.complete)
+
+    def show_take(self, take) -> None:
+        self.controller.stop()
+        self.current_take = take
+        self.controller.take = take
+        self._wave_dirty = True
+        self._refresh_wave()
+        self.transport.set_time(0.0, take.duration, 0.0)
+        self.editor.set_regen_take(take)
+
+    def _state_changed(self, state: str) -> None:
+        self.transport.set_running(state in ("generating", "playing", "live"))
+        self.status_engine.setText({"generating": "Generating…", "playing": "Playing", "live": "Live typing",
+                                    "idle": "Idle"}.get(state, state))
+
+    def _preset_shown(self, name: str) -> None:
+        self.preset_combo.blockSignals(True)
+        self.preset_combo.setCurrentText(name)
+        self.preset_combo.blockSignals(False)
+
+    def _toggle_sampling(self, on: bool) -> None:
+        self.sampling_panel.setVisible(on)
+        self.settings.sampling_panel_open = on
+
+    # --- export --------------------------------------------------------------------------------------
+
+    def export_take(self, path: str | None = None):
+        take = self.current_take
+        if take is None or take.frames == 0:
+            self.show_error("There is no take to export yet: play the script first.")
+            return None
+        if path is None:
+            filters = ";;".join(f"{label} (*.{ext})" for ext, (label, _s) in EXPORT_FORMATS.items())
+            start = os.path.join(self.settings.last_open_dir or os.path.expanduser("~"), "take.wav")
+            path, _ = QFileDialog.getSaveFileName(self, "Export take", start, filters)
+            if not path:
+                return None
+        samples, rate = take.samples.copy(), take.sample_rate
+
+        def ok(_r):
+            self.statusBar().showMessage(f"Exported {take.duration:.1f} s to {path}", 8000)
+
+        return BackgroundOp(lambda _rep: export_audio(samples, rate, path), success=ok,
+                            failure=lambda e: self.show_error(f"Export failed: {error_text(e)}")).start()
+
+    # --- errors, drops, closing --------------------------------------------------------------------
+
+    def show_error(self, text: str, action=None) -> None:
+        self.last_error = text
+        self.banner.show_message(text, action)
+        self.statusBar().showMessage(text.splitlines()[0][:160], 10000)
+
+    def dragEnterEvent(self, e):
+        if dropped_media(e.mimeData()):
+            e.acceptProposedAction()
+
+    def dropEvent(self, e):
+        path = dropped_media(e.mimeData())
+        if path:
+            e.acceptProposedAction()
+            self.open_voice_lab(path)
+
+    def closeEvent(self, e):
+        self.settings.geometry = self.saveGeometry()
+        self.settings.window_state = self.saveState()
+        self.settings.script = self.editor.text()
+        self.settings.sync()
+        self.controller.stop()
+        self.player.stop()
+        QApplication.instance().removeEventFilter(self._drop_filter)
+        self.client.shutdown()
+        super().closeEvent(e)

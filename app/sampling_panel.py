@@ -1,0 +1,147 @@
+"""The expandable sampling settings panel (under the toolbar): temperature, top-k/p, penalties,
+CFM steps, token budget and seed; plus the quality/speed presets that set the CFM steps."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDoubleSpinBox,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+)
+
+from app.settings import Settings
+
+#: Quality/speed presets: how many CFM (flow matching) steps S3Gen takes; the rest stays as set.
+PRESETS = {"Fast": 1, "Balanced": None, "Best": 2}  # None: the model's default; Best: default x 2
+
+
+def preset_cfm_steps(name: str, default_steps: int) -> int:
+    v = PRESETS.get(name)
+    if v is None:
+        return default_steps
+    if name == "Best":
+        return max(default_steps * 2, default_steps + 1)
+    return v
+
+
+FIELDS = [  # key, label, kind, lo, hi, step, decimals, tooltip
+    ("temperature", "Temperature", float, 0.05, 2.0, 0.05, 2, "Higher: livelier, less predictable"),
+    ("top_k", "Top-k", int, 1, 10000, 10, 0, "Sample only from the k most likely tokens"),
+    ("top_p", "Top-p", float, 0.05, 1.0, 0.01, 2, "Nucleus sampling: keep tokens up to this probability mass"),
+    ("min_p", "Min-p", float, 0.0, 1.0, 0.01, 2, "Drop tokens below this fraction of the best one"),
+    ("repetition_penalty", "Repetition penalty", float, 1.0, 3.0, 0.05, 2, "Discourage repeated speech tokens"),
+    ("cfm_steps", "CFM steps", int, 1, 16, 1, 0, "Flow-matching steps in the vocoder front end: quality vs speed"),
+    ("max_tokens", "Max tokens", int, 10, 4000, 50, 0, "Speech token budget per sentence (25 per second)"),
+]
+
+
+class SamplingPanel(QFrame):
+    changed = Signal()
+    presetChanged = Signal(str)
+
+    def __init__(self, settings: Settings, parent=None):
+        super().__init__(parent)
+        self.settings = settings
+        self.defaults: dict = {}
+        self.setObjectName("Card")
+        grid = QGridLayout(self)
+        grid.setContentsMargins(14, 10, 14, 10)
+        grid.setHorizontalSpacing(12)
+        grid.setVerticalSpacing(6)
+        self.spins = {}
+        for i, (key, label, kind, lo, hi, step, dec, tip) in enumerate(FIELDS):
+            spin = QDoubleSpinBox() if kind is float else QSpinBox()
+            spin.setRange(lo, hi)
+            spin.setSingleStep(step)
+            if kind is float:
+                spin.setDecimals(dec)
+            spin.setValue(getattr(settings, key))
+            spin.setToolTip(tip)
+            spin.setKeyboardTracking(False)
+            spin.valueChanged.connect(lambda _v, k=key: self._edited(k))
+            lab = QLabel(label)
+            lab.setToolTip(tip)
+            row, col = divmod(i, 4)
+            grid.addWidget(lab, row, col * 2)
+            grid.addWidget(spin, row, col * 2 + 1)
+            self.spins[key] = spin
+        seed_row = QHBoxLayout()
+        self.seed_random = QCheckBox("Random seed")
+        self.seed_random.setToolTip("A new seed for every take (the take history shows which one was used)")
+        self.seed_spin = QSpinBox()
+        self.seed_spin.setRange(0, 2**31 - 1)
+        self.seed_spin.setToolTip("The same seed, text, voice and settings give the same audio")
+        seed = settings.seed
+        self.seed_random.setChecked(seed < 0)
+        self.seed_spin.setValue(max(0, seed))
+        self.seed_spin.setEnabled(seed >= 0)
+        self.seed_random.toggled.connect(self._seed_changed)
+        self.seed_spin.valueChanged.connect(self._seed_changed)
+        seed_row.addWidget(QLabel("Seed"))
+        seed_row.addWidget(self.seed_spin)
+        seed_row.addWidget(self.seed_random)
+        seed_row.addStretch(1)
+        self.reset_button = QPushButton("Model defaults")
+        self.reset_button.setToolTip("Reset every sampling setting to the values stored in the model")
+        self.reset_button.clicked.connect(self.reset_to_defaults)
+        seed_row.addWidget(self.reset_button)
+        grid.addLayout(seed_row, 2, 0, 1, 8)
+
+    def set_defaults(self, defaults: dict) -> None:
+        """The loaded model's defaults; they fill the panel unless the user customised it."""
+        self.defaults = dict(defaults)
+        if not self.settings.sampling_customised:
+            self._fill(self.defaults)
+            self.apply_preset(self.settings.preset, announce=False)
+
+    def reset_to_defaults(self) -> None:
+        self.settings.sampling_customised = False
+        self._fill(self.defaults)
+        self.apply_preset("Balanced")
+
+    def _fill(self, values: dict) -> None:
+        for key, spin in self.spins.items():
+            if key in values and values[key] is not None:
+                spin.blockSignals(True)
+                spin.setValue(values[key])
+                spin.blockSignals(False)
+                setattr(self.settings, key, spin.value())
+
+    def apply_preset(self, name: str, announce: bool = True) -> None:
+        if name not in PRESETS:
+            return
+        self.settings.preset = name
+        default_steps = int(self.defaults.get("cfm_steps", self.settings.cfm_steps) or 2)
+        spin = self.spins["cfm_steps"]
+        spin.blockSignals(True)
+        spin.setValue(preset_cfm_steps(name, default_steps))
+        spin.blockSignals(False)
+        self.settings.cfm_steps = spin.value()
+        if announce:
+            self.changed.emit()
+
+    def _edited(self, key: str) -> None:
+        setattr(self.settings, key, self.spins[key].value())
+        self.settings.sampling_customised = True
+        if key == "cfm_steps":
+            self.settings.preset = "Custom"
+            self.presetChanged.emit("Custom")
+        self.changed.emit()
+
+    def _seed_changed(self, *_a) -> None:
+        rnd = self.seed_random.isChecked()
+        self.seed_spin.setEnabled(not rnd)
+        self.settings.seed = -1 if rnd else self.seed_spin.value()
+        self.changed.emit()
+
+    def params(self) -> dict:
+        """Options for engine.stream / synthesize."""
+        p = {key: spin.value() for key, spin in self.spins.items()}
+        p["seed"] = None if self.seed_random.isChecked() else self.seed_spin.value()
+        return p

@@ -1,0 +1,108 @@
+"""Typed settings over QSettings (Picard-style): one descriptor per key, with its type and default.
+
+    s = Settings()                 # the user's settings (organisation/app names from QApplication)
+    s.model_path = "/models/chatterbox-turbo-q4_0.gguf"
+    s.temperature                  # -> float, the default when never set
+
+QSettings stores strings on some platforms (INI files, Linux), so every read converts
+back to the declared type and falls back to the default when the stored value is junk.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray, QSettings
+
+
+class Setting:
+    """A typed QSettings key; used as a class attribute of `Settings`."""
+
+    def __init__(self, key: str, type_: type, default):
+        self.key, self.type, self.default = key, type_, default
+
+    def __set_name__(self, owner, name):
+        owner._fields[name] = self
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        raw = obj.qsettings.value(self.key, None)
+        if raw is None:
+            return self.default
+        try:
+            return self.convert(raw)
+        except (TypeError, ValueError):
+            return self.default
+
+    def __set__(self, obj, value):
+        obj.qsettings.setValue(self.key, self.convert(value))
+
+    def convert(self, raw):
+        if self.type is bool:
+            if isinstance(raw, str):
+                if raw.lower() in ("true", "1", "yes"):
+                    return True
+                if raw.lower() in ("false", "0", "no", ""):
+                    return False
+                raise ValueError(raw)
+            return bool(raw)
+        if self.type is QByteArray:
+            return raw if isinstance(raw, QByteArray) else QByteArray(raw)
+        if self.type is list:
+            if isinstance(raw, str):
+                return [raw] if raw else []
+            return [str(v) for v in raw]
+        if self.type in (int, float) and isinstance(raw, bool):
+            raise TypeError("a boolean is not a number")
+        return self.type(raw)
+
+
+#: Quality/speed presets for the toolbar: CFM steps and token budget trade quality for time.
+PRESETS = {
+    "Fast": {"cfm_steps": 1},
+    "Balanced": {"cfm_steps": 2},
+    "Best": {"cfm_steps": 4},
+}
+
+
+class Settings:
+    """Everything the app remembers between runs."""
+
+    _fields: dict[str, Setting] = {}
+
+    model_path = Setting("engine/model_path", str, "")
+    model_choice_made = Setting("engine/model_choice_made", bool, False)
+    threads = Setting("engine/threads", int, 0)  # 0: let the engine choose
+    voice = Setting("voice/current", str, "")  # "" = the model's built-in voice, else a .voice.gguf path
+    output_device = Setting("audio/output_device", str, "")  # "" = the system default
+    preset = Setting("synthesis/preset", str, "Balanced")
+    seed = Setting("synthesis/seed", int, -1)  # -1: a new random seed per take
+    temperature = Setting("sampling/temperature", float, 0.8)
+    top_k = Setting("sampling/top_k", int, 1000)
+    top_p = Setting("sampling/top_p", float, 0.95)
+    repetition_penalty = Setting("sampling/repetition_penalty", float, 1.2)
+    min_p = Setting("sampling/min_p", float, 0.0)
+    cfm_steps = Setting("sampling/cfm_steps", int, 2)
+    max_tokens = Setting("sampling/max_tokens", int, 1000)
+    sampling_customised = Setting("sampling/customised", bool, False)  # False: use the model's defaults
+    sampling_panel_open = Setting("ui/sampling_panel_open", bool, False)
+    theme = Setting("ui/theme", str, "dark")
+    geometry = Setting("ui/geometry", QByteArray, QByteArray())
+    window_state = Setting("ui/window_state", QByteArray, QByteArray())
+    last_open_dir = Setting("ui/last_open_dir", str, "")
+    script = Setting("editor/script", str, "")
+
+    SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens")
+
+    def __init__(self, qsettings: QSettings | None = None):
+        self.qsettings = qsettings if qsettings is not None else QSettings()
+
+    def sampling(self) -> dict:
+        return {k: getattr(self, k) for k in self.SAMPLING_KEYS}
+
+    def set_sampling(self, values: dict) -> None:
+        for k in self.SAMPLING_KEYS:
+            if k in values:
+                setattr(self, k, values[k])
+
+    def sync(self) -> None:
+        self.qsettings.sync()

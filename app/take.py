@@ -1,0 +1,152 @@
+"""A take: the audio of one synthesis, sentence by sentence, and its export to WAV/FLAC/OGG/MP3.
+
+Audio is kept per sentence so that one sentence can be regenerated and swapped in alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+EXPORT_FORMATS = {  # extension -> (label, soundfile format and subtype, or None for ffmpeg)
+    "wav": ("WAV (16-bit PCM)", ("WAV", "PCM_16")),
+    "flac": ("FLAC (lossless)", ("FLAC", "PCM_16")),
+    "ogg": ("Ogg Vorbis", ("OGG", "VORBIS")),
+    "mp3": ("MP3 (LAME VBR)", None),
+}
+
+
+class ExportError(Exception):
+    pass
+
+
+@dataclass
+class TakeSentence:
+    index: int
+    text: str
+    span: tuple[int, int]  # character span in the take's text
+    pieces: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def frames(self) -> int:
+        return sum(p.size for p in self.pieces)
+
+
+@dataclass
+class Take:
+    text: str
+    voice_name: str
+    sample_rate: int = 24000
+    seed: int | None = None
+    text_offset: int = 0  # where `text` starts in the editor (playing a selection)
+    in_history: bool = True  # voice samples and test sentences are not kept
+    created: float = field(default_factory=time.time)
+    sentences: dict[int, TakeSentence] = field(default_factory=dict)
+    complete: bool = False
+    _cache: np.ndarray | None = None
+
+    def add_audio(self, index: int, text: str, span: tuple[int, int], samples: np.ndarray) -> int:
+        """Append audio of sentence `index` (span: in editor coordinates); returns its start frame."""
+        start = self.frames
+        s = self.sentences.get(index)
+        if s is None:
+            s = self.sentences[index] = TakeSentence(index, text, (int(span[0]), int(span[1])))
+        s.pieces.append(np.asarray(samples, np.float32).reshape(-1))
+        self._cache = None
+        return start
+
+    def replace_sentence(self, index: int, samples: np.ndarray) -> None:
+        self.sentences[index].pieces = [np.asarray(samples, np.float32).reshape(-1)]
+        self._cache = None
+
+    @property
+    def frames(self) -> int:
+        return sum(s.frames for s in self.sentences.values())
+
+    @property
+    def duration(self) -> float:
+        return self.frames / self.sample_rate
+
+    @property
+    def samples(self) -> np.ndarray:
+        if self._cache is None:
+            parts = [p for i in sorted(self.sentences) for p in self.sentences[i].pieces]
+            self._cache = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        return self._cache
+
+    def sentence_ranges(self) -> list[tuple[int, int, TakeSentence]]:
+        """(start frame, end frame, sentence) in playing order."""
+        out, t = [], 0
+        for i in sorted(self.sentences):
+            s = self.sentences[i]
+            out.append((t, t + s.frames, s))
+            t += s.frames
+        return out
+
+    def sentence_containing(self, position: int) -> TakeSentence | None:
+        """The sentence whose editor span contains `position` (its end included)."""
+        for s in self.sentences.values():
+            if s.span[0] <= position <= s.span[1]:
+                return s
+        return None
+
+    def sentence_at(self, frame: int) -> TakeSentence | None:
+        for a, b, s in self.sentence_ranges():
+            if a <= frame < b:
+                return s
+        return None
+
+    @property
+    def title(self) -> str:
+        words = " ".join(self.text.split())
+        short = words if len(words) <= 48 else words[:47] + "…"
+        return f"{time.strftime('%H:%M:%S', time.localtime(self.created))}  {short}"
+
+
+def export_audio(samples: np.ndarray, rate: int, path: str) -> None:
+    """Write `samples` to `path`; the format comes from the extension. Atomic: never half a file."""
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if ext not in EXPORT_FORMATS:
+        raise ExportError(f"cannot export to .{ext or '?'}: choose one of "
+                          f"{', '.join('.' + e for e in EXPORT_FORMATS)}")
+    x = np.clip(np.asarray(samples, np.float32).reshape(-1), -1.0, 1.0)
+    if x.size == 0:
+        raise ExportError("the take is empty: nothing to export")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ExportError(f"cannot write {path}: the folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".export-", suffix="." + ext, dir=folder)
+    os.close(fd)
+    try:
+        spec = EXPORT_FORMATS[ext][1]
+        if spec is None:
+            _write_mp3(x, rate, tmp)
+        else:
+            import soundfile as sf
+
+            sf.write(tmp, x, rate, format=spec[0], subtype=spec[1])
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ExportError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _write_mp3(x: np.ndarray, rate: int, path: str) -> None:
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise ExportError("MP3 export needs ffmpeg, which is not installed (e.g. `apt install ffmpeg`); "
+                          "WAV, FLAC and OGG work without it")
+    # LAME writes its delay/padding into the Xing header, so decoders trim back to the exact length.
+    cmd = [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-f", "f32le", "-ar", str(rate),
+           "-ac", "1", "-i", "pipe:", "-c:a", "libmp3lame", "-q:a", "2", "-f", "mp3", path]
+    r = subprocess.run(cmd, input=x.astype("<f4").tobytes(), capture_output=True)
+    if r.returncode != 0:
+        raise ExportError("ffmpeg could not encode the MP3: " + r.stderr.decode("utf-8", "replace").strip()[-300:])
