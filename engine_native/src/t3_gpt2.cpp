@@ -79,6 +79,7 @@ void T3Gpt2::reserve_cache(int n_tokens) {
         k_cache_.push_back(ggml_new_tensor_3d(cache_ctx_, cache_type_, D, n_tokens, hp_.n_head));
         v_cache_.push_back(ggml_new_tensor_3d(cache_ctx_, cache_type_, D, n_tokens, hp_.n_head));
     }
+    n_prefix_ = 0;  // a new cache holds no conditioning prefix
     cache_buf_ = ggml_backend_alloc_ctx_tensors(cache_ctx_, backend_);
     if (!cache_buf_) throw EngineError("not enough memory for the T3 KV cache");
     n_cache_ = n_tokens;
@@ -127,6 +128,26 @@ static void check_ids(const std::vector<int32_t>& ids, int vocab, const char* wh
             throw EngineError(std::string(what) + " token id " + std::to_string(id) + " is outside [0, " + std::to_string(vocab) + ")");
 }
 
+// Keys and values of [speaker, prompt speech] at positions 0 .. n_cond - 1.
+void T3Gpt2::run_prefix(const T3Conditioning& cond) {
+    const int n_cond = 1 + static_cast<int>(cond.prompt_tokens.size());
+    n_past_ = 0;
+    n_prefix_ = 0;
+    ggml_context* ctx = runner_.begin();
+    ggml_cgraph* gf = runner_.graph();
+    GraphInputs in;
+    ggml_tensor* spk = linear(ctx, in.f32(ctx, cond.speaker_emb, hp_.speaker_embed_size), spkr_w_, spkr_b_);  // [E, 1]
+    ggml_tensor* x = ggml_reshape_2d(ctx, spk, hp_.n_embd, 1);
+    if (!cond.prompt_tokens.empty()) x = ggml_concat(ctx, x, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, cond.prompt_tokens)), 1);
+    std::vector<int32_t> pos(n_cond);
+    for (int i = 0; i < n_cond; ++i) pos[i] = i;
+    x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, pos)));
+    x = transformer(ctx, gf, x, n_cond, causal_mask(ctx, in, n_cond));
+    runner_.compute(ggml_view_1d(ctx, x, 1, 0), in);  // the graph's point is the cache writes
+    prefix_cond_ = cond;
+    n_prefix_ = n_cond;
+}
+
 std::vector<float> T3Gpt2::prompt(const T3Conditioning& cond, const std::vector<int32_t>& text,
                                   const std::vector<int32_t>& speech, int n_out, int reserve_tokens) {
     if (static_cast<int>(cond.speaker_emb.size()) != hp_.speaker_embed_size)
@@ -138,21 +159,28 @@ std::vector<float> T3Gpt2::prompt(const T3Conditioning& cond, const std::vector<
     const int n_tok = 1 + static_cast<int>(cond.prompt_tokens.size() + text.size() + speech.size());
     if (n_out < 1 || n_out > static_cast<int>(speech.size())) throw EngineError("n_out must be within the speech tokens");
     reserve_cache(n_tok + std::max(0, reserve_tokens));
-    n_past_ = 0;
+    const int n_cond = 1 + static_cast<int>(cond.prompt_tokens.size());
+    if (n_prefix_ != n_cond || prefix_cond_.prompt_tokens != cond.prompt_tokens ||
+        prefix_cond_.speaker_emb != cond.speaker_emb)
+        run_prefix(cond);
 
+    // [text, speech] at positions n_cond .. n_tok - 1, attending to the cached prefix.
+    n_past_ = n_cond;
+    const int n_new = n_tok - n_cond;
     ggml_context* ctx = runner_.begin();
     ggml_cgraph* gf = runner_.graph();
     GraphInputs in;
-    ggml_tensor* spk = linear(ctx, in.f32(ctx, cond.speaker_emb, hp_.speaker_embed_size), spkr_w_, spkr_b_);  // [E, 1]
-    ggml_tensor* x = ggml_reshape_2d(ctx, spk, hp_.n_embd, 1);
-    if (!cond.prompt_tokens.empty()) x = ggml_concat(ctx, x, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, cond.prompt_tokens)), 1);
-    if (!text.empty()) x = ggml_concat(ctx, x, ggml_get_rows(ctx, text_emb_, in.ids(ctx, text)), 1);
-    x = ggml_concat(ctx, x, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, speech)), 1);
-    std::vector<int32_t> pos(n_tok);
-    for (int i = 0; i < n_tok; ++i) pos[i] = i;
+    ggml_tensor* x = ggml_get_rows(ctx, speech_emb_, in.ids(ctx, speech));
+    if (!text.empty()) x = ggml_concat(ctx, ggml_get_rows(ctx, text_emb_, in.ids(ctx, text)), x, 1);
+    std::vector<int32_t> pos(n_new);
+    for (int i = 0; i < n_new; ++i) pos[i] = n_cond + i;
     x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, pos)));
-    x = transformer(ctx, gf, x, n_tok, causal_mask(ctx, in, n_tok));
-    x = ggml_view_2d(ctx, x, hp_.n_embd, n_out, x->nb[1], (n_tok - n_out) * x->nb[1]);
+    std::vector<ggml_fp16_t> mask(static_cast<size_t>(n_tok) * n_new);
+    for (int i = 0; i < n_new; ++i)
+        for (int j = 0; j < n_tok; ++j)
+            mask[static_cast<size_t>(i) * n_tok + j] = ggml_fp32_to_fp16(j <= n_cond + i ? 0.0f : -INFINITY);
+    x = transformer(ctx, gf, x, n_new, in.f16_mask(ctx, std::move(mask), n_tok, n_new));
+    x = ggml_view_2d(ctx, x, hp_.n_embd, n_out, x->nb[1], (n_new - n_out) * x->nb[1]);
     x = layer_norm(ctx, x, ln_f_w_, ln_f_b_, hp_.ln_eps);
     ggml_tensor* logits = linear(ctx, x, head_w_, head_b_);
     std::vector<float> out = runner_.compute(logits, in);

@@ -34,9 +34,11 @@ public:
 
     const T3Hparams& hp() const { return hp_; }
 
-    // Runs [cond, text, speech] from an empty cache and returns the speech-head logits
-    // of the last `n_out` positions, row-major [n_out][speech_vocab]. The cache then
-    // holds the whole sequence, ready for step().
+    // Runs [cond, text, speech] and returns the speech-head logits of the last `n_out`
+    // positions, row-major [n_out][speech_vocab]. The cache then holds the whole
+    // sequence, ready for step(). The conditioning prefix does not depend on the text,
+    // and attention is causal, so its keys and values are computed once per voice and
+    // kept: a later prompt with the same conditioning only runs [text, speech].
     std::vector<float> prompt(const T3Conditioning& cond, const std::vector<int32_t>& text,
                               const std::vector<int32_t>& speech, int n_out, int reserve_tokens);
     // Appends one speech token and returns its logits [speech_vocab].
@@ -49,6 +51,7 @@ private:
         ggml_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
     };
     void reserve_cache(int n_tokens);
+    void run_prefix(const T3Conditioning& cond);
     ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* x, int n_new, ggml_tensor* mask);
 
     T3Hparams hp_;
@@ -64,6 +67,9 @@ private:
     std::vector<ggml_tensor*> k_cache_, v_cache_;
     int n_cache_ = 0;
     int n_past_ = 0;
+    // The conditioning whose keys/values occupy cache positions [0, n_prefix_).
+    T3Conditioning prefix_cond_;
+    int n_prefix_ = 0;
     GraphRunner runner_;
 };
 
