@@ -67,11 +67,33 @@ def apply(app: QApplication, name: str = "dark") -> Colors:
     for r in (role.WindowText, role.Text, role.ButtonText):
         pal.setColor(QPalette.ColorGroup.Disabled, r, QColor(c.muted))
     app.setPalette(pal)
-    app.setStyleSheet(STYLE.format(c=c))
+    app.setStyleSheet(STYLE.format(c=c, **_assets(c)))
     from app import icons
 
     icons.clear_cache()
     return c
+
+
+def _assets(c: Colors) -> dict:
+    """Arrow and check-mark SVGs in the palette's colours, written once per colour set (QSS needs files)."""
+    import os
+    import tempfile
+
+    folder = os.path.join(tempfile.gettempdir(), f"chatterbox-studio-theme-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    os.makedirs(folder, exist_ok=True)
+    shapes = {
+        "up": ("M6 15l6-6 6 6", c.text), "down": ("M6 9l6 6 6-6", c.text),
+        "check": ("M5 12.5l4.5 4.5L19 7.5", c.accent_text),
+    }
+    out = {}
+    for name, (d, color) in shapes.items():
+        path = os.path.join(folder, f"{name}-{color.lstrip('#')}.svg")
+        if not os.path.exists(path):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><path d="{d}" fill="none" '
+                        f'stroke="{color}" stroke-width="2.6" stroke-linecap="round" stroke-linejoin="round"/></svg>')
+        out[name] = path.replace(os.sep, "/")
+    return out
 
 
 STYLE = """
@@ -114,5 +136,18 @@ QScrollBar:vertical {{ background: transparent; width: 10px; margin: 2px; }}
 QScrollBar::handle:vertical {{ background: {c.border}; border-radius: 4px; min-height: 24px; }}
 QScrollBar::add-line, QScrollBar::sub-line {{ height: 0; width: 0; }}
 QCheckBox {{ spacing: 6px; }}
+QAbstractSpinBox {{ padding-right: 20px; }}
+QAbstractSpinBox::up-button {{ subcontrol-origin: border; subcontrol-position: top right; width: 20px; border: none; background: transparent; }}
+QAbstractSpinBox::down-button {{ subcontrol-origin: border; subcontrol-position: bottom right; width: 20px; border: none; background: transparent; }}
+QAbstractSpinBox::up-arrow {{ image: url({up}); width: 10px; height: 10px; }}
+QAbstractSpinBox::down-arrow {{ image: url({down}); width: 10px; height: 10px; }}
+QAbstractSpinBox::up-arrow:disabled, QAbstractSpinBox::down-arrow:disabled {{ image: none; }}
+QComboBox::drop-down {{ border: none; width: 24px; }}
+QComboBox::down-arrow {{ image: url({down}); width: 10px; height: 10px; }}
+QComboBox QAbstractItemView {{ background: {c.base}; border: 1px solid {c.border}; selection-background-color: {c.accent}; }}
+QCheckBox::indicator, QListWidget::indicator {{ width: 14px; height: 14px; border: 1px solid {c.muted}; border-radius: 4px; background: {c.base}; }}
+QCheckBox::indicator:checked, QListWidget::indicator:checked {{ background: {c.accent}; border-color: {c.accent}; image: url({check}); }}
+QPushButton::menu-indicator {{ image: url({down}); width: 9px; height: 9px; subcontrol-position: right center; subcontrol-origin: padding; right: 6px; }}
+QToolButton::menu-indicator {{ image: none; width: 0; }}
 QToolTip {{ border: 1px solid {c.border}; padding: 4px; }}
 """

@@ -279,6 +279,7 @@ class VoiceLabView(QWidget):
         klay.addWidget(self.clone_status)
         trow = QHBoxLayout()
         self.test_edit = QLineEdit(TEST_SENTENCE)
+        self.test_edit.setCursorPosition(0)
         self.test_button = QPushButton()
         self.test_button.setToolTip("Speak the test sentence in the new voice")
         self.test_button.clicked.connect(self.speak_test)

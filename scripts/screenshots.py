@@ -1,0 +1,151 @@
+"""Screenshots of the real app for the README: docs/screenshots/main_window.png and voice_lab.png.
+
+Run it through scripts/screenshots.sh (a real X server from xvfb-run, Qt's xcb plugin). It uses a
+throw-away settings file and data folder, loads MODEL, clones a few voices from espeak-ng
+recordings (when the engine can clone), plays a short script and grabs the window while a
+sentence is being spoken, then opens the Voice Lab on a recording and grabs that.
+
+    python scripts/screenshots.py --model MODEL.gguf [--out docs/screenshots]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SCRIPT = ("The lighthouse keeper climbed the spiral stairs one last time. Below him, the harbour lights "
+          "flickered on, one by one, like a town slowly waking from a dream.\n\n"
+          "He had counted these steps for thirty years. Tonight, for the first time, he lost count.")
+VOICES = [("Harbour Narrator", "en-gb", 140), ("Morgan", "en-us", 165), ("Riley", "en-gb-x-rp", 175)]
+LINES = ["the quick brown fox jumps over the lazy dog and keeps on running far away",
+         "she sells sea shells by the sea shore while the gulls circle overhead",
+         "a journey of a thousand miles begins with one small step forward today",
+         "every voice has a colour of its own that listeners recognise at once"]
+
+
+def pump(app, seconds: float, until=None) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        app.processEvents()
+        if until is not None and until():
+            return True
+        time.sleep(0.01)
+    return until() if until else True
+
+
+def recording(folder: str, voice: str, speed: int) -> str:
+    """~11 s of espeak-ng speech with pauses and a little noise (44.1 kHz stereo FLAC)."""
+    import soundfile as sf
+
+    parts = []
+    for i, line in enumerate(LINES):
+        wav = os.path.join(folder, f"{voice}-{i}.wav")
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", wav, line], check=True, capture_output=True)
+        x, sr = sf.read(wav, dtype="float32")
+        parts += [np.zeros(int(0.9 * sr) if i == 2 else int(0.25 * sr), np.float32), x * 0.8]
+    x = np.concatenate(parts + [np.zeros(int(0.6 * sr), np.float32)])
+    x = x + np.random.default_rng(0).normal(0, 10 ** (-58 / 20), x.size).astype(np.float32)
+    path = os.path.join(folder, f"{voice}-interview.flac")
+    sf.write(path, np.stack([x, x * 0.96], axis=1), sr)
+    return path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "screenshots"))
+    ap.add_argument("--max-tokens", type=int, default=120)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="cbs-shots-")
+
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from app import theme
+    from app.gui import make_app
+    from app.main_window import MainWindow
+    from app.settings import Settings
+
+    app = make_app([sys.argv[0]])
+    settings = Settings(QSettings(os.path.join(work, "settings.ini"), QSettings.IniFormat))
+    theme.apply(app, "dark")
+    w = MainWindow(settings, os.path.join(work, "data"))
+    w.resize(1360, 860)
+    w.show()
+    loaded = []
+    w.client.modelChanged.connect(loaded.append)
+    w.load_model(args.model)
+    if not pump(app, 300, lambda: loaded):
+        print("the model did not load in time", file=sys.stderr)
+        return 1
+    if not loaded[-1]:
+        print(f"the model did not load: {w.last_error}", file=sys.stderr)
+        return 1
+
+    # a few voices in the library (needs native cloning)
+    recs = [(name, recording(work, voice, speed)) for name, voice, speed in VOICES]
+    for name, path in recs:
+        op = w.open_voice_lab(path)
+        pump(app, 120, lambda: not op.running)
+        w.lab.name_edit.setText(name)
+        w.lab.clone()
+        pump(app, 600, lambda: w.lab.busy == "" and (w.lab.voice is not None or "failed" in w.lab.clone_status.text()))
+        if w.lab.voice is None:
+            print(f"cloning is not available: {w.lab.clone_status.text()}", file=sys.stderr)
+            break
+        w.lab.save_to_library()
+    w.show_studio()
+    w.library.select("")
+
+    # play the script; grab while the second sentence is being heard
+    w.sampling_panel.spins["max_tokens"].setValue(args.max_tokens)
+    w.sampling_button.setChecked(False)
+    w.editor.set_text(SCRIPT)
+    w.editor.request_play()
+    c = w.controller
+    pump(app, 900, lambda: c.state == "idle")
+    if w.current_take is None or w.current_take.frames == 0:
+        print(f"no audio: {w.last_error}", file=sys.stderr)
+        return 1
+    take = w.current_take
+    w.controller.stop()
+    w.player.reset()
+    w.player.begin_segment(0)
+    w.player.feed(take.samples)
+    w.player.end_segment()
+    c.take = take
+    c.timer.start()
+    second = take.sentence_ranges()[1][0] / take.sample_rate if len(take.sentences) > 1 else 0.2
+    pump(app, second + 0.6)
+    c.timer.stop()
+    w.transport.status.setText(f"Sentence 2 of {len(take.sentences)}")
+    app.processEvents()
+    w.grab().save(os.path.join(args.out, "main_window.png"))
+    w.player.stop()
+
+    # the Voice Lab on the first recording, with the processed loudness measured
+    op = w.open_voice_lab(recs[0][1])
+    pump(app, 120, lambda: not op.running)
+    w.lab.name_edit.setText("Harbour Narrator")
+    w.lab.ensure_clip(lambda _c: None)
+    pump(app, 120, lambda: w.lab.busy == "")
+    w.lab.chain_editor.list.setCurrentRow(0)
+    app.processEvents()
+    w.grab().save(os.path.join(args.out, "voice_lab.png"))
+    print(f"wrote {args.out}/main_window.png and voice_lab.png")
+    w.close()
+    QApplication.processEvents()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,313 @@
+"""The desktop app, end to end (issue 9's "Must show" list).
+
+pytest-qt on the offscreen platform, the real engine on the smallest random-weight model
+(Nano, q4_0), the real audio stack (sounddevice -> PortAudio -> ALSA's null device). Texts
+are short and the token budget small, so the whole file stays within a few minutes on two
+cores. Engine-heavy steps share one window with the model loaded once (module fixture).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl  # noqa: E402
+from PySide6.QtGui import QDropEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from tests import audio_fixtures  # noqa: E402
+
+MAX_TOKENS = 40  # 1.6 s of speech at most per sentence
+STREAM = {"first_chunk_tokens": 10, "chunk_tokens": 10}  # several chunks from a short sentence
+
+
+def _settings(folder) -> object:
+    from app.settings import Settings
+
+    return Settings(QSettings(str(folder / "settings.ini"), QSettings.IniFormat))
+
+
+def _make_window(folder):
+    from app import theme
+    from app.main_window import MainWindow
+
+    theme.apply(QApplication.instance(), "dark")
+    return MainWindow(_settings(folder), str(folder / "data"))
+
+
+def _close(window) -> None:
+    window.close()
+    window.deleteLater()
+    QApplication.processEvents()
+
+
+def _wait(qtbot, cond, timeout_s: float, what: str) -> None:
+    try:
+        qtbot.waitUntil(cond, timeout=int(timeout_s * 1000))
+    except AssertionError:
+        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}") from None
+
+
+@pytest.fixture(scope="module")
+def model():
+    from tests.models import model_path
+
+    return str(model_path("nano", "q4_0"))
+
+
+@pytest.fixture(scope="module")
+def studio(qapp, model, tmp_path_factory):
+    """One main window with the model loaded, shared by the engine tests (loading costs seconds)."""
+    folder = tmp_path_factory.mktemp("studio")
+    w = _make_window(folder)
+    w.resize(1200, 780)
+    w.show()
+    w.controller.stream_options = dict(STREAM)
+    loaded = []
+    w.client.modelChanged.connect(loaded.append)
+    w.load_model(model)
+    deadline = time.monotonic() + 120
+    while not loaded and time.monotonic() < deadline:
+        QApplication.processEvents()
+        time.sleep(0.01)
+    assert loaded and loaded[-1], f"the model did not load: {w.last_error}"
+    w.sampling_panel.spins["max_tokens"].setValue(MAX_TOKENS)
+    w.sampling_panel.seed_random.setChecked(False)
+    w.sampling_panel.seed_spin.setValue(7)
+    yield w
+    _close(w)
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    if not audio_fixtures.tools_available():
+        pytest.skip("needs ffmpeg and espeak-ng")
+    folder = tmp_path_factory.mktemp("rec")
+    rec = audio_fixtures.build_recording(str(folder), layout=(1.0, 6.5, 1.5, 3.0, 1.0))
+    return audio_fixtures.write_wav(str(folder / "speaker.wav"), rec), rec
+
+
+def drop_file(widget, path: str) -> None:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(path)])
+    pos = QPointF(widget.width() / 2, widget.height() / 2)
+    for etype in (QDropEvent.Type.DragEnter, QDropEvent.Type.Drop):
+        if etype == QDropEvent.Type.DragEnter:
+            from PySide6.QtGui import QDragEnterEvent
+
+            ev = QDragEnterEvent(pos.toPoint(), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+        else:
+            ev = QDropEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+        QApplication.sendEvent(widget, ev)
+
+
+class TimerProbe:
+    """A 10 ms QTimer on the GUI thread; records the worst gap between its ticks."""
+
+    def __init__(self):
+        self.timer = QTimer()
+        self.timer.setInterval(10)
+        self.timer.timeout.connect(self._tick)
+        self.last = None
+        self.worst = 0.0
+        self.ticks = 0
+
+    def _tick(self):
+        now = time.perf_counter()
+        if self.last is not None:
+            self.worst = max(self.worst, now - self.last)
+        self.last = now
+        self.ticks += 1
+
+    def start(self):
+        self.last = None
+        self.timer.start()
+
+    def stop(self):
+        self.timer.stop()
+
+
+# --- Voice Lab, clone, save, export --------------------------------------------------------------
+
+
+def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, recording, qtbot, tmp_path):
+    w = studio
+    path, rec = recording
+    drop_file(w.editor.edit.viewport(), path)  # anywhere on the window: here onto the script editor
+    assert w.stack.currentWidget() is w.lab
+    _wait(qtbot, lambda: w.lab.analysis is not None or w.lab.busy == "" and w.lab.clone_status.text(), 60,
+          "the Voice Lab analysis")
+    a = w.lab.analysis
+    assert a is not None, w.lab.clone_status.text()
+    # the regions found match the two known speech spans of the recording
+    speech = [(r.start, r.end) for r in a.regions]
+    assert len(speech) == 2, speech
+    for (s0, s1), (k0, k1) in zip(speech, rec.speech):
+        assert abs(s0 - k0) < 0.05 and abs(s1 - k1) < 0.05, (speech, rec.speech)
+    kinds = {k for _a, _b, k in w.lab.waveform.regions}
+    assert kinds == {"speech", "silence"}
+    # the window lies on speech only, is long enough to clone, and its edges drag
+    spans = w.lab.spans()
+    assert spans and sum(b - a for a, b in spans) > 5.0
+    for a0, a1 in spans:
+        assert any(r0 - 1e-6 <= a0 < a1 <= r1 + 1e-6 for r0, r1 in speech), (spans, speech)
+    w0 = spans[0][0]
+    w.lab.waveform.move_edge(0, 0, w0 + 0.25)
+    w.lab.waveform.windowChanged.emit(w.lab.spans())
+    assert abs(w.lab.spans()[0][0] - (w0 + 0.25)) < 1e-9
+    assert w.lab.window_label.text().startswith("Window")
+    assert "pcm" in w.lab.info["codec"].text()
+
+    # a filter step switched off changes the chain that will be rendered
+    assert w.lab.chain_editor.chain.name == "clean"
+    w.lab.chain_editor.set_enabled(0, False)
+    assert not w.lab.chain_editor.chain.steps[0].enabled
+
+    # Clone runs in the background, then Save puts it in the library and on disk
+    w.lab.name_edit.setText("Test Speaker")
+    probe = TimerProbe()
+    probe.start()
+    qtbot.mouseClick(w.lab.clone_button, Qt.LeftButton)
+    _wait(qtbot, lambda: w.lab.busy == "" and (w.lab.voice is not None or "failed" in w.lab.clone_status.text()),
+          180, "cloning")
+    probe.stop()
+    assert w.lab.voice is not None, w.lab.clone_status.text()
+    assert probe.worst < 0.1, f"GUI froze for {probe.worst * 1000:.0f} ms while cloning"
+    assert w.lab.clip["processed"].size / 24000 > 5.0
+    qtbot.mouseClick(w.lab.save_button, Qt.LeftButton)
+    saved = w.lab.saved_path
+    assert saved and os.path.isfile(saved) and saved.startswith(w.store.folder)
+    assert "Test Speaker" in [e.name for e in w.library.entries()]
+    exported = w.lab.export_voice(str(tmp_path / "exported.voice.gguf"))
+    from engine_native import Voice
+
+    v = Voice.load(exported)
+    assert v.name == "Test Speaker"
+    w.client.submit(lambda worker, _j: worker.require_engine().check_voice(v))
+
+    # the library: search, rename, delete
+    w.show_studio()
+    w.library.search.setText("speaker")
+    assert w.library.visible_names() == ["Test Speaker"]
+    w.library.search.setText("")
+    w.library.select(saved)
+    new_path = w.library.rename_current("Renamed Speaker")
+    assert new_path and os.path.isfile(new_path) and not os.path.exists(saved)
+    assert Voice.load(new_path).name == "Renamed Speaker"
+    w.library.confirm_delete = False
+    assert w.library.delete_current()
+    assert not os.path.exists(new_path)
+    assert [e.name for e in w.library.entries()][1:] == []
+
+
+# --- Play, responsiveness, Stop, export ----------------------------------------------------------
+
+
+def test_play_streams_stays_responsive_and_stop_ends_within_one_chunk(studio, qtbot, tmp_path):
+    w = studio
+    w.library.select("")
+    w.editor.set_text("Hello there, this is a test of streaming playback. And a second sentence follows.")
+    probe = TimerProbe()
+    probe.start()
+    t0 = time.perf_counter()
+    qtbot.mouseClick(w.transport.play_button, Qt.LeftButton)
+    c = w.controller
+    assert c.state == "generating" and c.jobs
+    job = c.jobs[0]
+    # chunks arrive and the player consumes them (it plays before synthesis has finished)
+    _wait(qtbot, lambda: c.chunks_received >= 2 and w.player.snapshot().played_s > 0.05, 240,
+          "two chunks and the start of playback")
+    first_audio = time.perf_counter() - t0
+    assert not job.finished, "synthesis finished before Stop: the text was too short to test Stop"
+    assert w.editor.highlighted is not None or c.take.sentences  # a sentence is being spoken
+
+    qtbot.mouseClick(w.transport.stop_button, Qt.LeftButton)
+    t_stop = time.perf_counter()
+    _wait(qtbot, lambda: job.finished, 120, "the engine to stop")
+    probe.stop()
+    assert job.chunks_after_cancel <= 1, f"the engine produced {job.chunks_after_cancel} chunks after Stop"
+    assert w.player.snapshot().buffered_s == 0.0 and c.state == "idle"
+    assert probe.worst < 0.1, f"the event loop stalled for {probe.worst * 1000:.0f} ms during synthesis"
+    print(f"\nfirst audio after {first_audio:.2f} s; engine stopped {time.perf_counter() - t_stop:.2f} s after "
+          f"Stop; worst 10 ms timer gap {probe.worst * 1000:.1f} ms over {probe.ticks} ticks; "
+          f"speed {w.player.snapshot().speed}")
+
+    # the (partial) take is kept and exports to every format with the right length
+    take = w.current_take
+    assert take is not None and take.frames > 0
+    import soundfile as sf
+
+    for ext in ("wav", "flac", "ogg", "mp3"):
+        out = str(tmp_path / f"take.{ext}")
+        op = w.export_take(out)
+        _wait(qtbot, lambda: not op.running, 30, f"the {ext} export")
+        assert os.path.isfile(out), w.last_error
+        data, rate = sf.read(out, dtype="float32")
+        assert rate == take.sample_rate
+        assert abs(len(data) - take.frames) <= (0 if ext in ("wav", "flac") else 1152), (ext, len(data), take.frames)
+        if ext in ("wav", "flac"):
+            assert np.max(np.abs(data - np.clip(take.samples, -1, 1))) < 1e-4
+
+
+def test_live_typing_speaks_each_sentence_once_in_order(studio, qtbot):
+    w = studio
+    w.editor.set_text("")
+    qtbot.mouseClick(w.editor.live_button, Qt.LeftButton)
+    assert w.controller.live
+    edit = w.editor.edit
+    qtbot.keyClicks(edit, "One two. Three")
+    qtbot.keyClicks(edit, "! Four")  # the '!' and the space complete the second sentence
+    qtbot.keyClick(edit, Qt.Key_Return)  # Enter completes the third
+    qtbot.keyClicks(edit, "Not finished yet")
+    expected = ["One two.", "Three!", "Four"]
+    assert w.controller.live_queued == expected
+    _wait(qtbot, lambda: len(w.controller.live_spoken) == 3, 300, "three live sentences")
+    _wait(qtbot, lambda: w.player.snapshot().drained, 60, "playback to finish")
+    assert w.controller.live_spoken == expected
+    take = w.controller.take
+    assert [take.sentences[i].text for i in sorted(take.sentences)] == expected
+    assert all(take.sentences[i].frames > 0 for i in take.sentences)
+    st = w.player.snapshot()
+    assert abs(st.played_s - st.fed_s) < 1e-6 and st.fed_s == pytest.approx(take.duration)
+    qtbot.mouseClick(w.editor.live_button, Qt.LeftButton)
+    assert not w.controller.live
+    assert w.controller.live_spoken == expected  # nothing spoken twice
+
+
+# --- a bad model -----------------------------------------------------------------------------------
+
+
+def test_corrupt_model_shows_an_error_and_the_app_stays_usable(qtbot, tmp_path, model, recording):
+    bad = tmp_path / "broken.gguf"
+    with open(model, "rb") as f:
+        bad.write_bytes(f.read(4096))  # a truncated model file
+    w = _make_window(tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    failed = []
+    w.load_model(str(bad))
+    w.client.modelChanged.connect(failed.append)
+    _wait(qtbot, lambda: failed, 60, "the load to fail")
+    assert failed == [None]
+    assert w.banner.isVisible() and "broken.gguf" in w.last_error
+    assert "Traceback" not in w.last_error
+    # still usable: the editor, the Voice Lab, and a good model afterwards
+    qtbot.keyClicks(w.editor.edit, "Still here.")
+    assert "Still here." in w.editor.text()
+    w.controller.play("Hello.", 0, "", w.params(), "Built-in")  # no model: a message, no crash
+    _wait(qtbot, lambda: "Synthesis failed" in w.last_error, 30, "the no-model message")
+    op = w.open_voice_lab(recording[0])
+    _wait(qtbot, lambda: not op.running, 60, "the Voice Lab analysis")
+    assert w.lab.analysis is not None
+    w.show_studio()
+    ok = []
+    w.client.modelChanged.connect(ok.append)
+    w.load_model(model)
+    _wait(qtbot, lambda: ok, 120, "the good model to load")
+    assert ok[-1] and ok[-1]["variant"] == "nano"
+    assert w.settings.model_path == model
+    _close(w)
