@@ -104,7 +104,7 @@ class EngineWorker(QObject):
 
     def require_engine(self):
         if self.engine is None:
-            raise RuntimeError("No model is loaded. Choose a model file first (Model > Open model...).")
+            raise RuntimeError("No model is loaded. Choose one with the model button at the top left.")
         return self.engine
 
     def voice(self, path):

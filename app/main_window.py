@@ -101,18 +101,19 @@ class ErrorBanner(QFrame):
         close.setAutoRaise(True)
         close.clicked.connect(self.hide)
         lay.addWidget(close)
+        self._slot = None
         self.hide()
 
     def show_message(self, text: str, action: tuple[str, object] | None = None) -> None:
         self.label.setStyleSheet(f"color: {theme.colors().error};")
         self.label.setText(text)
-        try:
-            self.action.clicked.disconnect()
-        except (RuntimeError, TypeError):
-            pass
+        if self._slot is not None:
+            self.action.clicked.disconnect(self._slot)
+            self._slot = None
         if action:
             self.action.setText(action[0])
-            self.action.clicked.connect(action[1])
+            self._slot = action[1]
+            self.action.clicked.connect(self._slot)
             self.action.show()
         else:
             self.action.hide()
@@ -458,15 +459,15 @@ class MainWindow(QMainWindow):
         self.transport.waveform.set_audio(take.samples, take.sample_rate,
                                           expected_s=0 if self.controller.live else estimate_seconds(take.text))
         self.transport.export_button.setEnabled(False)
-        if take.in_history and not self.controller.live:
-            self.editor.add_take(take)
 
     def _take_finished(self, take) -> None:
         self._refresh_wave()
         self.transport.export_button.setEnabled(take.frames > 0)
-        if take.in_history:
+        if take.in_history and take.frames > 0:
+            if self.controller.live or take.text == "(live typing)":
+                take.text = " ".join(s.text for _a, _b, s in take.sentence_ranges())
+            self.editor.add_take(take)
             self.editor.set_regen_take(take)
-            self.editor.update_take(take)
 
     def _refresh_wave(self) -> None:
         take = self.current_take
@@ -478,6 +479,8 @@ class MainWindow(QMainWindow):
             w.set_audio(take.samples, take.sample_rate, expected_s=expected)
             w.marks = [a / take.sample_rate for a, _b, _s in take.sentence_ranges()[1:]]
             self.transport.export_button.setEnabled(take.frames > 0 and take.complete)
+            if take.complete:
+                self.editor.update_take(take)
 
     def show_take(self, take) -> None:
         self.controller.stop()

@@ -62,6 +62,8 @@ class ModelDialog(QDialog):
         self.repo_combo = QComboBox()
         self.repo_combo.setEditable(True)
         self.repo_combo.addItems(REPOS)
+        self.repo_combo.setMinimumWidth(240)
+        self.repo_combo.lineEdit().setCursorPosition(0)
         row.addWidget(self.repo_combo, 1)
         row.addWidget(QLabel("Precision"))
         self.quant_combo = QComboBox()

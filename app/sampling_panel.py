@@ -71,9 +71,8 @@ class SamplingPanel(QFrame):
             grid.addWidget(lab, row, col * 2)
             grid.addWidget(spin, row, col * 2 + 1)
             self.spins[key] = spin
-        seed_row = QHBoxLayout()
-        self.seed_random = QCheckBox("Random seed")
-        self.seed_random.setToolTip("A new seed for every take (the take history shows which one was used)")
+        self.seed_random = QCheckBox("New random seed for every take")
+        self.seed_random.setToolTip("The take history shows which seed each take used")
         self.seed_spin = QSpinBox()
         self.seed_spin.setRange(0, 2**31 - 1)
         self.seed_spin.setToolTip("The same seed, text, voice and settings give the same audio")
@@ -83,15 +82,18 @@ class SamplingPanel(QFrame):
         self.seed_spin.setEnabled(seed >= 0)
         self.seed_random.toggled.connect(self._seed_changed)
         self.seed_spin.valueChanged.connect(self._seed_changed)
-        seed_row.addWidget(QLabel("Seed"))
-        seed_row.addWidget(self.seed_spin)
-        seed_row.addWidget(self.seed_random)
-        seed_row.addStretch(1)
+        grid.addWidget(QLabel("Seed"), 1, 6)
+        grid.addWidget(self.seed_spin, 1, 7)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.seed_random)
+        bottom.addStretch(1)
         self.reset_button = QPushButton("Model defaults")
         self.reset_button.setToolTip("Reset every sampling setting to the values stored in the model")
         self.reset_button.clicked.connect(self.reset_to_defaults)
-        seed_row.addWidget(self.reset_button)
-        grid.addLayout(seed_row, 2, 0, 1, 8)
+        bottom.addWidget(self.reset_button)
+        grid.addLayout(bottom, 2, 0, 1, 8)
+        for col in (1, 3, 5, 7):
+            grid.setColumnStretch(col, 1)
 
     def set_defaults(self, defaults: dict) -> None:
         """The loaded model's defaults; they fill the panel unless the user customised it."""

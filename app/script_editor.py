@@ -209,7 +209,11 @@ class ScriptEditor(QWidget):
     # --- history ------------------------------------------------------------------------------------
 
     def add_take(self, take, limit: int = 20) -> None:
-        item = QListWidgetItem(icon("history"), take.title)
+        for i in range(self.history.count()):
+            if self.history.item(i).data(Qt.UserRole) is take:
+                self.update_take(take)
+                return
+        item = QListWidgetItem(icon("history"), f"{take.title}   ({take.duration:.1f} s)")
         item.setData(Qt.UserRole, take)
         item.setToolTip(f"{take.voice_name} · {take.duration:.1f} s · seed {take.seed}")
         self.history.insertItem(0, item)

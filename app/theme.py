@@ -136,7 +136,8 @@ QScrollBar:vertical {{ background: transparent; width: 10px; margin: 2px; }}
 QScrollBar::handle:vertical {{ background: {c.border}; border-radius: 4px; min-height: 24px; }}
 QScrollBar::add-line, QScrollBar::sub-line {{ height: 0; width: 0; }}
 QCheckBox {{ spacing: 6px; }}
-QAbstractSpinBox {{ padding-right: 20px; }}
+QAbstractSpinBox {{ padding-right: 20px; padding-left: 6px; }}
+QAbstractSpinBox:disabled, QLineEdit:disabled {{ color: {c.muted}; background: {c.alt_base}; }}
 QAbstractSpinBox::up-button {{ subcontrol-origin: border; subcontrol-position: top right; width: 20px; border: none; background: transparent; }}
 QAbstractSpinBox::down-button {{ subcontrol-origin: border; subcontrol-position: bottom right; width: 20px; border: none; background: transparent; }}
 QAbstractSpinBox::up-arrow {{ image: url({up}); width: 10px; height: 10px; }}
