@@ -176,3 +176,9 @@ def ve_embed(model, wav16k) -> np.ndarray:
 def s3tok_logmel(model, wav16k) -> np.ndarray:
     """`S3Tokenizer.log_mel_spectrogram(wav)`: f32 [128, T]."""
     return _component(model, "S3TokLogMel").compute(np.asarray(wav16k, np.float32).reshape(-1).tolist())
+
+
+def campplus_embed(model, wav16k) -> np.ndarray:
+    """S3Gen's x-vector (`S3Gen.embed_ref`'s `speaker_encoder.inference([wav16k])`):
+    Kaldi fbank, mean subtraction over time, CAMPPlus. f32 [192]."""
+    return _component(model, "CampPlus").embed(np.asarray(wav16k, np.float32).reshape(-1).tolist())
