@@ -186,7 +186,8 @@ def _window_check(args: argparse.Namespace) -> None:
         qapp.processEvents()
         time.sleep(0.01)
     size = window.size()
-    _say(f"window            '{window.windowTitle()}' {size.width()}x{size.height()}, shown in {_ms(t0)}")
+    icon = "with its icon" if not window.windowIcon().isNull() else "without an icon"
+    _say(f"window            '{window.windowTitle()}' {size.width()}x{size.height()} {icon}, shown in {_ms(t0)}")
     if args.screenshot:
         if not window.grab().save(args.screenshot, "PNG"):
             raise SelftestError(f"cannot save the screenshot {args.screenshot}")
