@@ -49,7 +49,10 @@ def test_icon_pngs_exist_at_every_size_and_match_the_svg(tmp_path):
     import importlib.util
 
     from PySide6.QtGui import QImage
+    from PySide6.QtWidgets import QApplication
 
+    # A full QApplication (not render()'s QGuiApplication), so later widget tests still get one.
+    _app = QApplication.instance() or QApplication([])  # noqa: F841
     spec = importlib.util.spec_from_file_location("render_icons", RESOURCES / "render_icons.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
