@@ -178,6 +178,19 @@ def s3tok_logmel(model, wav16k) -> np.ndarray:
     return _component(model, "S3TokLogMel").compute(np.asarray(wav16k, np.float32).reshape(-1).tolist())
 
 
+def s3tok_tokens(model, wav16k, max_len: int | None = None) -> np.ndarray:
+    """`S3Tokenizer.forward([wav16k], max_len=max_len)[0][0]`: the 25 Hz speech tokens, int32.
+    max_len keeps the first 4 x max_len mel frames (prepare_conditionals passes T3's
+    speech_cond_prompt_len)."""
+    return _component(model, "S3Tokenizer").tokens(np.asarray(wav16k, np.float32).reshape(-1), max_len)
+
+
+def s3tok_projection(model, wav16k, max_len: int | None = None) -> np.ndarray:
+    """The tokenizer's FSQ input (project_down output, before tanh), f32 [n_tokens, 8]:
+    for diagnosing token flips at rounding boundaries."""
+    return _component(model, "S3Tokenizer").projection(np.asarray(wav16k, np.float32).reshape(-1), max_len)
+
+
 def campplus_embed(model, wav16k) -> np.ndarray:
     """S3Gen's x-vector (`S3Gen.embed_ref`'s `speaker_encoder.inference([wav16k])`):
     Kaldi fbank, mean subtraction over time, CAMPPlus. f32 [192]."""

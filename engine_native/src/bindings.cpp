@@ -17,6 +17,7 @@ void bind_hift(py::module_& m);
 void bind_s3gen(py::module_& m);
 void bind_features(py::module_& m);
 void bind_cfm(py::module_& m);
+void bind_s3tok(py::module_& m);
 void bind_campplus(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
@@ -92,6 +93,7 @@ PYBIND11_MODULE(_core, m) {
     bind_s3gen(m);
     bind_features(m);
     bind_cfm(m);
+    bind_s3tok(m);
     bind_campplus(m);
 
     bind_text(m);

@@ -218,4 +218,5 @@ def from_local_stage(snapshot: Path, inputs: Inputs) -> Inputs:
 
 # Stages of later issues live in their own modules and register themselves here.
 from . import stages_convert, stages_t3, stages_s3gen, stages_hift, stages_features, stages_cfm  # noqa: E402,F401
+from . import stages_s3tok  # noqa: E402,F401
 from . import stages_campplus  # noqa: E402,F401
