@@ -114,7 +114,7 @@ def load_builtin_voice(path: Path) -> dict[str, np.ndarray]:
 
 # --- writing ---------------------------------------------------------------------------
 
-def _add_kv(writer: GGUFWriter, key: str, value) -> None:
+def add_kv(writer: GGUFWriter, key: str, value) -> None:
     if isinstance(value, bool):
         writer.add_bool(key, value)
     elif isinstance(value, (int, np.integer)):
@@ -129,7 +129,7 @@ def _add_kv(writer: GGUFWriter, key: str, value) -> None:
         raise TypeError(f"metadata {key}: unsupported value {value!r}")
 
 
-def _atomic_gguf(out_path: Path, fill: Callable[[GGUFWriter], None]) -> None:
+def write_gguf_atomically(out_path: Path, fill: Callable[[GGUFWriter], None], arch: str = ARCH) -> None:
     """Write through a temporary file in the target folder, renamed into place only when
     complete: a failed or interrupted conversion leaves no partial model behind."""
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,7 +139,7 @@ def _atomic_gguf(out_path: Path, fill: Callable[[GGUFWriter], None]) -> None:
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a model file is an ordinary file
     try:
-        writer = GGUFWriter(tmp, ARCH)
+        writer = GGUFWriter(tmp, arch)
         fill(writer)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
@@ -233,7 +233,7 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
         w.add_name(f"Chatterbox {variant.capitalize()}")
         w.add_file_type(int(QUANT_TYPES[quant]) if quant != "f32" else 0)
         for key, value in meta.items():
-            _add_kv(w, f"{ARCH}.{key}", value)
+            add_kv(w, f"{ARCH}.{key}", value)
         w.add_tokenizer_model("gpt2")
         w.add_token_list(tok.tokens)
         w.add_token_types(tok.token_types)
@@ -241,14 +241,14 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
         w.add_bos_token_id(tok.bos_id)
         w.add_eos_token_id(tok.eos_id)
         for flag in ("special", "lstrip", "rstrip", "normalized", "single_word"):
-            _add_kv(w, f"{ARCH}.added_tokens.{flag}", [getattr(t, flag) for t in tok.added])
-        _add_kv(w, f"{ARCH}.added_tokens.id", [t.id for t in tok.added])
+            add_kv(w, f"{ARCH}.added_tokens.{flag}", [getattr(t, flag) for t in tok.added])
+        add_kv(w, f"{ARCH}.added_tokens.id", [t.id for t in tok.added])
         for source in (tensors.t3_tensors(t3, spec.t3_file), tensors.s3gen_tensors(s3, spec.s3gen_file),
                        tensors.ve_tensors(ve, VE_FILE), iter(voice.items()), _filterbank_tensors()):
             for name, arr in source:
                 _add_tensor(w, report, name, arr)
 
-    _atomic_gguf(out_path, fill)
+    write_gguf_atomically(out_path, fill)
     report.seconds = time.perf_counter() - started
     log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
     log(report.summary())
@@ -299,14 +299,14 @@ def requantize(in_path: str | os.PathLike, out_path: str | os.PathLike, quant: s
             sub = GGUFValueType(f.types[-1]) if vtype == GGUFValueType.ARRAY else None
             w.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
         w.add_file_type(int(QUANT_TYPES[quant]) if quant != "f32" else 0)
-        _add_kv(w, f"{ARCH}.quant", quant)
+        add_kv(w, f"{ARCH}.quant", quant)
         for t in reader.tensors:
             arr = _tensor_as_float(t)
             if Q(t.tensor_type) == Q.I32:
                 arr = arr.astype(np.int32)
             _add_tensor(w, report, t.name, arr.astype(np.float32) if arr.dtype == np.float16 else arr)
 
-    _atomic_gguf(out_path, fill)
+    write_gguf_atomically(out_path, fill)
     report.seconds = time.perf_counter() - started
     log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
     log(report.summary())

@@ -33,7 +33,7 @@ void bind_cfm(py::module_& m) {
                  return p;
              }), py::arg("model"))
         .def_property_readonly("n_timesteps", [](const PyS3GenCfm& s) { return s.cfm->n_timesteps(); })
-        .def("sample", [](PyS3GenCfm& self, F32Array mu, F32Array prompt_feat, F32Array embedding, F32Array x0) {
+        .def("sample", [](PyS3GenCfm& self, F32Array mu, F32Array prompt_feat, F32Array embedding, F32Array x0, int n_steps) {
             const int M = self.cfm->n_mels();
             if (mu.ndim() != 2 || mu.shape(0) != M) throw cbs::EngineError("mu must be [" + std::to_string(M) + ", T]");
             if (x0.ndim() != 2 || x0.shape(0) != mu.shape(0) || x0.shape(1) != mu.shape(1))
@@ -48,13 +48,13 @@ void bind_cfm(py::module_& m) {
             std::vector<float> mel;
             {
                 py::gil_scoped_release release;
-                mel = self.cfm->sample(vmu, T, vpf, vemb, vx0);
+                mel = self.cfm->sample(vmu, T, vpf, vemb, vx0, n_steps);
             }
             const py::ssize_t frames = static_cast<py::ssize_t>(mel.size()) / M;
             py::array_t<float> out({static_cast<py::ssize_t>(M), frames});
             std::memcpy(out.mutable_data(), mel.data(), mel.size() * sizeof(float));
             return out;
-        }, py::arg("mu"), py::arg("prompt_feat"), py::arg("embedding"), py::arg("x0"),
+        }, py::arg("mu"), py::arg("prompt_feat"), py::arg("embedding"), py::arg("x0"), py::arg("n_steps") = 0,
            "mu [n_mels, T], prompt_feat [T_prompt, n_mels], embedding [192], x0 [n_mels, T] (initial noise as the "
            "estimator first sees it) -> mel [n_mels, T - T_prompt].");
 }

@@ -47,6 +47,11 @@ py::array_t<float> to_numpy(const std::vector<float>& v) {
 }  // namespace
 
 void bind_hift(py::module_& m) {
+    py::class_<cbs::HiftSourceState>(m, "HiftSourceState",
+                                     "An utterance's excitation state (phases, phase sums, noise generator).")
+        .def("copy", [](const cbs::HiftSourceState& s) { return cbs::HiftSourceState(s); },
+             "An independent copy (to look ahead without advancing this one).");
+
     py::class_<PyHift>(m, "HiFT", "S3Gen's HiFT vocoder (HiFTGenerator) over a loaded ModelFile.")
         .def(py::init([](py::object model) {
                  auto p = std::make_unique<PyHift>();
@@ -90,14 +95,27 @@ void bind_hift(py::module_& m) {
             return to_numpy(self.source->excitation(f0, phases, noise));
         }, py::arg("f0"), py::arg("phases"), py::arg("noise"),
            "m_source's excitation from f0 [T] with given phases [H] and standard-normal noise [H, 480 T].")
+        .def("source_state", [](PyHift& self, uint64_t seed) {
+            return cbs::HiftSourceState(self.source->n_harmonics(), seed);
+        }, py::arg("seed"), "A fresh excitation state for one utterance.")
+        .def("excitation_continue", [](PyHift& self, F32Array f0, cbs::HiftSourceState& state) {
+            std::vector<float> f(f0.data(), f0.data() + f0.size());
+            std::vector<float> out;
+            {
+                py::gil_scoped_release release;
+                out = self.source->excitation(f, state);
+            }
+            return to_numpy(out);
+        }, py::arg("f0"), py::arg("state"),
+           "The excitation for the next f0 frames, advancing `state` (pieces join exactly).")
         .def("inference", [](PyHift& self, F32Array mel, uint64_t seed) {
             const int64_t T = check_mel(*self.hift, mel);
             std::vector<float> wav;
             {
                 py::gil_scoped_release release;
                 std::lock_guard<std::mutex> lock(self.mutex);
-                std::mt19937_64 rng(seed);
-                std::vector<float> source = self.source->excitation(self.hift->f0(mel.data(), T), rng);
+                cbs::HiftSourceState state(self.source->n_harmonics(), seed);
+                std::vector<float> source = self.source->excitation(self.hift->f0(mel.data(), T), state);
                 wav = self.hift->decode(mel.data(), T, source.data(), static_cast<int64_t>(source.size()));
             }
             return to_numpy(wav);

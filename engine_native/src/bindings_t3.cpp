@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "sampler.h"
 #include <cstring>
@@ -38,7 +39,20 @@ struct PyT3 {
     std::unique_ptr<cbs::T3Gpt2> t3;
 };
 
+struct PyTokenStream {
+    py::object t3_ref;  // keeps the T3 (and its weights) alive
+    std::unique_ptr<cbs::SpeechTokenStream> stream;
+};
+
 void bind_t3(py::module_& m) {
+    py::class_<PyTokenStream>(m, "SpeechTokenStream", "T3 sampling as a resumable loop (streaming, cancellation).")
+        .def("next", [](PyTokenStream& self, int n) {
+            py::gil_scoped_release release;
+            return self.stream->next(n);
+        }, py::arg("n"), "Samples up to n more speech tokens (fewer when it ends; stop token kept).")
+        .def_property_readonly("done", [](const PyTokenStream& self) { return self.stream->done(); })
+        .def_property_readonly("tokens", [](const PyTokenStream& self) { return self.stream->tokens(); });
+
     py::class_<PyT3>(m, "T3", "GPT-2 T3 over a loaded ModelFile.")
         .def(py::init([](py::object model) {
                  auto p = std::make_unique<PyT3>();
@@ -73,7 +87,24 @@ void bind_t3(py::module_& m) {
         }, py::arg("text_ids"), py::arg("max_tokens"), py::arg("seed") = 0, py::arg("temperature") = 0.8f,
            py::arg("top_k") = 1000, py::arg("top_p") = 0.95f, py::arg("repetition_penalty") = 1.2f,
            py::arg("min_p") = 0.0f, py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
-           "Speech tokens as T3.inference_turbo samples them (top_k=1 is greedy); stop token kept if drawn.");
+           "Speech tokens as T3.inference_turbo samples them (top_k=1 is greedy); stop token kept if drawn.")
+        .def("stream", [](py::object self_obj, std::vector<int32_t> text, int max_tokens, uint64_t seed,
+                          float temperature, int top_k, float top_p, float repetition_penalty, float min_p,
+                          py::object speaker_emb, py::object prompt_tokens) {
+            PyT3& self = self_obj.cast<PyT3&>();
+            cbs::T3Conditioning c = conditioning(*self.model->file, speaker_emb, prompt_tokens);
+            cbs::SamplingParams p{temperature, top_k, top_p, repetition_penalty, min_p};
+            auto out = std::make_unique<PyTokenStream>();
+            out->t3_ref = self_obj;
+            {
+                py::gil_scoped_release release;
+                out->stream = std::make_unique<cbs::SpeechTokenStream>(*self.t3, c, text, p, max_tokens, seed);
+            }
+            return out;
+        }, py::arg("text_ids"), py::arg("max_tokens"), py::arg("seed") = 0, py::arg("temperature") = 0.8f,
+           py::arg("top_k") = 1000, py::arg("top_p") = 0.95f, py::arg("repetition_penalty") = 1.2f,
+           py::arg("min_p") = 0.0f, py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
+           "Starts sampling (runs the prompt) and returns a SpeechTokenStream; the same tokens as generate().");
 
     m.def("sampler_process", [](std::vector<float> logits, std::vector<int32_t> history, float temperature, int top_k,
                                 float top_p, float repetition_penalty, float min_p) {

@@ -19,14 +19,34 @@ HiftSource::HiftSource(const ModelFile& mf) {
         throw EngineError(mf.path() + ": hift.m_source.l_linear does not match nb_harmonics");
 }
 
+HiftSourceState::HiftSourceState(int n_harmonics, uint64_t seed) : phase_sum(n_harmonics, 0.0), rng(seed) {
+    std::uniform_real_distribution<float> uniform(static_cast<float>(-M_PI), static_cast<float>(M_PI));
+    for (int h = 0; h < n_harmonics; ++h) phases.push_back(uniform(rng));
+}
+
 std::vector<float> HiftSource::excitation(const std::vector<float>& f0, const std::vector<float>& phases,
                                           const std::vector<float>& noise) const {
     const int64_t N = static_cast<int64_t>(f0.size()) * upsample_;
     if (static_cast<int>(phases.size()) != n_harm_ || static_cast<int64_t>(noise.size()) != n_harm_ * N)
         throw EngineError("excitation: phases must hold " + std::to_string(n_harm_) + " values and noise " +
                           std::to_string(n_harm_ * N));
+    std::vector<double> phase_sum(n_harm_, 0.0);
+    return excite(f0, phases, noise, phase_sum);
+}
+
+std::vector<float> HiftSource::excitation(const std::vector<float>& f0, HiftSourceState& state) const {
+    if (static_cast<int>(state.phases.size()) != n_harm_) throw EngineError("excitation state of another model");
+    const int64_t N = static_cast<int64_t>(f0.size()) * upsample_;
+    std::vector<float> noise(static_cast<size_t>(n_harm_) * N);
+    for (int64_t n = 0; n < N; ++n)
+        for (int h = 0; h < n_harm_; ++h) noise[h * N + n] = state.normal(state.rng);
+    return excite(f0, state.phases, noise, state.phase_sum);
+}
+
+std::vector<float> HiftSource::excite(const std::vector<float>& f0, const std::vector<float>& phases,
+                                      const std::vector<float>& noise, std::vector<double>& acc) const {
+    const int64_t N = static_cast<int64_t>(f0.size()) * upsample_;
     const float two_pi = static_cast<float>(2.0 * M_PI);
-    std::vector<double> acc(n_harm_, 0.0);  // torch's CPU cumsum accumulates float in double
     std::vector<float> out(N);
     for (int64_t n = 0; n < N; ++n) {
         const float f = f0[n / upsample_];  // nn.Upsample(mode="nearest")
@@ -46,17 +66,6 @@ std::vector<float> HiftSource::excitation(const std::vector<float>& f0, const st
         out[n] = std::tanh(merged);
     }
     return out;
-}
-
-std::vector<float> HiftSource::excitation(const std::vector<float>& f0, std::mt19937_64& rng) const {
-    const int64_t N = static_cast<int64_t>(f0.size()) * upsample_;
-    std::uniform_real_distribution<float> uniform(static_cast<float>(-M_PI), static_cast<float>(M_PI));
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> phases(n_harm_);
-    for (float& p : phases) p = uniform(rng);
-    std::vector<float> noise(n_harm_ * N);
-    for (float& v : noise) v = normal(rng);
-    return excitation(f0, phases, noise);
 }
 
 }  // namespace cbs

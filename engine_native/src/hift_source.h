@@ -11,6 +11,18 @@
 
 namespace cbs {
 
+// The random state of one utterance's excitation: per-harmonic phase offsets, the
+// running phase sums and one generator for the noise, drawn sample by sample (all
+// harmonics of sample n, then n + 1). Continuing a state over f0 cut into pieces
+// gives exactly the excitation of one call over the whole f0 (streaming == batch).
+struct HiftSourceState {
+    HiftSourceState(int n_harmonics, uint64_t seed);
+    std::vector<float> phases;
+    std::vector<double> phase_sum;  // torch's CPU cumsum accumulates float in double
+    std::mt19937_64 rng;
+    std::normal_distribution<float> normal{0.0f, 1.0f};
+};
+
 class HiftSource {
 public:
     explicit HiftSource(const ModelFile& mf);
@@ -23,10 +35,13 @@ public:
     // noise [n_harmonics][T * samples_per_frame()].
     std::vector<float> excitation(const std::vector<float>& f0, const std::vector<float>& phases,
                                   const std::vector<float>& noise) const;
-    // The same with phases ~ U(-pi, pi) and noise ~ N(0, 1) drawn from `rng`.
-    std::vector<float> excitation(const std::vector<float>& f0, std::mt19937_64& rng) const;
+    // The excitation for the next f0 frames of an utterance, advancing `state`.
+    std::vector<float> excitation(const std::vector<float>& f0, HiftSourceState& state) const;
 
 private:
+    // The shared loop; phase_sum [n_harmonics] carries the running sums in and out.
+    std::vector<float> excite(const std::vector<float>& f0, const std::vector<float>& phases,
+                              const std::vector<float>& noise, std::vector<double>& phase_sum) const;
     int sample_rate_, n_harm_;
     int64_t upsample_;
     float sine_amp_, noise_std_, voiced_threshold_;

@@ -204,10 +204,10 @@ S3GenCfm::S3GenCfm(const ModelFile& mf, ggml_backend_t backend) : est_(mf, backe
 }
 
 // torch.linspace(0, 1, n + 1) in float32 (meanflow uses it as is; no cosine schedule).
-std::vector<float> S3GenCfm::t_span() const {
-    const int steps = n_timesteps_ + 1;
+std::vector<float> S3GenCfm::t_span(int n_steps) const {
+    const int steps = n_steps + 1;
     std::vector<float> ts(steps);
-    const float step = 1.0f / static_cast<float>(n_timesteps_);
+    const float step = 1.0f / static_cast<float>(n_steps);
     const int halfway = steps / 2;
     for (int i = 0; i < steps; ++i)
         ts[i] = i < halfway ? static_cast<float>(i) * step : 1.0f - static_cast<float>(steps - 1 - i) * step;
@@ -215,7 +215,9 @@ std::vector<float> S3GenCfm::t_span() const {
 }
 
 std::vector<float> S3GenCfm::sample(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
-                                    const std::vector<float>& embedding, const std::vector<float>& x0) {
+                                    const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps) {
+    if (n_steps < 0 || n_steps > 100) throw EngineError("cfm_steps must be between 1 and 100");
+    if (n_steps == 0) n_steps = n_timesteps_;
     if (!meanflow_) throw EngineError("the standard (CFG) CFM sampler is not implemented yet; this model is not meanflow");
     const int M = est_.n_mels();
     const size_t n = static_cast<size_t>(M) * T;
@@ -249,8 +251,8 @@ std::vector<float> S3GenCfm::sample(const std::vector<float>& mu, int T, const s
 
     // Euler over t_span: x += (r - t) * v(x, t, r).
     std::vector<float> x = x0;
-    const std::vector<float> ts = t_span();
-    for (int s = 0; s < n_timesteps_; ++s) {
+    const std::vector<float> ts = t_span(n_steps);
+    for (int s = 0; s < n_steps; ++s) {
         const float t = ts[s], r = ts[s + 1], dt = r - t;
         const std::vector<float> v = est_.forward(x, mu, spks, cond, T, t, r);
         for (size_t k = 0; k < n; ++k) x[k] = x[k] + dt * v[k];

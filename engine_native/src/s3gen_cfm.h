@@ -80,14 +80,16 @@ public:
     // prompt_feat: row-major [T_prompt][n_mels] (T_prompt <= T); embedding: the voice's
     // x-vector; x0: row-major [n_mels][T], the initial noise as the estimator first sees it.
     // Returns the mel for frames T_prompt.. T-1, row-major [n_mels][T - T_prompt].
+    // n_steps overrides the model's Euler step count (0 = the model's; meanflow models
+    // can be sampled in 1 step for speed, at some loss of detail).
     std::vector<float> sample(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
-                              const std::vector<float>& embedding, const std::vector<float>& x0);
+                              const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps = 0);
 
     int n_mels() const { return est_.n_mels(); }
     int n_timesteps() const { return n_timesteps_; }
 
 private:
-    std::vector<float> t_span() const;
+    std::vector<float> t_span(int n_steps) const;
 
     CfmEstimator est_;
     std::vector<float> spk_w_, spk_b_;  // spk_embed_affine_layer, host copies

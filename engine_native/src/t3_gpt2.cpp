@@ -210,26 +210,41 @@ std::vector<float> T3Gpt2::step(int32_t speech_token) {
 
 namespace cbs {
 
+SpeechTokenStream::SpeechTokenStream(T3Gpt2& t3, const T3Conditioning& cond, const std::vector<int32_t>& text,
+                                     const SamplingParams& params, int max_tokens, uint64_t seed)
+    : t3_(t3), params_(params), max_tokens_(max_tokens), sampler_(seed) {
+    params_.validate();
+    if (max_tokens < 1) throw EngineError("max_tokens must be at least 1");
+    const int start = t3.hp().start_speech_token;
+    logits_ = t3.prompt(cond, text, {start}, 1, max_tokens);
+    process_logits(logits_, {start}, params_);  // the reference's first input_ids are the start token
+}
+
+std::vector<int32_t> SpeechTokenStream::next(int n) {
+    std::vector<int32_t> out;
+    const int stop = t3_.hp().stop_speech_token;
+    while (!done_ && static_cast<int>(out.size()) < n) {
+        const int32_t token = sampler_.draw(logits_);
+        if (token < 0) {  // every logit filtered: the reference stops here too
+            done_ = true;
+            break;
+        }
+        tokens_.push_back(token);
+        out.push_back(token);
+        if (token == stop || static_cast<int>(tokens_.size()) >= max_tokens_) {
+            done_ = true;
+            break;
+        }
+        logits_ = t3_.step(token);
+        process_logits(logits_, tokens_, params_);
+    }
+    return out;
+}
+
 std::vector<int32_t> generate_speech_tokens(T3Gpt2& t3, const T3Conditioning& cond, const std::vector<int32_t>& text,
                                             const SamplingParams& params, int max_tokens, uint64_t seed) {
-    params.validate();
-    if (max_tokens < 1) throw EngineError("max_tokens must be at least 1");
-    const int start = t3.hp().start_speech_token, stop = t3.hp().stop_speech_token;
-    Sampler sampler(seed);
-    std::vector<float> logits = t3.prompt(cond, text, {start}, 1, max_tokens);
-    process_logits(logits, {start}, params);  // the reference's first input_ids are the start token
-    std::vector<int32_t> tokens;
-    int32_t next = sampler.draw(logits);
-    if (next < 0) return tokens;
-    tokens.push_back(next);
-    while (static_cast<int>(tokens.size()) < max_tokens && tokens.back() != stop) {
-        logits = t3.step(tokens.back());
-        process_logits(logits, tokens, params);
-        next = sampler.draw(logits);
-        if (next < 0) break;  // every logit filtered: the reference stops here too
-        tokens.push_back(next);
-    }
-    return tokens;
+    SpeechTokenStream stream(t3, cond, text, params, max_tokens, seed);
+    return stream.next(max_tokens);
 }
 
 }  // namespace cbs

@@ -79,9 +79,29 @@ private:
 
 namespace cbs {
 
-// T3.inference_turbo: prompt with [cond, text, start-of-speech], then sample one token
-// at a time until the stop token, a fully filtered distribution, or `max_tokens`.
-// The stop token is kept in the result when drawn.
+// T3.inference_turbo as a resumable loop: the constructor prompts with [cond, text,
+// start-of-speech]; next(n) samples up to n more tokens, so a caller can hand tokens
+// on (streaming) and stop between calls (cancellation). It ends at the stop token
+// (kept in the output), a fully filtered distribution, or `max_tokens`.
+class SpeechTokenStream {
+public:
+    SpeechTokenStream(T3Gpt2& t3, const T3Conditioning& cond, const std::vector<int32_t>& text,
+                      const SamplingParams& params, int max_tokens, uint64_t seed);
+    std::vector<int32_t> next(int n);
+    bool done() const { return done_; }
+    const std::vector<int32_t>& tokens() const { return tokens_; }
+
+private:
+    T3Gpt2& t3_;
+    SamplingParams params_;
+    int max_tokens_;
+    Sampler sampler_;
+    std::vector<float> logits_;  // for the next draw, already processed
+    std::vector<int32_t> tokens_;
+    bool done_ = false;
+};
+
+// The whole loop at once.
 std::vector<int32_t> generate_speech_tokens(T3Gpt2& t3, const T3Conditioning& cond, const std::vector<int32_t>& text,
                                             const SamplingParams& params, int max_tokens, uint64_t seed);
 

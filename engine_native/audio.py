@@ -1,0 +1,87 @@
+"""The reference's audio preparation for cloning, step for step, in numpy.
+
+`prepare_conditionals` loads with librosa (soundfile, channel mean, soxr "HQ" resampling,
+length fixed to ceil(n * ratio)), normalises loudness with pyloudnorm to -27 LUFS, and
+inside `S3Gen.embed_ref` resamples 24 kHz -> 16 kHz again with torchaudio's windowed-sinc
+`Resample` (Hann window, 6 zero crossings, rolloff 0.99). The first is the same library
+here (`soxr`); the second is reproduced exactly below (its kernel is small and computed
+once per rate pair, in float64 then float32, as torchaudio caches it).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+
+def to_mono(samples: np.ndarray) -> np.ndarray:
+    """(n,) or (n, channels) -> float32 (n,), channels averaged as librosa.to_mono does."""
+    x = np.asarray(samples, dtype=np.float32)
+    if x.ndim == 2:
+        x = x.mean(axis=1, dtype=np.float32) if x.shape[1] > 1 else x[:, 0]
+    elif x.ndim != 1:
+        raise ValueError(f"audio must be (samples,) or (samples, channels); got shape {x.shape}")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def resample_soxr(x: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """librosa.resample(x, orig_sr=src, target_sr=dst) with its default res_type soxr_hq."""
+    if src == dst:
+        return np.asarray(x, np.float32)
+    import soxr
+
+    y = soxr.resample(np.asarray(x, np.float32), src, dst, quality="HQ")
+    n = int(np.ceil(x.shape[0] * float(dst) / src))  # librosa's fix_length
+    y = y[:n] if y.shape[0] >= n else np.pad(y, (0, n - y.shape[0]))
+    return np.asarray(y, np.float32)
+
+
+@lru_cache(maxsize=16)
+def _sinc_kernel(src: int, dst: int, width_zc: int = 6, rolloff: float = 0.99) -> tuple[np.ndarray, int]:
+    """torchaudio's _get_sinc_resample_kernel (sinc_interp_hann): kernel [dst', taps], width."""
+    g = math.gcd(src, dst)
+    orig, new = src // g, dst // g
+    base = min(orig, new) * rolloff
+    width = math.ceil(width_zc * orig / base)
+    idx = np.arange(-width, width + orig, dtype=np.float64)[None, :] / orig
+    t = (np.arange(0, -new, -1).astype(np.float32)[:, None] / np.float32(new)).astype(np.float64) + idx
+    t = np.clip(t * base, -width_zc, width_zc)
+    window = np.cos(t * math.pi / width_zc / 2) ** 2
+    t = t * math.pi
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k = np.where(t == 0, 1.0, np.sin(t) / t)
+    k = k * window * (base / orig)
+    return k.astype(np.float32), width
+
+
+def resample_sinc(x: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """torchaudio.transforms.Resample(src, dst)(x) for a 1-D float32 signal."""
+    if src == dst:
+        return np.asarray(x, np.float32)
+    kernel, width = _sinc_kernel(src, dst)
+    g = math.gcd(src, dst)
+    orig, new = src // g, dst // g
+    x = np.asarray(x, np.float32)
+    padded = np.pad(x, (width, width + orig))
+    frames = np.lib.stride_tricks.sliding_window_view(padded, kernel.shape[1])[::orig]  # conv1d, stride orig
+    y = (frames @ kernel.T).reshape(-1)  # [n_frames, new] -> interleaved output
+    return np.ascontiguousarray(y[: int(math.ceil(new * x.shape[0] / orig))], dtype=np.float32)
+
+
+def integrated_loudness(x: np.ndarray, rate: int) -> float:
+    import pyloudnorm
+
+    return float(pyloudnorm.Meter(rate).integrated_loudness(x))
+
+
+def norm_loudness(x: np.ndarray, rate: int, target_lufs: float = -27.0) -> np.ndarray:
+    """The reference's ChatterboxTurboTTS.norm_loudness: a gain to target_lufs when finite."""
+    try:
+        gain = 10.0 ** ((target_lufs - integrated_loudness(x, rate)) / 20.0)
+    except Exception:  # the reference prints a warning and keeps the audio as it is
+        return x
+    if math.isfinite(gain) and gain > 0.0:
+        return (x * gain).astype(np.float32)
+    return x

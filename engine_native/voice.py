@@ -1,0 +1,105 @@
+"""A voice: the five conditioning tensors Chatterbox needs, in a small `.voice.gguf` file.
+
+T3 reads `speaker_emb` (VoiceEncoder) and `cond_prompt_speech_tokens` (S3Tokenizer, first
+15 s); S3Gen reads `embedding` (CAMPPlus), `prompt_token` and `prompt_feat` (24 kHz mel)
+of the first 10 s. The file also records the model variant it was made with (a voice only
+fits models of that variant: the tensors come from that model's encoders), dimensions, and
+free-form metadata (name, source hash, duration, the Voice Lab chain, created-at).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engine_native.errors import VoiceError
+
+VOICE_ARCH = "chatterbox-voice"
+FORMAT_VERSION = 1
+TENSORS = ("speaker_emb", "cond_prompt_speech_tokens", "embedding", "prompt_token", "prompt_feat")
+
+
+@dataclass
+class Voice:
+    speaker_emb: np.ndarray                 # float32 [speaker_embed_size]
+    cond_prompt_speech_tokens: np.ndarray   # int32 [<= speech_cond_prompt_len]
+    embedding: np.ndarray                   # float32 [xvector size]
+    prompt_token: np.ndarray                # int32 [n]
+    prompt_feat: np.ndarray                 # float32 [2n, n_mels]
+    variant: str
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("name", "Untitled voice"))
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds of audio in S3Gen's prompt (50 mel frames per second)."""
+        return self.prompt_feat.shape[0] / 50.0
+
+    def save(self, path: str | os.PathLike, name: str | None = None, **meta) -> Path:
+        """Write atomically (temp file + rename): an interrupted save never leaves half a voice."""
+        from engine_native.convert.model import add_kv, write_gguf_atomically
+
+        if name is not None:
+            self.meta["name"] = str(name)
+        for k, v in meta.items():
+            self.meta[k] = v if isinstance(v, (str, int, float, bool)) else json.dumps(v)
+        self.meta.setdefault("name", Path(path).name.removesuffix(".voice.gguf"))
+        self.meta.setdefault("created_at", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        path = Path(path)
+
+        def fill(w) -> None:
+            w.add_name(self.name)
+            add_kv(w, "voice.format_version", FORMAT_VERSION)
+            add_kv(w, "voice.variant", self.variant)
+            for k, v in self.meta.items():
+                add_kv(w, f"voice.meta.{k}", v)
+            for t in TENSORS:
+                w.add_tensor(f"voice.{t}", np.ascontiguousarray(getattr(self, t)))
+
+        try:
+            write_gguf_atomically(path, fill, arch=VOICE_ARCH)
+        except OSError as e:
+            raise VoiceError(f"cannot write voice file {path}: {e.strerror or e}") from None
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Voice":
+        from gguf import GGUFReader
+
+        path = Path(path)
+        if not path.is_file():
+            raise VoiceError(f"voice file not found: {path}")
+        try:
+            r = GGUFReader(str(path))
+        except Exception as e:  # gguf raises ValueError/struct errors/OSError on bad files
+            raise VoiceError(f"{path}: not a readable voice file ({e})") from None
+        kv = {}
+        for f in r.fields.values():
+            try:
+                kv[f.name] = f.contents()
+            except Exception:
+                continue
+        if kv.get("general.architecture") != VOICE_ARCH:
+            raise VoiceError(f"{path}: not a Chatterbox voice file (architecture "
+                             f"{kv.get('general.architecture')!r}; a model file is not a voice)")
+        tensors = {t.name: np.array(t.data) for t in r.tensors}
+        missing = [t for t in TENSORS if f"voice.{t}" not in tensors]
+        if missing:
+            raise VoiceError(f"{path}: voice file lacks {', '.join(missing)}")
+        meta = {k.removeprefix("voice.meta."): v for k, v in kv.items() if k.startswith("voice.meta.")}
+        get = lambda t: tensors[f"voice.{t}"]  # noqa: E731
+        n_mels = int(np.asarray(get("prompt_feat")).shape[-1])
+        return cls(speaker_emb=get("speaker_emb").astype(np.float32).reshape(-1),
+                   cond_prompt_speech_tokens=get("cond_prompt_speech_tokens").astype(np.int32).reshape(-1),
+                   embedding=get("embedding").astype(np.float32).reshape(-1),
+                   prompt_token=get("prompt_token").astype(np.int32).reshape(-1),
+                   prompt_feat=get("prompt_feat").astype(np.float32).reshape(-1, n_mels),
+                   variant=str(kv.get("voice.variant", "")), meta=meta)
