@@ -284,7 +284,7 @@ class MainWindow(QMainWindow):
         ed.liveToggled.connect(self._live_toggled)
         ed.live.sentenceTyped.connect(lambda s, a, b: c.say_live(s, a, b, self.voice_arg(), self.params()))
         ed.takeActivated.connect(self.show_take)
-        tr.playClicked.connect(ed.request_play)
+        tr.playClicked.connect(self.transport_play)
         tr.stopClicked.connect(c.stop)
         tr.exportClicked.connect(lambda: self.export_take())
         QShortcut(QKeySequence(Qt.Key_Escape), self, activated=c.stop)
@@ -447,6 +447,14 @@ class MainWindow(QMainWindow):
             self.editor.live_button.setChecked(False)
         return self.controller.play(text, offset, self.voice_arg(), self.params(), self.voice_name())
 
+    def transport_play(self) -> None:
+        """Replay the current take; without one, synthesize the script (or the selection)."""
+        take = self.current_take
+        if take is not None and take.complete and take.frames > 0 and not self.controller.live:
+            self.controller.replay(take)
+        else:
+            self.editor.request_play()
+
     def _live_toggled(self, on: bool) -> None:
         if on:
             self.controller.start_live(self.voice_name())
@@ -471,8 +479,7 @@ class MainWindow(QMainWindow):
 
     def _refresh_wave(self) -> None:
         take = self.current_take
-        if take is not None and (self._wave_dirty or self.transport.waveform.duration * take.sample_rate
-                                 != take.frames):
+        if take is not None and (self._wave_dirty or self.transport.waveform.n_samples != take.frames):
             self._wave_dirty = False
             w = self.transport.waveform
             expected = 0 if take.complete or self.controller.live else estimate_seconds(take.text)

@@ -76,6 +76,20 @@ class PlaybackController(QObject):
         self._set_state("generating")
         return take
 
+    def replay(self, take: Take) -> None:
+        """Play a finished take again (no synthesis)."""
+        self.stop()
+        self.take = take
+        self.player.reset()
+        self._base_frame = 0
+        self._fixed_span = None
+        self._progress = (0, 0)
+        self.player.begin_segment(0.0)
+        self.player.feed(take.samples)
+        self.player.end_segment()
+        self._set_state("playing")
+        self.timer.start()
+
     def regenerate(self, position: int, voice, params: dict) -> bool:
         """Synthesize the current take's sentence at editor `position` again and swap it in."""
         take = self.take

@@ -108,11 +108,12 @@ def output_devices() -> list[str]:
 
 
 class Player:
-    def __init__(self, sample_rate: int = 24000, device: str | None = None):
+    def __init__(self, sample_rate: int = 24000, device: str | None = None, warm_up: bool = True):
         self.rate = sample_rate
         self.device = device or None
         self.buffer = RingBuffer()
         self._lock = threading.Lock()
+        self._pa_lock = threading.Lock()  # PortAudio calls are not thread-safe: one at a time
         self._stream = None
         self._playing = False  # True while the callback outputs audio (False: pre-roll / re-buffer)
         self._input_open = False  # the current segment may still get chunks
@@ -126,6 +127,21 @@ class Player:
         self._clock_start: float | None = None
         self._clock_frames = 0
         self._max_ahead_s = 0.3
+        if warm_up:
+            threading.Thread(target=self._warm_up, name="audio-warm-up", daemon=True).start()
+
+    def _warm_up(self) -> None:
+        """Load PortAudio and open the device once, off the GUI thread: the first open parses the
+        whole ALSA configuration (~0.2 s), which would otherwise stall the window at the first chunk."""
+        with self._pa_lock:
+            try:
+                import sounddevice as sd
+
+                with sd.OutputStream(samplerate=self.rate, channels=1, dtype="float32", device=self.device,
+                                     latency="low"):
+                    pass
+            except Exception:  # noqa: BLE001 - reported when playback is really attempted
+                pass
 
     # --- producer side (GUI thread) ----------------------------------------------------------
 
@@ -219,6 +235,10 @@ class Player:
     def _ensure_stream(self) -> None:
         if self._stream is not None:
             return
+        with self._pa_lock:
+            self._open_stream()
+
+    def _open_stream(self) -> None:
         import sounddevice as sd
 
         try:
@@ -241,11 +261,12 @@ class Player:
     def _close_stream(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
-            try:
-                stream.abort()
-                stream.close()
-            except Exception:  # noqa: BLE001
-                pass
+            with self._pa_lock:
+                try:
+                    stream.abort()
+                    stream.close()
+                except Exception:  # noqa: BLE001
+                    pass
 
     def _callback(self, outdata, frames, time_info, status) -> None:  # audio thread
         out = outdata[:, 0]

@@ -96,6 +96,7 @@ class ScriptEditor(QWidget):
         buttons.setSpacing(8)
         self.play_button = QPushButton(" Play script")
         self.play_button.setObjectName("Primary")
+        self.play_button.setToolTip("Synthesize the script, or the selection, and play it as it streams (Ctrl+Enter)")
         self.play_button.clicked.connect(self.request_play)
         self.regen_button = QPushButton(" Regenerate sentence")
         self.regen_button.setToolTip("Synthesize the sentence at the cursor again (a new seed)")

@@ -29,7 +29,7 @@ class Transport(QFrame):
 
         self.play_button = QPushButton()
         self.play_button.setObjectName("Round")
-        self.play_button.setToolTip("Play the script, or the selection (Ctrl+Enter)")
+        self.play_button.setToolTip("Play the current take (the script's Play button makes a new one)")
         self.stop_button = QPushButton()
         self.stop_button.setObjectName("Round")
         self.stop_button.setToolTip("Stop synthesis and playback (Esc)")

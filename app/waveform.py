@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app import theme
@@ -27,10 +27,10 @@ class WaveformView(QWidget):
         self._span_s = 0.0  # the x axis covers max(audio, expected) seconds
         self._expected_s = 0.0
         self._peaks: tuple[np.ndarray, np.ndarray] | None = None
-        self.regions: list[tuple[float, float, str]] = []  # (start, end, "speech" | "silence")
+        self._regions: list[tuple[float, float, str]] = []  # (start, end, "speech" | "silence")
         self.windows: list[list[float]] = []
-        self.marks: list[float] = []  # sentence boundaries
-        self.highlight: tuple[float, float] | None = None
+        self._marks: list[float] = []  # sentence boundaries
+        self._pixmap: QPixmap | None = None  # background, regions, waveform and marks: redrawn only on change
         self.playhead: float | None = None
         self.placeholder = ""
         self._drag: tuple[int, int] | None = None  # (window index, 0 start / 1 end)
@@ -42,23 +42,49 @@ class WaveformView(QWidget):
 
     # --- data ---------------------------------------------------------------------------------
 
+    @property
+    def regions(self):
+        return self._regions
+
+    @regions.setter
+    def regions(self, value):
+        self._regions = list(value)
+        self._invalidate()
+
+    @property
+    def marks(self):
+        return self._marks
+
+    @marks.setter
+    def marks(self, value):
+        self._marks = list(value)
+        self._invalidate()
+
+    def _invalidate(self) -> None:
+        self._pixmap = None
+        self.update()
+
     def set_audio(self, samples: np.ndarray, rate: int, expected_s: float = 0.0) -> None:
         x = np.asarray(samples, np.float32)
         self._samples = x.mean(axis=1) if x.ndim == 2 else x.reshape(-1)
         self._rate = int(rate)
         self._expected_s = float(expected_s)
         self._peaks = None
-        self.update()
+        self._invalidate()
 
     def append(self, samples: np.ndarray) -> None:
         self._samples = np.concatenate([self._samples, np.asarray(samples, np.float32).reshape(-1)])
         self._peaks = None
-        self.update()
+        self._invalidate()
 
     def clear(self) -> None:
         self.set_audio(np.zeros(0, np.float32), self._rate)
         self.regions, self.windows, self.marks = [], [], []
-        self.highlight = self.playhead = None
+        self.playhead = None
+
+    @property
+    def n_samples(self) -> int:
+        return int(self._samples.size)
 
     @property
     def duration(self) -> float:
@@ -101,31 +127,33 @@ class WaveformView(QWidget):
 
     def resizeEvent(self, e):
         self._peaks = None
+        self._pixmap = None
         super().resizeEvent(e)
 
     # --- painting -----------------------------------------------------------------------------
 
-    def paintEvent(self, _e):
+    def _rounded(self) -> QPainterPath:
+        path = QPainterPath()
+        path.addRoundedRect(QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5), 6, 6)
+        return path
+
+    def _render_static(self) -> QPixmap:
+        """Background, speech/silence bands, the waveform and sentence marks."""
         c = theme.colors()
-        p = QPainter(self)
+        ratio = self.devicePixelRatioF()
+        pm = QPixmap(int(self.width() * ratio), int(self.height() * ratio))
+        pm.setDevicePixelRatio(ratio)
+        pm.fill(Qt.transparent)
+        p = QPainter(pm)
         p.setRenderHint(QPainter.Antialiasing)
-        r = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
-        bg = QPainterPath()
-        bg.addRoundedRect(r, 6, 6)
+        bg = self._rounded()
         p.fillPath(bg, QColor(c.base))
         p.setClipPath(bg)
         h, mid = self.height(), self.height() / 2
-
-        for a, b, kind in self.regions:
+        for a, b, kind in self._regions:
             col = QColor(c.speech if kind == "speech" else c.silence)
             col.setAlphaF(0.55)
             p.fillRect(QRectF(self._x(a), 0, self._x(b) - self._x(a), h), col)
-        if self.highlight:
-            col = QColor(c.highlight_sentence)
-            col.setAlphaF(0.7)
-            a, b = self.highlight
-            p.fillRect(QRectF(self._x(a), 0, self._x(b) - self._x(a), h), col)
-
         if self._samples.size:
             if self._peaks is None:
                 self._peaks = self._compute_peaks()
@@ -133,14 +161,14 @@ class WaveformView(QWidget):
             scale = (h / 2 - 4) / max(0.05, float(max(np.max(np.abs(lo)), np.max(np.abs(hi)))))
             path = QPainterPath()
             xs = np.arange(lo.size) + 0.5
-            path.moveTo(QPointF(xs[0], mid - hi[0] * scale))
-            for x, v in zip(xs[1:], hi[1:]):
-                path.lineTo(QPointF(x, mid - v * scale))
-            for x, v in zip(xs[::-1], lo[::-1]):
-                path.lineTo(QPointF(x, mid - v * scale - 0.0))
+            top, bottom = mid - hi * scale, mid - lo * scale
+            path.moveTo(QPointF(xs[0], top[0]))
+            for x, y in zip(xs[1:].tolist(), top[1:].tolist()):
+                path.lineTo(x, y)
+            for x, y in zip(xs[::-1].tolist(), bottom[::-1].tolist()):
+                path.lineTo(x, y)
             path.closeSubpath()
-            wave = QColor(c.wave)
-            p.setPen(QPen(wave, 1))
+            p.setPen(QPen(QColor(c.wave), 1))
             fill = QColor(c.wave)
             fill.setAlphaF(0.75)
             p.setBrush(fill)
@@ -151,11 +179,22 @@ class WaveformView(QWidget):
             if self.placeholder:
                 p.setPen(QColor(c.muted))
                 p.drawText(self.rect(), Qt.AlignCenter, self.placeholder)
-
         p.setPen(QPen(QColor(c.border), 1, Qt.DotLine))
-        for t in self.marks:
+        for t in self._marks:
             p.drawLine(QPointF(self._x(t), 4), QPointF(self._x(t), h - 4))
+        p.end()
+        return pm
 
+    def paintEvent(self, _e):
+        c = theme.colors()
+        if self._pixmap is None or self._pixmap.deviceIndependentSize().toSize() != self.size():
+            self._pixmap = self._render_static()
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing)
+        p.drawPixmap(0, 0, self._pixmap)
+        bg = self._rounded()
+        p.setClipPath(bg)
+        h, mid = self.height(), self.height() / 2
         sel = QColor(c.window_sel)
         for a, b in self.windows:
             xa, xb = self._x(a), self._x(b)
@@ -168,7 +207,6 @@ class WaveformView(QWidget):
                 if self.editable:
                     p.setBrush(sel)
                     p.drawRoundedRect(QRectF(x - 4, mid - 12, 8, 24), 3, 3)
-
         if self.playhead is not None and self.duration > 0:
             x = self._x(self.playhead)
             p.setPen(QPen(QColor(c.playhead), 2))
