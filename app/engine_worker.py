@@ -225,10 +225,11 @@ class EngineClient(QObject):
     def busy(self) -> bool:
         return bool(self.pending)
 
-    def shutdown(self, timeout_ms: int = 10000) -> None:
+    def shutdown(self) -> None:
+        """Cancel everything and end the thread; waits for the running chunk (the engine's unit of work)."""
         self.cancel_all()
         self.thread.quit()
-        self.thread.wait(timeout_ms)
+        self.thread.wait()
 
     # results (GUI thread)
 

@@ -558,5 +558,7 @@ class MainWindow(QMainWindow):
         self.controller.stop()
         self.player.stop()
         QApplication.instance().removeEventFilter(self._drop_filter)
+        self.hide()  # gone at once; the engine thread still finishes its current chunk
+        QApplication.processEvents()
         self.client.shutdown()
         super().closeEvent(e)

@@ -48,7 +48,7 @@ def _close(window) -> None:
 
 def _wait(qtbot, cond, timeout_s: float, what: str) -> None:
     try:
-        qtbot.waitUntil(cond, timeout=int(timeout_s * 1000))
+        qtbot.waitUntil(lambda: bool(cond()), timeout=int(timeout_s * 1000))
     except AssertionError:
         raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}") from None
 
@@ -281,6 +281,7 @@ def test_play_streams_stays_responsive_and_stop_ends_within_one_chunk(studio, qt
 def test_live_typing_speaks_each_sentence_once_in_order(studio, qtbot):
     w = studio
     w.editor.set_text("")
+    w.sampling_panel.spins["max_tokens"].setValue(10)  # one chunk per sentence: quick to hear
     qtbot.mouseClick(w.editor.live_button, Qt.LeftButton)
     assert w.controller.live
     edit = w.editor.edit
@@ -301,6 +302,7 @@ def test_live_typing_speaks_each_sentence_once_in_order(studio, qtbot):
     qtbot.mouseClick(w.editor.live_button, Qt.LeftButton)
     assert not w.controller.live
     assert w.controller.live_spoken == expected  # nothing spoken twice
+    w.sampling_panel.spins["max_tokens"].setValue(MAX_TOKENS)
 
 
 # --- a bad model -----------------------------------------------------------------------------------
