@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from app import __version__
@@ -77,50 +78,13 @@ def _cmd_requantize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_say(args: argparse.Namespace) -> int:
-    import os
-    import tempfile
-
-    import soundfile as sf
-
-    from engine_native import EngineError
-    from engine_native.pipeline import Pipeline
-
-    text = args.text
-    if args.file:
-        try:
-            text = open(args.file, encoding="utf-8").read()
-        except OSError as e:
-            return _fail(f"cannot read {args.file}: {e.strerror}")
-    if not text or not text.strip():
-        return _fail("nothing to say: give TEXT or -f FILE with some text")
-    try:
-        result = Pipeline(args.model, threads=args.threads).synthesize(text, seed=args.seed, max_tokens=args.max_tokens)
-    except (EngineError, FileNotFoundError) as e:
-        return _fail(str(e))
-    out = os.path.abspath(args.output)
-    fd, tmp = tempfile.mkstemp(prefix=".say-", suffix=".wav", dir=os.path.dirname(out))
-    os.close(fd)
-    try:  # written atomically: a failure never leaves half a file at OUT
-        sf.write(tmp, result.samples, result.sample_rate, subtype="FLOAT")
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    timings = ", ".join(f"{k[:-3]} {v:.0f} ms" for k, v in result.timings.items())
-    print(f"{out}: {result.samples.size / result.sample_rate:.2f} s of audio "
-          f"({result.speech_tokens.size} speech tokens; {timings})", file=sys.stderr)
-    return 0
-
-
 def _cmd_lab(args: argparse.Namespace) -> int:
     if args.bake:
         missing = [flag for flag, v in (("-m/--model", args.model), ("--name", args.name)) if not v]
         if missing:
             return _fail(f"--bake needs {' and '.join(missing)}")
-        print("chatterbox-studio: error: baking a voice needs the voice-cloning engine "
-              "(not in this build yet)", file=sys.stderr)
-        return 2
+        if not args.voice_output and not args.output.endswith(".wav"):
+            return _fail("--bake writes NAME.voice.gguf beside the clip; give a .wav clip or --voice-output")
     from voice_lab import VoiceLabError
     from voice_lab.lab import prepare_clip, write_outputs
 
@@ -141,6 +105,30 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     print(f"loudness  {lo['before']['integrated_lufs']} -> {lo['after']['integrated_lufs']} LUFS, "
           f"true peak {lo['before']['true_peak_dbtp']} -> {lo['after']['true_peak_dbtp']} dBTP")
     print(f"wrote     {args.output} ({result.duration:.2f} s, 24 kHz mono float32) and {report_path}")
+    if args.bake:
+        return _bake_clip(args, result)
+    return 0
+
+
+def _bake_clip(args: argparse.Namespace, result) -> int:
+    """The lab's clip -> a voice, with the lab's report (source, spans, chain) in its metadata."""
+    import json
+
+    from app.speak import load_engine
+    from engine_native import EngineError
+
+    out = args.voice_output or args.output[: -len(".wav")] + ".voice.gguf"
+    try:
+        engine = load_engine(args)
+        voice = engine.voice_from_audio(result.samples, result.rate, name=args.name,
+                                        source_file=os.path.basename(args.input),
+                                        source_sha256=result.report["source"].get("sha256"),
+                                        lab_chain=json.dumps(result.report["chain"]),
+                                        lab_spans=json.dumps(result.report["window"]["spans"]))
+        voice.save(out)
+    except EngineError as e:
+        return _fail(str(e))
+    print(f"baked     {out} (voice '{voice.name}', {os.path.getsize(out) / 1024:.0f} KiB)")
     return 0
 
 
@@ -172,15 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quant", required=True, choices=quants)
     p.set_defaults(func=_cmd_requantize)
 
-    p = sub.add_parser("say", help="speak TEXT with a model's built-in voice into a WAV file")
-    p.add_argument("text", nargs="?", help="what to say")
-    p.add_argument("-f", "--file", help="read the text from FILE")
-    p.add_argument("-m", "--model", required=True, help="the model .gguf")
-    p.add_argument("-o", "--output", required=True, help="the .wav file to write (24 kHz mono float)")
-    p.add_argument("--seed", type=int, default=0, help="same seed, same audio (default 0)")
-    p.add_argument("--max-tokens", type=int, default=1000, help="speech token budget (25 per second)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all)")
-    p.set_defaults(func=_cmd_say)
+    from app.speak import add_parsers as add_speech_parsers
+
+    add_speech_parsers(sub)
+    from app.bench import add_parser as add_bench_parser
+
+    add_bench_parser(sub)
 
     p = sub.add_parser("lab", help="prepare a recording for voice cloning: find the speech, "
                        "pick a window, clean it, write a 24 kHz mono clip")
@@ -194,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bake", action="store_true", help="also bake a voice from the clip (needs -m and --name)")
     p.add_argument("-m", "--model", help="the model .gguf to bake the voice with")
     p.add_argument("--name", help="the voice's name")
+    p.add_argument("--voice-output", metavar="V.voice.gguf", help="where --bake writes (default: beside the clip)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for --bake (default: all cores)")
     p.set_defaults(func=_cmd_lab)
 
     from app.selftest import add_parser as add_selftest_parser  # the packaged app's self-test (packaging/)
@@ -202,21 +189,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_gui() -> int:
-    try:
-        from app.gui import run  # noqa: PLC0415  (Qt is imported only when the GUI opens)
-    except ImportError:
-        # The window lands with the GUI issue; until then the launcher shows what is here.
-        print("Chatterbox Studio: the desktop window is not part of this build yet.\n")
-        build_parser().print_help()
-        return 0
-    return run()
+def _open_gui(files: list[str]) -> int:
+    from app.gui import run  # Qt is imported only when the window opens
+
+    return run(files=files)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        return _open_gui()
+    # No arguments, or only files (the desktop entry's %F: a .voice.gguf or a recording): the app.
+    if not argv or all(os.path.isfile(a) for a in argv):
+        return _open_gui(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -130,35 +130,19 @@ def _synthesis_check(args: argparse.Namespace) -> None:
 
 def _load(model: str, threads: int):
     """(synthesize(text, seed, max_tokens) -> (samples, detail), sample_rate, description).
-
-    The streaming Engine API when this build has it; the stage-by-stage Pipeline otherwise.
-    Loading errors surface as SelftestError with the engine's own message.
-    """
+    Loading errors surface as SelftestError with the engine's own message."""
     import engine_native
 
-    Engine = getattr(engine_native, "Engine", None)
     try:
-        if Engine is not None:
-            engine = Engine(model, threads=threads or None)
-            info = engine.info
-
-            def synth(text, seed, max_tokens):
-                return engine.synthesize(text, seed=seed, max_tokens=max_tokens), ""
-
-            return synth, engine.sample_rate, f"{info.get('variant')} {info.get('quantization')}, Engine"
-
-        from engine_native.pipeline import Pipeline
-
-        pipe = Pipeline(model, threads=threads)
-
-        def synth(text, seed, max_tokens):
-            r = pipe.synthesize(text, seed=seed, max_tokens=max_tokens)
-            stages = ", ".join(f"{k[:-3]} {v / 1e3:.1f} s" for k, v in r.timings.items())
-            return r.samples, f"; {r.speech_tokens.size} speech tokens; {stages}"
-
-        return synth, pipe.sample_rate, "Pipeline"
+        engine = engine_native.Engine(model, threads=threads or None)
     except engine_native.EngineError as e:
         raise SelftestError(f"cannot load {model}: {e}") from None
+    info = engine.info
+
+    def synth(text, seed, max_tokens):
+        return engine.synthesize(text, seed=seed, max_tokens=max_tokens), ""
+
+    return synth, engine.sample_rate, f"{info.get('variant')} {info.get('quantization')}, Engine"
 
 
 # --- the main window -----------------------------------------------------------

@@ -20,7 +20,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests.* (the oracle
 
 import numpy as np  # noqa: E402
 
-from engine_native.pipeline import Pipeline  # noqa: E402
+from engine_native import Engine  # noqa: E402
 from tests.models import model_path  # noqa: E402
 from tests.reference.cache import snapshot_dir  # noqa: E402
 from tests.reference.runner import run_stage  # noqa: E402
@@ -46,12 +46,13 @@ def main() -> int:
     print(f"S3Gen Turbo: {args.tokens} speech tokens ({args.tokens * 0.04:.2f} s of audio) after the voice's prompt, "
           f"{args.threads} threads, best of {args.repeat}")
     for q in args.quants.split(","):
-        p = Pipeline(model_path("turbo", q), threads=args.threads)
-        tokens = np.concatenate([p.voice_prompt_tokens, speech]).tolist()
-        enc_ms, mu = best_of(args.repeat, lambda: p.encoder.encode(tokens))
+        e = Engine(model_path("turbo", q), threads=args.threads)
+        v = e.builtin_voice
+        tokens = np.concatenate([v.prompt_token, speech]).tolist()
+        enc_ms, mu = best_of(args.repeat, lambda: e._encoder.encode(tokens))
         x0 = np.random.default_rng(0).standard_normal(mu.shape, dtype=np.float32)
-        cfm_ms, mel = best_of(args.repeat, lambda: p.cfm.sample(mu, p.voice_prompt_feat, p.voice_embedding, x0))
-        hift_ms, _ = best_of(args.repeat, lambda: p.hift.inference(mel, 0))
+        cfm_ms, mel = best_of(args.repeat, lambda: e._cfm.sample(mu, v.prompt_feat, v.embedding, x0))
+        hift_ms, _ = best_of(args.repeat, lambda: e._hift.inference(mel, 0))
         print(f"  native {q:<5} encoder {enc_ms:7.0f} ms   CFM {cfm_ms:7.0f} ms   HiFT {hift_ms:7.0f} ms")
     ref = run_stage("s3gen_bench", snapshot_dir("turbo"), speech_ids=speech, threads=np.asarray(args.threads),
                     repeat=np.asarray(args.repeat))

@@ -1,32 +1,56 @@
 #include "fft.h"
 
 #include <cmath>
+#include <unordered_map>
 
 namespace cbs {
 
-std::vector<std::complex<double>> fft(const std::vector<std::complex<double>>& x) {
-    const size_t n = x.size();
-    if (n <= 1) return x;
+namespace {
+
+using cd = std::complex<double>;
+
+// exp(-2 pi i j / n) for j < n, per size, built once per thread: the recursion reads the
+// twiddles of every sub-length from the full table (sub-lengths divide n).
+const std::vector<cd>& twiddles(size_t n) {
+    static thread_local std::unordered_map<size_t, std::vector<cd>> tables;
+    std::vector<cd>& w = tables[n];
+    if (w.size() != n) {
+        w.resize(n);
+        for (size_t j = 0; j < n; ++j) {
+            const double a = -2.0 * M_PI * static_cast<double>(j) / static_cast<double>(n);
+            w[j] = cd(std::cos(a), std::sin(a));
+        }
+    }
+    return w;
+}
+
+// Mixed-radix decimation in time over x[0], x[stride], ...: n outputs into out.
+// The twiddle for angle index j at this length is w[j * wstep].
+void fft_rec(const cd* x, size_t stride, size_t n, const std::vector<cd>& w, size_t wstep, cd* out) {
+    if (n == 1) {
+        out[0] = x[0];
+        return;
+    }
     size_t p = 2;
     while (p * p <= n && n % p != 0) ++p;
     if (n % p != 0) p = n;  // prime length: direct DFT
     const size_t m = n / p;
-    // Decimation in time: p interleaved sub-sequences of length m.
-    std::vector<std::vector<std::complex<double>>> sub(p);
-    for (size_t r = 0; r < p; ++r) {
-        std::vector<std::complex<double>> s(m);
-        for (size_t j = 0; j < m; ++j) s[j] = x[j * p + r];
-        sub[r] = m > 1 ? fft(s) : s;
-    }
-    std::vector<std::complex<double>> out(n);
+    std::vector<cd> sub(n);  // p sub-transforms of length m, back to back
+    for (size_t r = 0; r < p; ++r) fft_rec(x + r * stride, stride * p, m, w, wstep * p, sub.data() + r * m);
     for (size_t k = 0; k < n; ++k) {
-        std::complex<double> acc = 0.0;
-        for (size_t r = 0; r < p; ++r) {
-            const double a = -2.0 * M_PI * static_cast<double>((r * k) % n) / static_cast<double>(n);
-            acc += sub[r][k % m] * std::complex<double>(std::cos(a), std::sin(a));
-        }
+        cd acc = 0.0;
+        for (size_t r = 0; r < p; ++r) acc += sub[r * m + k % m] * w[((r * k) % n) * wstep];
         out[k] = acc;
     }
+}
+
+}  // namespace
+
+std::vector<std::complex<double>> fft(const std::vector<std::complex<double>>& x) {
+    const size_t n = x.size();
+    if (n <= 1) return x;
+    std::vector<cd> out(n);
+    fft_rec(x.data(), 1, n, twiddles(n), 1, out.data());
     return out;
 }
 

@@ -220,3 +220,4 @@ def from_local_stage(snapshot: Path, inputs: Inputs) -> Inputs:
 from . import stages_convert, stages_t3, stages_s3gen, stages_hift, stages_features, stages_cfm  # noqa: E402,F401
 from . import stages_s3tok  # noqa: E402,F401
 from . import stages_campplus  # noqa: E402,F401
+from . import stages_voice, stages_bench  # noqa: E402,F401

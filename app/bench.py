@@ -1,0 +1,70 @@
+"""`chatterbox-studio bench`: the engine's speed on a fixed 10 s workload, optionally beside
+the PyTorch reference on the same weights, threads and token count (in the same run)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def _row(name: str, ours, ref=None, unit: str = "ms", fmt: str = "{:.1f}") -> str:
+    o = fmt.format(ours) + " " + unit if ours is not None else "-"
+    if ref is None:
+        return f"  {name:<28} {o:>14}"
+    r = fmt.format(ref) + " " + unit
+    ratio = f"{ref / ours:.2f}x" if ours else "-"
+    return f"  {name:<28} {o:>14} {r:>14} {ratio:>9}"
+
+
+def cmd_bench(args) -> int:
+    from engine_native import EngineError
+    from engine_native.bench import run_bench
+
+    try:
+        r = run_bench(args.model, threads=args.threads, n_tokens=args.tokens)
+    except EngineError as e:
+        print(f"chatterbox-studio: error: {e}", file=sys.stderr)
+        return 1
+    ref = None
+    if args.reference:
+        try:
+            from tests.reference.runner import run_stage
+        except ImportError:
+            print("chatterbox-studio: error: --reference needs a source checkout with the reference environment "
+                  "(scripts/setup.sh test); run it from the repository root", file=sys.stderr)
+            return 1
+        print("running the PyTorch reference ...", file=sys.stderr, flush=True)
+        ref = run_stage("bench", args.reference, text_ids=r["text_ids"], tokens=args.tokens,
+                        speech_ids=r["speech_ids"], threads=r["threads"])
+        ref = {k: float(v) for k, v in ref.items()}
+    print(f"chatterbox-studio bench: {r['variant']} {r['quantization']}, {r['threads']} threads, "
+          f"{r['t3_tokens']} speech tokens ({r['audio_s']:.2f} s of audio)")
+    head = f"  {'':<28} {'native':>14}"
+    print(head + (f" {'PyTorch':>14} {'speed-up':>9}" if ref else ""))
+    g = (lambda k: ref.get(k)) if ref else (lambda k: None)
+    print(_row("load", r["load_ms"], g("load_ms")))
+    print(_row("T3 prompt (voice cached)", r["t3_prompt_ms"]))
+    print(_row("T3 prompt (first, + voice)", r["t3_first_prompt_ms"]))
+    print(_row("T3 per token", r["t3_ms_per_token"]))
+    print(_row("T3 total", r["t3_ms"], g("t3_ms")))
+    s3 = r["encoder_ms"] + r["cfm_ms"]
+    print(_row("S3Gen encoder", r["encoder_ms"]))
+    print(_row("S3Gen CFM", r["cfm_ms"]))
+    print(_row("S3Gen encoder + CFM", s3, g("s3gen_ms")))
+    print(_row("HiFT", r["hift_ms"], g("hift_ms")))
+    ref_gen = (ref["t3_ms"] + ref["s3gen_ms"] + ref["hift_ms"]) if ref else None
+    print(_row("generation (end to end)", r["generation_ms"], ref_gen))
+    print(_row("generation RTF", r["rtf"], ref_gen / 1e3 / ref["audio_s"] if ref else None, "", "{:.3f}"))
+    print(_row("first audio, low-latency", r["ttfa_low_latency_ms"]))
+    print(_row("first audio, default", r["ttfa_default_ms"]))
+    print(_row("peak RSS", r["peak_rss_mb"], g("peak_rss_mb"), "MB", "{:.0f}"))
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="measure speed on a fixed 10 s workload (optionally beside PyTorch)")
+    p.add_argument("-m", "--model", required=True, help="the model .gguf")
+    p.add_argument("--reference", metavar="SNAPSHOT_DIR",
+                   help="also time the PyTorch reference on this snapshot (the model's source weights)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: all cores)")
+    p.add_argument("--tokens", type=int, default=250, help="speech tokens (default 250 = 10 s)")
+    p.set_defaults(func=cmd_bench)

@@ -1,0 +1,346 @@
+"""The speaking commands of the CLI: `say`, `live` and `bake`.
+
+Audio goes to a file (WAV/FLAC/OGG/MP3 by extension, written atomically), to stdout as raw
+s16le 24 kHz mono PCM (`-o -`, flushed chunk by chunk: pipe it into `aplay`/`ffplay`/
+`play`), or without `-o` to the sound card. Logs go to stderr, so stdout stays clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens")
+# Small first chunk, one CFM step: the quickest first audio (seed journal B1, "combined").
+PRESETS = {"quality": {}, "low-latency": {"first_chunk_tokens": 10, "chunk_tokens": 25, "cfm_steps": 1}}
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def fail(message: str, code: int = 1) -> int:
+    log(f"chatterbox-studio: error: {message}")
+    return code
+
+
+class UserError(Exception):
+    """A problem with what the user asked for: reported in one line, exit status 1."""
+
+
+def add_engine_arguments(p: argparse.ArgumentParser, *, sampling: bool = True) -> None:
+    p.add_argument("-m", "--model", required=True, help="the model .gguf")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    if not sampling:
+        return
+    g = p.add_argument_group("voice and sampling")
+    g.add_argument("--voice", metavar="V.voice.gguf", help="speak with this voice (default: the model's own)")
+    g.add_argument("--ref", metavar="AUDIO", help="clone the voice of this recording first (any format ffmpeg reads)")
+    g.add_argument("--seed", type=int, default=None, help="same seed, same audio (default: random, printed)")
+    g.add_argument("--preset", choices=sorted(PRESETS), default="quality",
+                   help="low-latency: small first chunk and 1 CFM step (faster first audio, a little less detail)")
+    g.add_argument("--temperature", type=float)
+    g.add_argument("--top-k", type=int, dest="top_k")
+    g.add_argument("--top-p", type=float, dest="top_p")
+    g.add_argument("--repetition-penalty", type=float, dest="repetition_penalty")
+    g.add_argument("--min-p", type=float, dest="min_p")
+    g.add_argument("--cfm-steps", type=int, dest="cfm_steps")
+    g.add_argument("--max-tokens", type=int, dest="max_tokens", help="speech token budget per sentence (25 per second)")
+    g.add_argument("--first-chunk-tokens", type=int, dest="first_chunk_tokens")
+    g.add_argument("--chunk-tokens", type=int, dest="chunk_tokens")
+
+
+def load_engine(args):
+    from engine_native import Engine
+
+    t0 = time.perf_counter()
+    engine = Engine(args.model, threads=args.threads)
+    log(f"model     {args.model} ({engine.variant} {engine.info['quantization']}, loaded in "
+        f"{(time.perf_counter() - t0):.1f} s)")
+    return engine
+
+
+def clone_from_file(engine, path: str, name: str | None = None):
+    """A voice from any recording: decoded by the Voice Lab (ffmpeg or soundfile), cloned natively."""
+    import hashlib
+
+    from voice_lab import VoiceLabError
+    from voice_lab.decode import decode
+
+    try:
+        samples, rate = decode(path)
+    except VoiceLabError as e:
+        raise UserError(str(e)) from None
+    t0 = time.perf_counter()
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    voice = engine.voice_from_audio(samples, rate, name=name or os.path.basename(path).rsplit(".", 1)[0],
+                                    source_file=os.path.basename(path), source_sha256=digest)
+    log(f"voice     cloned from {path} in {time.perf_counter() - t0:.1f} s")
+    return voice
+
+
+def resolve_voice(engine, args):
+    from engine_native import Voice
+
+    if args.voice and args.ref:
+        raise UserError("give --voice or --ref, not both")
+    if args.voice:
+        voice = Voice.load(args.voice)
+        engine.check_voice(voice)
+        log(f"voice     {voice.name} ({args.voice})")
+        return voice
+    if args.ref:
+        return clone_from_file(engine, args.ref)
+    return None
+
+
+def stream_options(args) -> dict:
+    opts = dict(PRESETS[args.preset])
+    for k in SAMPLING_OPTIONS + ("first_chunk_tokens", "chunk_tokens"):
+        if getattr(args, k, None) is not None:
+            opts[k] = getattr(args, k)
+    return opts
+
+
+def to_s16le(samples: np.ndarray) -> bytes:
+    """Through libsndfile, the same conversion as a 16-bit WAV file gets."""
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(samples, -1.0, 1.0), 24000, format="RAW", subtype="PCM_16", endian="LITTLE")
+    return buf.getvalue()
+
+
+class Output:
+    """Where chunks go: stdout PCM, the sound card, or memory (for a file at the end)."""
+
+    def __init__(self, target: str | None, rate: int):
+        self.target, self.rate, self.kept = target, rate, []
+        self._stream = None
+        if target is None:
+            import sounddevice as sd
+
+            try:
+                self._stream = sd.OutputStream(samplerate=rate, channels=1, dtype="float32")
+                self._stream.start()
+            except Exception as e:  # PortAudio errors: no device, busy device...
+                raise UserError(f"cannot open the sound card ({e}); write a file with -o instead") from None
+
+    def write(self, samples: np.ndarray) -> None:
+        if self.target == "-":
+            sys.stdout.buffer.write(to_s16le(samples))
+            sys.stdout.buffer.flush()
+        elif self._stream is not None:
+            self._stream.write(np.ascontiguousarray(samples, np.float32).reshape(-1, 1))
+        else:
+            self.kept.append(samples)
+
+    def finish(self) -> None:
+        if self._stream is not None:
+            self._stream.stop()  # plays out what is queued
+            self._stream.close()
+        elif self.target not in (None, "-"):
+            from app.take import ExportError, export_audio
+
+            audio = np.concatenate(self.kept) if self.kept else np.zeros(0, np.float32)
+            try:
+                export_audio(audio, self.rate, self.target)
+            except ExportError as e:
+                raise UserError(str(e)) from None
+            log(f"wrote     {self.target} ({audio.size / self.rate:.2f} s)")
+
+
+def speak(engine, text: str, voice, opts: dict, seed, out: Output, stop: threading.Event | None = None) -> dict:
+    """Streams one text into `out`; returns totals for the log line."""
+    t0 = time.perf_counter()
+    first_audio = None
+    audio_s = 0.0
+    it = engine.stream(text, voice, seed=seed, **opts)
+    try:
+        for chunk in it:
+            if first_audio is None:
+                first_audio = time.perf_counter() - t0
+            out.write(chunk.samples)
+            audio_s += chunk.samples.size / chunk.sample_rate
+            if stop is not None and stop.is_set():
+                it.cancel()
+    finally:
+        it.close()
+    wall = time.perf_counter() - t0
+    return {"audio_s": audio_s, "wall_s": wall, "first_audio_s": first_audio or wall, "seed": seed}
+
+
+def _read_text(args) -> str:
+    if args.file and args.text:
+        raise UserError("give TEXT or -f FILE, not both")
+    if args.file:
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise UserError(f"cannot read {args.file}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{args.file} is not UTF-8 text") from None
+    return args.text or ""
+
+
+def _guarded(body) -> int:
+    from engine_native import EngineError
+
+    try:
+        return body()
+    except UserError as e:
+        return fail(str(e))
+    except EngineError as e:
+        return fail(str(e))
+    except KeyboardInterrupt:
+        log("stopped")
+        return 130
+
+
+def cmd_say(args) -> int:
+    def body() -> int:
+        text = _read_text(args)
+        if not text.strip():
+            raise UserError("nothing to say: give TEXT or -f FILE with some text")
+        engine = load_engine(args)
+        voice = resolve_voice(engine, args)
+        opts = stream_options(args)
+        seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
+        out = Output(args.output, engine.sample_rate)
+        r = speak(engine, text, voice, opts, seed, out)
+        out.finish()
+        log(f"said      {r['audio_s']:.2f} s of audio in {r['wall_s']:.2f} s (first audio after "
+            f"{r['first_audio_s']:.2f} s, RTF {r['wall_s'] / max(r['audio_s'], 1e-9):.2f}), seed {seed}")
+        return 0
+
+    return _guarded(body)
+
+
+def _follow(path: str, stop: threading.Event):
+    """Yield text appended to `path` as it grows (like `tail -f`), from its current end."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        f.seek(0, os.SEEK_END)
+        while not stop.is_set():
+            data = f.read()
+            if data:
+                yield data
+            else:
+                time.sleep(0.1)
+
+
+def sentences_from(chunks, by_line: bool):
+    """Complete utterances out of a stream of typed text: whole lines with --by-line, else
+    each sentence once its terminator is followed by a space or newline. What is left at
+    the end of input is spoken too."""
+    import re
+
+    end = re.compile(r"\n" if by_line else r"[.!?…]+[\"'”’)\]]*[ \t\n]|\n")
+    buf = ""
+    for data in chunks:
+        buf += data
+        while m := end.search(buf):
+            piece, buf = buf[: m.end()], buf[m.end():]
+            if piece.strip():
+                yield piece.strip()
+    if buf.strip():
+        yield buf.strip()
+
+
+def _stdin_chunks(interactive: bool):
+    while True:
+        if interactive:
+            sys.stderr.write("> ")
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        if not line:
+            return
+        yield line
+
+
+def cmd_live(args) -> int:
+    """Speak text as it is typed: a queue between the reader and the speaker keeps order,
+    and each sentence is spoken exactly once, as soon as it is complete."""
+    import queue
+
+    def body() -> int:
+        engine = load_engine(args)
+        voice = resolve_voice(engine, args)
+        opts = stream_options(args)
+        out = Output(args.output, engine.sample_rate)
+        stop = threading.Event()
+        todo: queue.Queue = queue.Queue()
+        seed = args.seed
+
+        def reader():
+            try:
+                if args.input_file:
+                    chunks = _follow(args.input_file, stop)
+                else:
+                    chunks = _stdin_chunks(sys.stdin.isatty())
+                for s in sentences_from(chunks, args.by_line):
+                    todo.put(s)
+            finally:
+                todo.put(None)
+
+        if args.input_file and not os.path.isfile(args.input_file):
+            raise UserError(f"input file not found: {args.input_file}")
+        if sys.stdin.isatty() and not args.input_file:
+            log("type; each sentence is spoken when it ends (. ! ? then space or Enter). Ctrl-D or Ctrl-C ends.")
+        threading.Thread(target=reader, daemon=True).start()
+        try:
+            while (sentence := todo.get()) is not None:
+                r = speak(engine, sentence, voice, opts, seed, out, stop)
+                log(f"spoke     {sentence!r}: {r['audio_s']:.2f} s, first audio after {r['first_audio_s']:.2f} s")
+        except KeyboardInterrupt:
+            stop.set()
+            log("stopped")
+        finally:
+            stop.set()
+            out.finish()
+        return 0
+
+    return _guarded(body)
+
+
+def cmd_bake(args) -> int:
+    def body() -> int:
+        engine = load_engine(args)
+        voice = clone_from_file(engine, args.audio, args.name)
+        path = voice.save(args.output, name=args.name or voice.name)
+        log(f"wrote     {path} ({os.path.getsize(path) / 1024:.0f} KiB, voice '{voice.name}', "
+            f"{voice.meta['duration_s']:.1f} s recording)")
+        return 0
+
+    return _guarded(body)
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("say", help="speak TEXT (or a file) to the sound card, a file, or stdout")
+    p.add_argument("text", nargs="?", help="what to say")
+    p.add_argument("-f", "--file", help="read the text from FILE (UTF-8)")
+    p.add_argument("-o", "--output", help="OUT.wav|.flac|.ogg|.mp3, or - for raw s16le 24 kHz mono PCM on stdout; "
+                   "default: play it")
+    add_engine_arguments(p)
+    p.set_defaults(func=cmd_say)
+
+    p = sub.add_parser("live", help="type and hear each sentence as soon as it is complete")
+    p.add_argument("--input-file", help="follow this file as it grows (like tail -f) instead of reading stdin")
+    p.add_argument("--by-line", action="store_true", help="one line is one utterance")
+    p.add_argument("-o", "--output", help="a file to write at the end, or - for PCM on stdout; default: play")
+    add_engine_arguments(p)
+    p.set_defaults(func=cmd_live)
+
+    p = sub.add_parser("bake", help="clone the voice of a recording into a .voice.gguf file")
+    p.add_argument("audio", help="the recording (more than 5 s; 10 s or more of clean speech is best)")
+    p.add_argument("-o", "--output", required=True, help="NAME.voice.gguf to write")
+    p.add_argument("--name", help="the voice's name (default: the recording's file name)")
+    add_engine_arguments(p, sampling=False)
+    p.set_defaults(func=cmd_bake)

@@ -1,0 +1,46 @@
+"""The reference's side of `chatterbox-studio bench`: the same workload, timed in PyTorch."""
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .stages import Inputs, load_conds, stage
+
+
+@stage("bench")
+def bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """Load (from_local), T3 sampling of `tokens` tokens for `text_ids` with the defaults,
+    then S3Gen (encoder + 2-step CFM + HiFT) on the given speech tokens; ms each, peak RSS."""
+    from chatterbox.models.t3.modules.cond_enc import T3Cond
+    from chatterbox.tts_turbo import ChatterboxTurboTTS
+
+    torch.set_num_threads(int(inputs["threads"]))
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    tts = ChatterboxTurboTTS.from_local(str(snapshot), "cpu")
+    load_ms = (time.perf_counter() - t0) * 1e3
+    conds = load_conds(snapshot)
+    text = torch.from_numpy(np.asarray(inputs["text_ids"], np.int64)).reshape(1, -1)
+    n = int(inputs["tokens"])
+    cond = T3Cond(speaker_emb=conds.t3.speaker_emb, cond_prompt_speech_tokens=conds.t3.cond_prompt_speech_tokens,
+                  emotion_adv=torch.zeros(1, 1, 1))
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        out = tts.t3.inference_turbo(cond, text, temperature=0.8, top_k=1000, top_p=0.95, repetition_penalty=1.2,
+                                     max_gen_len=n)
+        t3_ms = (time.perf_counter() - t0) * 1e3
+        speech = torch.from_numpy(np.asarray(inputs["speech_ids"], np.int64))
+        t0 = time.perf_counter()
+        mel = tts.s3gen.flow_inference(speech, ref_dict=conds.gen, n_cfm_timesteps=2, finalize=True)
+        flow_ms = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        wav, _ = tts.s3gen.hift_inference(mel, None)
+        hift_ms = (time.perf_counter() - t0) * 1e3
+    return {"load_ms": np.asarray(load_ms), "t3_ms": np.asarray(t3_ms), "t3_tokens": np.asarray(out.shape[1]),
+            "s3gen_ms": np.asarray(flow_ms), "hift_ms": np.asarray(hift_ms),
+            "audio_s": np.asarray(wav.shape[-1] / 24000.0),
+            "peak_rss_mb": np.asarray(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)}
