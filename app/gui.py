@@ -44,10 +44,30 @@ def create_main_window(settings=None, data_dir: str | None = None):
     return window
 
 
-def run(argv: list[str] | None = None) -> int:
+def open_files(window, files) -> None:
+    """Files given on the command line (the desktop entry's %F): a .voice.gguf joins the
+    library, any other file opens in the Voice Lab."""
+    from engine_native import EngineError, Voice
+
+    for path in files:
+        if path.endswith(".voice.gguf"):
+            try:
+                voice = Voice.load(path)
+                added = window.store.add(voice, voice.name)
+            except (EngineError, OSError) as e:
+                window.show_error(f"Cannot add {os.path.basename(path)} to the library: {e}")
+                continue
+            window.library.reload(select=added)
+        else:
+            window.open_voice_lab(path)
+
+
+def run(argv: list[str] | None = None, files: list[str] | tuple = ()) -> int:
     app = make_app(argv)
     window = create_main_window()
     window.show()
+    if files:
+        QTimer.singleShot(0, lambda: open_files(window, files))
     if not window.settings.model_choice_made and not window.settings.model_path:
         QTimer.singleShot(300, lambda: window.choose_model(first_run=True))
     return app.exec()
