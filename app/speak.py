@@ -16,9 +16,10 @@ import time
 
 import numpy as np
 
-SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens")
-# Small first chunk, one CFM step: the quickest first audio (seed journal B1, "combined").
-PRESETS = {"quality": {}, "low-latency": {"first_chunk_tokens": 10, "chunk_tokens": 25, "cfm_steps": 1}}
+from engine_native.engine import PRESETS
+
+SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens",
+                    "prompt_seconds")
 
 
 def log(message: str) -> None:
@@ -44,13 +45,16 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, sampling: bool = True) -
     g.add_argument("--ref", metavar="AUDIO", help="clone the voice of this recording first (any format ffmpeg reads)")
     g.add_argument("--seed", type=int, default=None, help="same seed, same audio (default: random, printed)")
     g.add_argument("--preset", choices=sorted(PRESETS), default="quality",
-                   help="low-latency: small first chunk and 1 CFM step (faster first audio, a little less detail)")
+                   help="low-latency: small first chunk, 1 CFM step, 4 s of voice prompt (first audio sooner, "
+                   "a little less detail and likeness)")
     g.add_argument("--temperature", type=float)
     g.add_argument("--top-k", type=int, dest="top_k")
     g.add_argument("--top-p", type=float, dest="top_p")
     g.add_argument("--repetition-penalty", type=float, dest="repetition_penalty")
     g.add_argument("--min-p", type=float, dest="min_p")
     g.add_argument("--cfm-steps", type=int, dest="cfm_steps")
+    g.add_argument("--prompt-seconds", type=float, dest="prompt_seconds",
+                   help="use only the last N s of the voice's S3Gen prompt (faster, less likeness)")
     g.add_argument("--max-tokens", type=int, dest="max_tokens", help="speech token budget per sentence (25 per second)")
     g.add_argument("--first-chunk-tokens", type=int, dest="first_chunk_tokens")
     g.add_argument("--chunk-tokens", type=int, dest="chunk_tokens")

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from engine_native.engine import Engine
+from engine_native.engine import PRESETS, Engine
 
 BENCH_TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
               "green forest before the sun goes down.")
@@ -63,8 +63,7 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
     r["generation_ms"] = r["t3_ms"] + r["encoder_ms"] + r["cfm_ms"] + r["hift_ms"]
     r["rtf"] = r["generation_ms"] / 1e3 / r["audio_s"]
 
-    for name, preset in (("ttfa_low_latency_ms", {"first_chunk_tokens": 10, "cfm_steps": 1}),
-                         ("ttfa_default_ms", {})):
+    for name, preset in (("ttfa_low_latency_ms", PRESETS["low-latency"]), ("ttfa_default_ms", PRESETS["quality"])):
         t0 = time.perf_counter()
         it = engine.stream(BENCH_TEXT, seed=seed, **preset)
         next(it)

@@ -57,6 +57,15 @@ MIN_VOICE_SECONDS = 5.0
 _MIN_SPEECH_PER_TEXT_TOKEN = 2.0
 _MAX_ATTEMPTS = 3
 
+# Stream settings by what matters most. "quality" is the reference model exactly (only the
+# chunking differs); "low-latency" starts speaking sooner: a small first chunk, one CFM
+# step (meanflow models are trained to allow it; a little less detail) and the last 4 s
+# of the voice's S3Gen prompt (cheaper S3Gen passes; a little less likeness).
+PRESETS = {
+    "quality": {},
+    "low-latency": {"first_chunk_tokens": 10, "chunk_tokens": 25, "cfm_steps": 1, "prompt_seconds": 4.0},
+}
+
 
 @dataclass
 class Chunk:
@@ -182,6 +191,7 @@ class Engine:
             "min_p": f.get_float("chatterbox.sampling.min_p"),
             "cfm_steps": self._cfm.n_timesteps,
             "max_tokens": f.get_int("chatterbox.sampling.max_gen_len"),
+            "prompt_seconds": None,   # None: the voice's whole S3Gen prompt (the reference)
         }
         self.builtin_voice = Voice(
             speaker_emb=f.tensor_f32("voice.speaker_emb").reshape(-1),
@@ -305,6 +315,8 @@ class Engine:
         p["cfm_steps"] = _check_range("cfm_steps", p["cfm_steps"], 1, 100, integer=True)
         limit = self._n_ctx - self._cond_prompt_len - 1 - 300
         p["max_tokens"] = _check_range("max_tokens", p["max_tokens"], 1, limit, integer=True)
+        if p["prompt_seconds"] is not None:
+            p["prompt_seconds"] = _check_range("prompt_seconds", p["prompt_seconds"], 1.0, 60.0)
         if seed is None:
             seed = secrets.randbelow(2**31)
         seed = _check_range("seed", seed, 0, 2**63 - 1000, integer=True)
@@ -334,17 +346,29 @@ class Engine:
         speech = [t for t in tokens if t < self._speech_codes]
         return speech + self._silence if final else speech
 
-    def _mel(self, speech: list[int], voice: Voice, seed: int, final: bool, cfm_steps: int) -> np.ndarray:
+    @staticmethod
+    def _s3gen_prompt(voice: Voice, seconds: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """The voice's S3Gen prompt, or only its last `seconds` (25 tokens, 50 mel frames a
+        second). A shorter prompt makes every S3Gen pass cheaper (the encoder and the CFM
+        attend over prompt + speech) at some cost in likeness: the low-latency preset's trade."""
+        tokens, feat = voice.prompt_token, voice.prompt_feat
+        if seconds is None or seconds * 25 >= tokens.size:
+            return tokens, feat
+        n = max(1, int(round(seconds * 25)))
+        return tokens[-n:], np.ascontiguousarray(feat[feat.shape[0] - 2 * n:])
+
+    def _mel(self, speech: list[int], voice: Voice, seed: int, final: bool, p: dict) -> np.ndarray:
         """S3Gen's flow: [80, frames] for the speech tokens (prompt frames removed)."""
-        mu = self._encoder.encode(np.concatenate([voice.prompt_token, np.asarray(speech, np.int32)]).tolist())
+        prompt_token, prompt_feat = self._s3gen_prompt(voice, p["prompt_seconds"])
+        mu = self._encoder.encode(np.concatenate([prompt_token, np.asarray(speech, np.int32)]).tolist())
         if not final:  # flow.inference(finalize=False) drops the lookahead frames
             mu = mu[:, : mu.shape[1] - self._lookahead_frames]
-        if mu.shape[1] <= voice.prompt_feat.shape[0]:
+        if mu.shape[1] <= prompt_feat.shape[0]:
             return np.zeros((mu.shape[0], 0), np.float32)
         rng = np.random.Generator(np.random.PCG64(seed))
         x0 = rng.standard_normal((mu.shape[1], mu.shape[0]), dtype=np.float32).T  # frame by frame: prefix-stable
-        return self._cfm.sample(np.ascontiguousarray(mu), voice.prompt_feat, voice.embedding,
-                                np.ascontiguousarray(x0), n_steps=cfm_steps)
+        return self._cfm.sample(np.ascontiguousarray(mu), prompt_feat, voice.embedding,
+                                np.ascontiguousarray(x0), n_steps=p["cfm_steps"])
 
     def _fade_in(self, wav: np.ndarray) -> np.ndarray:
         """S3Gen's trim fade: `trim` samples of silence, then a raised-cosine fade-in."""
@@ -419,7 +443,7 @@ class Engine:
         speech = self._speech_tokens(best, final=True)
         with self._lock:
             t0 = time.perf_counter()
-            mel = self._mel(speech, voice, seed, True, p["cfm_steps"])
+            mel = self._mel(speech, voice, seed, True, p)
             timings["s3gen_ms"] = (time.perf_counter() - t0) * 1e3
             wav, timings["hift_ms"] = _StreamVocoder(self._hift, seed).push(mel, final=True)
         timings["speech_tokens"] = len(speech)
@@ -452,7 +476,7 @@ class Engine:
                 prompt_ms = 0.0
                 final = t3.done
                 t0 = time.perf_counter()
-                mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p["cfm_steps"])
+                mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p)
                 s3gen_ms = (time.perf_counter() - t0) * 1e3
                 wav, hift_ms = vocoder.push(mel, final)
             if wav.size == 0 and not final:

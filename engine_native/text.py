@@ -1,7 +1,8 @@
 """Text -> the pieces T3 speaks one at a time.
 
 Sentences end at . ! ? (with any closing quotes/brackets) followed by a space, a newline,
-the end, or an uppercase letter ("Hi.There" is two sentences). A sentence too long for one
+the end, or an uppercase letter ("Hi.There" is two sentences), except a period after a
+common abbreviation (Mr., Dr., etc.). A newline also ends an utterance (titles, lists). A sentence too long for one
 T3 pass is cut at clause punctuation, else at spaces, so each piece stays within
 `max_chars`. Pieces without a letter or digit (e.g. "..." or "--") are skipped: T3 has
 nothing to say for them. Every piece keeps its character span in the input, which is what
@@ -18,6 +19,16 @@ _CLAUSE_BREAK = re.compile(r"[,;:—–]\s+|\s+-\s+")
 _SPEAKABLE = re.compile(r"\w", re.UNICODE)
 
 DEFAULT_MAX_CHARS = 300
+# A period after these ends no sentence ("Mr. Smith" is one name, not two utterances).
+_ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "no", "mt", "fig"}
+_WORD_BEFORE = re.compile(r"([\w.]+)$")
+
+
+def _is_abbreviation(text: str, end_of_word: int, terminator: str) -> bool:
+    if terminator != ".":
+        return False
+    m = _WORD_BEFORE.search(text, 0, end_of_word)
+    return bool(m) and m.group(1).lower().rstrip(".") in _ABBREVIATIONS
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,8 @@ def split_text(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[Sentence]:
         raise ValueError("max_chars must be at least 20")
     pieces, start = [], 0
     for m in _SENTENCE_END.finditer(text):
+        if _is_abbreviation(text, m.start(), m.group().strip()):
+            continue
         pieces.append((start, m.end()))
         start = m.end()
     pieces.append((start, len(text)))

@@ -1,0 +1,182 @@
+"""The public engine API on a random-weight model: synthesize, stream, seeds, stream vs
+batch, cancellation, text splitting, errors, and the CLI's byte stream.
+
+Nano Q4_0 (the smallest model; S3Gen is full size). Random weights never draw the stop
+token in practice, so every sentence runs to `max_tokens`: lengths are exact.
+Stream vs synthesize: the concatenated stream equals the batch audio in length and
+within rel 0.05 (measured 0.005): the streamed CFM sees only the tokens sampled so far.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from engine_native import (EmptyTextError, Engine, EngineError, ModelError, ParameterError, Voice, split_text)
+from tests.models import model_path
+
+TEXT = "Hello there. This is a test!"
+N = 12  # speech tokens per sentence
+
+
+@pytest.fixture(scope="module")
+def model():
+    return model_path("nano", "q4_0")
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+    return Engine(model)
+
+
+def samples_for(engine, n_tokens: int) -> int:
+    """Audio length of a sentence of n speech tokens: (n + silence) tokens x 2 frames x 480."""
+    return (n_tokens + 3) * 2 * 480
+
+
+def test_info_and_defaults(engine):
+    info = engine.info
+    assert info["variant"] == "nano" and info["quantization"] == "q4_0" and info["sample_rate"] == 24000
+    assert info["hparams"]["n_layer"] == 12 and info["ggml_version"]
+    assert engine.defaults["temperature"] == pytest.approx(0.8) and engine.defaults["top_k"] == 1000
+    assert engine.builtin_voice.variant == "nano" and engine.builtin_voice.name == "Built-in"
+
+
+def test_synthesize_is_seeded_and_sentence_by_sentence(engine):
+    a = engine.synthesize(TEXT, seed=3, max_tokens=N)
+    assert a.dtype == np.float32 and a.ndim == 1
+    assert a.size == 2 * samples_for(engine, N)  # two sentences
+    assert np.all(np.isfinite(a)) and 0 < np.abs(a).max() <= 1.0
+    assert np.array_equal(a, engine.synthesize(TEXT, seed=3, max_tokens=N))
+    assert not np.array_equal(a, engine.synthesize(TEXT, seed=4, max_tokens=N))
+    # Each sentence has its own seed (seed + index): the second sentence alone, at seed 4,
+    # is the second half of the whole.
+    second = engine.synthesize("This is a test!", seed=4, max_tokens=N)
+    assert np.array_equal(second, a[a.size // 2:])
+
+
+def test_stream_chunks_agree_with_synthesize(engine):
+    batch = engine.synthesize(TEXT, seed=5, max_tokens=N)
+    chunks = list(engine.stream(TEXT, seed=5, max_tokens=N, first_chunk_tokens=4, chunk_tokens=5))
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert [c.is_last for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert {c.sentence_index for c in chunks} == {0, 1} and all(c.n_sentences == 2 for c in chunks)
+    assert chunks[0].text == "Hello there." and chunks[0].span == (0, 12)
+    assert chunks[-1].text == "This is a test!" and TEXT[slice(*chunks[-1].span)] == "This is a test!"
+    assert len(chunks) >= 4  # several chunks per sentence
+    streamed = np.concatenate([c.samples for c in chunks])
+    assert streamed.size == batch.size
+    rel = np.linalg.norm(streamed - batch) / np.linalg.norm(batch)
+    print(f"stream vs synthesize: {len(chunks)} chunks, rel {rel:.4f}, max_abs {np.abs(streamed - batch).max():.4f}")
+    assert rel < 0.05
+    again = np.concatenate([c.samples for c in engine.stream(TEXT, seed=5, max_tokens=N, first_chunk_tokens=4,
+                                                             chunk_tokens=5)])
+    assert np.array_equal(streamed, again)
+    for c in chunks:
+        assert {"t3_ms", "s3gen_ms", "hift_ms", "seed"} <= set(c.timings)
+
+
+def test_cancel_from_another_thread_stops_within_one_chunk(engine):
+    text = "One two three. Four five six. Seven eight nine. Ten eleven twelve."
+    it = engine.stream(text, seed=1, max_tokens=40, first_chunk_tokens=4, chunk_tokens=4)
+    got, cancelled_at = [], []
+
+    def consume():
+        for c in it:
+            got.append(c)
+            if len(got) == 1:
+                # Cancel from another thread while this one computes the next chunk.
+                threading.Thread(target=lambda: (time.sleep(0.05), cancelled_at.append(len(got)), it.cancel())).start()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    t.join(timeout=600)
+    assert not t.is_alive()
+    assert cancelled_at and len(got) <= cancelled_at[0] + 1  # at most the chunk in flight
+    assert not got[-1].is_last
+    # The engine is free again at once.
+    assert engine.synthesize("Hi.", seed=0, max_tokens=4).size == samples_for(engine, 4)
+
+
+def test_new_generation_ends_an_unfinished_stream(engine):
+    it = engine.stream(TEXT, seed=2, max_tokens=N, first_chunk_tokens=4, chunk_tokens=4)
+    next(it)
+    engine.synthesize("Hi.", seed=0, max_tokens=4)
+    assert list(it) == []
+
+
+def test_split_text():
+    s = split_text("Hello there. how are you?I am fine!\nA list item\n...  \n  Dr.Who is here.  ")
+    assert [x.text for x in s] == ["Hello there.", "how are you?", "I am fine!", "A list item", "Dr.Who is here."]
+    text = "Mr. Smith went to St. Ives. Then he came back... Done"
+    assert [text[x.start:x.end] for x in split_text(text)] == ["Mr. Smith went to St. Ives.", "Then he came back...",
+                                                                "Done"]
+    long = "word, " * 200 + "end."
+    pieces = split_text(long)
+    assert len(pieces) > 1 and all(len(p.text) <= 300 for p in pieces)
+    assert split_text("... -- !!") == []
+
+
+def test_errors_name_their_cause(engine, model, tmp_path):
+    with pytest.raises(ModelError, match="not found"):
+        Engine(tmp_path / "missing.gguf")
+    bad = tmp_path / "corrupt.gguf"
+    bad.write_bytes(open(model, "rb").read(4096))
+    with pytest.raises(ModelError, match="corrupt.gguf"):
+        Engine(bad)
+    voice_file = engine.builtin_voice.save(tmp_path / "v.voice.gguf", name="V")
+    with pytest.raises(ModelError, match="v.voice.gguf"):  # a voice is not a model
+        Engine(voice_file)
+    assert Voice.load(voice_file).name == "V"
+    for text in ("", "   ", "... !!"):
+        with pytest.raises(EmptyTextError, match="nothing to say"):
+            engine.synthesize(text)
+    for opts, what in (({"temperature": 0}, "temperature"), ({"top_p": 1.5}, "top_p"), ({"top_k": 0}, "top_k"),
+                       ({"max_tokens": 0}, "max_tokens"), ({"cfm_steps": 0}, "cfm_steps"),
+                       ({"repetition_penalty": -1}, "repetition_penalty"), ({"min_p": 2}, "min_p"),
+                       ({"seed": -1}, "seed"), ({"temperature": float("nan")}, "temperature"),
+                       ({"bogus": 1}, "bogus")):
+        with pytest.raises(ParameterError, match=what):
+            engine.synthesize("Hello.", **opts)
+    with pytest.raises(ParameterError, match="chunk_tokens"):
+        engine.stream("Hello.", chunk_tokens=0)
+    assert issubclass(ParameterError, EngineError)
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, timeout=900, **kw)
+
+
+def test_cli_say_stdout_pcm_equals_the_wav_file(model, tmp_path):
+    common = ["say", "Hello there. This is a test!", "-m", str(model), "--seed", "7", "--max-tokens", "8"]
+    out = tmp_path / "out.wav"
+    r = _cli(*common, "-o", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode()
+    r2 = _cli(*common, "-o", "-", cwd=tmp_path)
+    assert r2.returncode == 0, r2.stderr.decode()
+    wav, rate = sf.read(out, dtype="int16")
+    assert rate == 24000 and wav.size == 2 * (8 + 3) * 960
+    pcm = np.frombuffer(r2.stdout, "<i2")
+    assert np.array_equal(pcm, wav)
+    assert b"seed 7" in r2.stderr
+
+
+def test_cli_say_reports_bad_input_without_a_traceback(model, tmp_path):
+    cases = [(["say", "Hi.", "-m", str(tmp_path / "nope.gguf"), "-o", "x.wav"], "not found"),
+             (["say", "...", "-m", str(model), "-o", "x.wav"], "nothing to say"),
+             (["say", "Hi.", "-m", str(model), "-o", "x.wav", "--temperature", "-1"], "temperature"),
+             (["say", "Hi.", "-m", str(model), "-o", "x.xyz", "--max-tokens", "2"], ".xyz"),
+             (["say", "Hi.", "-m", str(model), "--voice", str(tmp_path / "none.voice.gguf")], "not found")]
+    for args, message in cases:
+        r = _cli(*args, cwd=tmp_path)
+        assert r.returncode == 1, (args, r.stderr.decode())
+        err = r.stderr.decode()
+        assert message in err and "Traceback" not in err, (args, err)
+    assert not os.path.exists(tmp_path / "x.wav") and not os.path.exists(tmp_path / "x.xyz")
