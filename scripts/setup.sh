@@ -17,7 +17,7 @@ apt_packages=(
   libxcb-randr0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libegl1 libgl1
   libfontconfig1 libdbus-1-3
 )
-[ "$mode" = test ] && apt_packages+=(xvfb xauth imagemagick)
+[ "$mode" = test ] && apt_packages+=(xvfb xauth imagemagick desktop-file-utils)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -40,7 +40,7 @@ fi
 # --- the project environment (never gets torch) ----------------------------
 [ -x .venv/bin/python ] || python3 -m venv .venv
 extras=""
-[ "$mode" = test ] && extras="[test]"
+[ "$mode" = test ] && extras="[test,package]"
 echo "setup: building and installing chatterbox-studio$extras into .venv"
 .venv/bin/python -m pip install -q ".$extras"
 
