@@ -12,6 +12,21 @@ ORG = "chatterbox-studio"
 APP = "chatterbox-studio"
 
 
+def qt_problem() -> str | None:
+    """A known-broken Qt binding for this Python, worded for the user; None when fine.
+
+    PySide6 6.12.0 releases a reference to None/True/False on every call of a Qt method
+    returning void or bool. Python 3.12+ makes those objects immortal, so nothing happens
+    there; on 3.11 their count reaches zero within minutes and the interpreter aborts.
+    """
+    import PySide6
+
+    if PySide6.__version__ == "6.12.0" and sys.version_info < (3, 12):
+        return ("PySide6 6.12.0 crashes on Python 3.11 (it over-releases None, True and False). "
+                "Install another version, e.g. pip install 'PySide6-Essentials>=6.6,<6.12'.")
+    return None
+
+
 def make_app(argv: list[str] | None = None) -> QApplication:
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
     QCoreApplication.setOrganizationName(ORG)

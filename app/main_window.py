@@ -428,6 +428,7 @@ class MainWindow(QMainWindow):
         self.stack.setCurrentWidget(self.studio_page)
 
     def play_sample(self, path: str) -> None:
+        self.editor.live_button.setChecked(False)
         self.controller.play(SAMPLE_SENTENCE, 0, path, self.params(), self.library.name_of(path), in_history=False)
 
     def preview_audio(self, samples) -> None:

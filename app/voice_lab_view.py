@@ -366,7 +366,7 @@ class VoiceLabView(QWidget):
             if base.lower().endswith(suffix):
                 base = base[: -len(suffix)]
         self.name_edit.setText(base.replace("_", " ").strip() or "New voice")
-        self._show_note("")
+        self._show_note("Clone turns the chosen window into a voice (in the background); then try it and save it.")
         for v in self.info.values():
             v.setText("–")
         self._set_busy("analysing")

@@ -50,7 +50,7 @@ def recording(folder: str, voice: str, speed: int) -> str:
         wav = os.path.join(folder, f"{voice}-{i}.wav")
         subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", wav, line], check=True, capture_output=True)
         x, sr = sf.read(wav, dtype="float32")
-        parts += [np.zeros(int(0.9 * sr) if i == 2 else int(0.25 * sr), np.float32), x * 0.8]
+        parts += [np.zeros(int(0.9 * sr) if i in (0, 2) else int(0.25 * sr), np.float32), x * 0.8]
     x = np.concatenate(parts + [np.zeros(int(0.6 * sr), np.float32)])
     x = x + np.random.default_rng(0).normal(0, 10 ** (-58 / 20), x.size).astype(np.float32)
     path = os.path.join(folder, f"{voice}-interview.flac")
@@ -62,7 +62,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "screenshots"))
-    ap.add_argument("--max-tokens", type=int, default=120)
+    ap.add_argument("--max-tokens", type=int, default=60)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="cbs-shots-")
@@ -79,7 +79,7 @@ def main() -> int:
     settings = Settings(QSettings(os.path.join(work, "settings.ini"), QSettings.IniFormat))
     theme.apply(app, "dark")
     w = MainWindow(settings, os.path.join(work, "data"))
-    w.resize(1360, 860)
+    w.resize(1360, 820)
     w.show()
     loaded = []
     w.client.modelChanged.connect(loaded.append)
@@ -106,39 +106,43 @@ def main() -> int:
     w.show_studio()
     w.library.select("")
 
-    # play the script; grab while the second sentence is being heard
+    # a short take, then the script; grab while the second sentence is being heard
+    c = w.controller
+    c.stream_options = {"first_chunk_tokens": 50, "chunk_tokens": 50}  # few chunks: quicker on slow machines
+    w.preset_combo.setCurrentText("Fast")
     w.sampling_panel.spins["max_tokens"].setValue(args.max_tokens)
     w.sampling_button.setChecked(False)
+    w.editor.set_text("Testing, one two three.")
+    w.editor.request_play()
+    pump(app, 600, lambda: c.state == "idle")
+    w.preset_combo.setCurrentText("Balanced")
     w.editor.set_text(SCRIPT)
     w.editor.request_play()
-    c = w.controller
-    pump(app, 900, lambda: c.state == "idle")
+    pump(app, 1800, lambda: c.state == "idle")
     if w.current_take is None or w.current_take.frames == 0:
         print(f"no audio: {w.last_error}", file=sys.stderr)
         return 1
     take = w.current_take
-    w.controller.stop()
-    w.player.reset()
-    w.player.begin_segment(0)
-    w.player.feed(take.samples)
-    w.player.end_segment()
-    c.take = take
-    c.timer.start()
+    c.replay(take)
     second = take.sentence_ranges()[1][0] / take.sample_rate if len(take.sentences) > 1 else 0.2
     pump(app, second + 0.6)
     c.timer.stop()
     w.transport.status.setText(f"Sentence 2 of {len(take.sentences)}")
     app.processEvents()
     w.grab().save(os.path.join(args.out, "main_window.png"))
-    w.player.stop()
+    c.stop()
 
-    # the Voice Lab on the first recording, with the processed loudness measured
-    op = w.open_voice_lab(recs[0][1])
+    # the Voice Lab on a low-bitrate MP3 of the first recording: Voice Lab picks the repair chain
+    mp3 = os.path.join(work, "voice-memo.mp3")
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", recs[0][1], "-c:a", "libmp3lame",
+                    "-b:a", "64k", mp3], check=True)
+    op = w.open_voice_lab(mp3)
     pump(app, 120, lambda: not op.running)
     w.lab.name_edit.setText("Harbour Narrator")
     w.lab.ensure_clip(lambda _c: None)
     pump(app, 120, lambda: w.lab.busy == "")
-    w.lab.chain_editor.list.setCurrentRow(0)
+    steps = [st.kind for st in w.lab.chain_editor.chain.steps]
+    w.lab.chain_editor.list.setCurrentRow(steps.index("loudnorm") if "loudnorm" in steps else 0)
     app.processEvents()
     w.grab().save(os.path.join(args.out, "voice_lab.png"))
     print(f"wrote {args.out}/main_window.png and voice_lab.png")

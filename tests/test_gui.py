@@ -22,6 +22,11 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from tests import audio_fixtures  # noqa: E402
 
+from app.gui import qt_problem  # noqa: E402
+
+if qt_problem():  # the interpreter would abort mid-test; say why instead
+    pytest.fail(qt_problem(), pytrace=False)
+
 MAX_TOKENS = 40  # 1.6 s of speech at most per sentence
 STREAM = {"first_chunk_tokens": 10, "chunk_tokens": 10}  # several chunks from a short sentence
 
