@@ -20,8 +20,6 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.background import error_text
-
 _ids = itertools.count(1)
 
 
@@ -258,7 +256,3 @@ class EngineClient(QObject):
         if job.cancelled or job.progress is None:
             return  # Stop flushes: nothing of a cancelled job reaches the player
         job.progress(payload)
-
-
-def describe_error(e: BaseException) -> str:
-    return error_text(e)

@@ -112,10 +112,11 @@ class ScriptEditor(QWidget):
         self.history = QListWidget()
         self.history.setToolTip("Recent takes: double-click to load one into the transport")
         self.history.itemDoubleClicked.connect(lambda it: self.takeActivated.emit(it.data(Qt.UserRole)))
+        self.history.setMinimumHeight(96)
         hframe, _, hhead = card("Takes", self.history)
         self.history_frame = hframe
         split.addWidget(hframe)
-        split.setSizes([520, 150])
+        split.setSizes([480, 190])
 
         self.live = LiveTyping(self.edit, self)
         self._highlight: tuple[int, int] | None = None

@@ -56,14 +56,6 @@ class Setting:
         return self.type(raw)
 
 
-#: Quality/speed presets for the toolbar: CFM steps and token budget trade quality for time.
-PRESETS = {
-    "Fast": {"cfm_steps": 1},
-    "Balanced": {"cfm_steps": 2},
-    "Best": {"cfm_steps": 4},
-}
-
-
 class Settings:
     """Everything the app remembers between runs."""
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QSize, Qt, Signal
@@ -285,7 +284,3 @@ class VoiceLibraryPanel(QFrame):
         self.reload(select=BUILTIN)
         self.changed.emit()
         return True
-
-
-def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S")
