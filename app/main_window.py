@@ -335,14 +335,22 @@ class MainWindow(QMainWindow):
 
         return self.client.load_model(path, self.settings.threads, success=ok, failure=bad)
 
-    def choose_model(self, first_run: bool = False) -> None:
+    def choose_model(self, first_run: bool = False):
+        """Open the model dialog (window-modal, no nested event loop); returns it."""
         from app.model_dialog import ModelDialog
 
         dlg = ModelDialog(os.path.join(self.data_dir, "models"), self, first_run=first_run)
-        if dlg.exec() and dlg.model_path:
-            self.load_model(dlg.model_path)
-        elif first_run:
-            self.settings.model_choice_made = True  # asked once; the toolbar button asks again
+        self.model_dialog = dlg
+
+        def finished(result: int) -> None:
+            if result and dlg.model_path:
+                self.load_model(dlg.model_path)
+            elif first_run:
+                self.settings.model_choice_made = True  # asked once; the model button asks again
+
+        dlg.finished.connect(finished)
+        dlg.open()
+        return dlg
 
     def _model_changed(self, info) -> None:
         if info:

@@ -327,6 +327,7 @@ def test_corrupt_model_shows_an_error_and_the_app_stays_usable(qtbot, tmp_path, 
     assert failed == [None]
     assert w.banner.isVisible() and "broken.gguf" in w.last_error
     assert "Traceback" not in w.last_error
+    print("\ncorrupt model error shown:", w.last_error)
     # still usable: the editor, the Voice Lab, and a good model afterwards
     qtbot.keyClicks(w.editor.edit, "Still here.")
     assert "Still here." in w.editor.text()
@@ -342,4 +343,37 @@ def test_corrupt_model_shows_an_error_and_the_app_stays_usable(qtbot, tmp_path, 
     _wait(qtbot, lambda: ok, 120, "the good model to load")
     assert ok[-1] and ok[-1]["variant"] == "nano"
     assert w.settings.model_path == model
+    _close(w)
+
+
+# --- first run: choosing a model -------------------------------------------------------------------
+
+
+def test_first_run_dialog_converts_in_background_and_the_choice_persists(qtbot, tmp_path, model):
+    from app.settings import Settings
+
+    w = _make_window(tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.settings.model_path == "" and not w.settings.model_choice_made
+    dlg = w.choose_model(first_run=True)
+    assert dlg.isVisible()
+    # converting a folder that is not a snapshot fails in the background with a readable message
+    (tmp_path / "not-a-snapshot").mkdir()
+    op = dlg.convert_folder(str(tmp_path / "not-a-snapshot"))
+    assert not dlg.convert_button.isEnabled()  # busy while the background op runs
+    _wait(qtbot, lambda: not op.running, 60, "the conversion to fail")
+    assert dlg.isVisible() and dlg.convert_button.isEnabled()
+    assert "not-a-snapshot" in dlg.message.text() and "Traceback" not in dlg.message.text(), dlg.message.text()
+    print("\nconvert error shown:", dlg.message.text())
+    # opening a GGUF loads it, and the choice is remembered for the next start
+    ok = []
+    w.client.modelChanged.connect(ok.append)
+    dlg.open_file(model)
+    assert not dlg.isVisible()
+    _wait(qtbot, lambda: ok, 120, "the model to load")
+    assert ok[-1] and ok[-1]["variant"] == "nano"
+    w.settings.sync()
+    again = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
+    assert again.model_path == model and again.model_choice_made
     _close(w)
