@@ -330,8 +330,10 @@ class MainWindow(QMainWindow):
             self.banner.hide()
 
         def bad(e):
-            self.show_error(f"Could not load the model {path}: {error_text(e)}",
-                            action=("Choose model…", lambda: self.choose_model()))
+            msg = error_text(e)
+            if path not in msg:
+                msg = f"{path}: {msg}"
+            self.show_error(f"Could not load the model. {msg}", action=("Choose model…", lambda: self.choose_model()))
 
         return self.client.load_model(path, self.settings.threads, success=ok, failure=bad)
 
