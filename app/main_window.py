@@ -172,7 +172,8 @@ class MainWindow(QMainWindow):
         tb.addWidget(QLabel("Quality"))
         self.preset_combo = QComboBox()
         self.preset_combo.addItems(list(PRESETS) + ["Custom"])
-        self.preset_combo.setToolTip("Fast: fewer flow-matching steps. Best: more steps, slower.")
+        self.preset_combo.setToolTip("Quality: the reference model. Low latency: speaks sooner (one CFM step, "
+                                     "a shorter voice prompt), with a little less detail.")
         tb.addWidget(self.preset_combo)
         self.sampling_button = QToolButton()
         self.sampling_button.setText("Sampling")
@@ -451,7 +452,8 @@ class MainWindow(QMainWindow):
     # --- synthesis -----------------------------------------------------------------------------------
 
     def params(self) -> dict:
-        return self.sampling_panel.params()
+        """Engine options for the next synthesis: the sampling panel plus the preset's chunking."""
+        return {**self.sampling_panel.params(), **self.sampling_panel.stream_options()}
 
     def play_text(self, text: str, offset: int):
         if self.controller.live:

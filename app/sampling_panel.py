@@ -17,17 +17,22 @@ from PySide6.QtWidgets import (
 
 from app.settings import Settings
 
-#: Quality/speed presets: how many CFM (flow matching) steps S3Gen takes; the rest stays as set.
-PRESETS = {"Fast": 1, "Balanced": None, "Best": 2}  # None: the model's default; Best: default x 2
+#: Toolbar presets -> the engine's stream presets (engine_native.engine.PRESETS): "Quality" is the
+#: reference model; "Low latency" speaks sooner (small first chunk, one CFM step, a shorter
+#: S3Gen prompt) at a little cost in detail and likeness.
+PRESET_KEYS = {"Quality": "quality", "Low latency": "low-latency"}
+STREAM_KEYS = ("first_chunk_tokens", "chunk_tokens")
 
 
-def preset_cfm_steps(name: str, default_steps: int) -> int:
-    v = PRESETS.get(name)
-    if v is None:
-        return default_steps
-    if name == "Best":
-        return max(default_steps * 2, default_steps + 1)
-    return v
+def engine_preset(name: str) -> dict:
+    try:
+        from engine_native.engine import PRESETS as ENGINE_PRESETS
+    except ImportError:  # an engine without presets: the reference settings
+        ENGINE_PRESETS = {}
+    return dict(ENGINE_PRESETS.get(PRESET_KEYS.get(name, ""), {}))
+
+
+PRESETS = list(PRESET_KEYS)
 
 
 FIELDS = [  # key, label, kind, lo, hi, step, decimals, tooltip
@@ -37,7 +42,9 @@ FIELDS = [  # key, label, kind, lo, hi, step, decimals, tooltip
     ("min_p", "Min-p", float, 0.0, 1.0, 0.01, 2, "Drop tokens below this fraction of the best one"),
     ("repetition_penalty", "Repetition penalty", float, 1.0, 3.0, 0.05, 2, "Discourage repeated speech tokens"),
     ("cfm_steps", "CFM steps", int, 1, 16, 1, 0, "Flow-matching steps in the vocoder front end: quality vs speed"),
-    ("max_tokens", "Max tokens", int, 10, 4000, 50, 0, "Speech token budget per sentence (25 per second)"),
+    ("max_tokens", "Max tokens", int, 1, 4000, 50, 0, "Speech token budget per sentence (25 per second)"),
+    ("prompt_seconds", "Voice prompt", float, 0.0, 60.0, 1.0, 1,
+     "Seconds of the voice's reference S3Gen attends to (whole: the reference; shorter: faster)"),
 ]
 
 
@@ -62,6 +69,9 @@ class SamplingPanel(QFrame):
             if kind is float:
                 spin.setDecimals(dec)
             spin.setValue(getattr(settings, key))
+            if key == "prompt_seconds":
+                spin.setSpecialValueText("whole")  # 0 shows as "whole": the voice's full prompt
+                spin.setSuffix(" s")
             spin.setToolTip(tip)
             spin.setKeyboardTracking(False)
             spin.valueChanged.connect(lambda _v, k=key: self._edited(k))
@@ -82,8 +92,8 @@ class SamplingPanel(QFrame):
         self.seed_spin.setEnabled(seed >= 0)
         self.seed_random.toggled.connect(self._seed_changed)
         self.seed_spin.valueChanged.connect(self._seed_changed)
-        grid.addWidget(QLabel("Seed"), 1, 6)
-        grid.addWidget(self.seed_spin, 1, 7)
+        grid.addWidget(QLabel("Seed"), 2, 0)
+        grid.addWidget(self.seed_spin, 2, 1)
         bottom = QHBoxLayout()
         bottom.addWidget(self.seed_random)
         bottom.addStretch(1)
@@ -91,21 +101,21 @@ class SamplingPanel(QFrame):
         self.reset_button.setToolTip("Reset every sampling setting to the values stored in the model")
         self.reset_button.clicked.connect(self.reset_to_defaults)
         bottom.addWidget(self.reset_button)
-        grid.addLayout(bottom, 2, 0, 1, 8)
+        grid.addLayout(bottom, 2, 2, 1, 6)
         for col in (1, 3, 5, 7):
             grid.setColumnStretch(col, 1)
 
     def set_defaults(self, defaults: dict) -> None:
         """The loaded model's defaults; they fill the panel unless the user customised it."""
-        self.defaults = dict(defaults)
+        self.defaults = {k: v for k, v in defaults.items() if v is not None}
         if not self.settings.sampling_customised:
             self._fill(self.defaults)
             self.apply_preset(self.settings.preset, announce=False)
 
     def reset_to_defaults(self) -> None:
         self.settings.sampling_customised = False
-        self._fill(self.defaults)
-        self.apply_preset("Balanced")
+        self._fill({**self.defaults, "prompt_seconds": 0.0})
+        self.apply_preset(self.settings.preset if self.settings.preset in PRESET_KEYS else "Quality")
 
     def _fill(self, values: dict) -> None:
         for key, spin in self.spins.items():
@@ -116,22 +126,26 @@ class SamplingPanel(QFrame):
                 setattr(self.settings, key, spin.value())
 
     def apply_preset(self, name: str, announce: bool = True) -> None:
-        if name not in PRESETS:
+        """Quality / Low latency: set the CFM steps and the prompt length the engine preset names."""
+        if name not in PRESET_KEYS:
             return
         self.settings.preset = name
-        default_steps = int(self.defaults.get("cfm_steps", self.settings.cfm_steps) or 2)
-        spin = self.spins["cfm_steps"]
-        spin.blockSignals(True)
-        spin.setValue(preset_cfm_steps(name, default_steps))
-        spin.blockSignals(False)
-        self.settings.cfm_steps = spin.value()
+        preset = engine_preset(name)
+        values = {"cfm_steps": preset.get("cfm_steps", self.defaults.get("cfm_steps", self.settings.cfm_steps)),
+                  "prompt_seconds": preset.get("prompt_seconds") or 0.0}
+        self._fill(values)
         if announce:
             self.changed.emit()
+
+    def stream_options(self) -> dict:
+        """Chunking for engine.stream from the preset (how soon the first audio comes)."""
+        preset = engine_preset(self.settings.preset)
+        return {k: preset[k] for k in STREAM_KEYS if k in preset}
 
     def _edited(self, key: str) -> None:
         setattr(self.settings, key, self.spins[key].value())
         self.settings.sampling_customised = True
-        if key == "cfm_steps":
+        if key in ("cfm_steps", "prompt_seconds"):
             self.settings.preset = "Custom"
             self.presetChanged.emit("Custom")
         self.changed.emit()
@@ -145,5 +159,6 @@ class SamplingPanel(QFrame):
     def params(self) -> dict:
         """Options for engine.stream / synthesize."""
         p = {key: spin.value() for key, spin in self.spins.items()}
+        p["prompt_seconds"] = p["prompt_seconds"] or None  # 0 ("whole"): the voice's full prompt
         p["seed"] = None if self.seed_random.isChecked() else self.seed_spin.value()
         return p

@@ -66,7 +66,7 @@ class Settings:
     threads = Setting("engine/threads", int, 0)  # 0: let the engine choose
     voice = Setting("voice/current", str, "")  # "" = the model's built-in voice, else a .voice.gguf path
     output_device = Setting("audio/output_device", str, "")  # "" = the system default
-    preset = Setting("synthesis/preset", str, "Balanced")
+    preset = Setting("synthesis/preset", str, "Quality")
     seed = Setting("synthesis/seed", int, -1)  # -1: a new random seed per take
     temperature = Setting("sampling/temperature", float, 0.8)
     top_k = Setting("sampling/top_k", int, 1000)
@@ -75,6 +75,7 @@ class Settings:
     min_p = Setting("sampling/min_p", float, 0.0)
     cfm_steps = Setting("sampling/cfm_steps", int, 2)
     max_tokens = Setting("sampling/max_tokens", int, 1000)
+    prompt_seconds = Setting("sampling/prompt_seconds", float, 0.0)  # 0: the voice's whole prompt
     sampling_customised = Setting("sampling/customised", bool, False)  # False: use the model's defaults
     sampling_panel_open = Setting("ui/sampling_panel_open", bool, False)
     theme = Setting("ui/theme", str, "dark")
@@ -83,7 +84,8 @@ class Settings:
     last_open_dir = Setting("ui/last_open_dir", str, "")
     script = Setting("editor/script", str, "")
 
-    SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens")
+    SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens",
+                     "prompt_seconds")
 
     def __init__(self, qsettings: QSettings | None = None):
         self.qsettings = qsettings if qsettings is not None else QSettings()

@@ -109,13 +109,13 @@ def main() -> int:
     # a short take, then the script; grab while the second sentence is being heard
     c = w.controller
     c.stream_options = {"first_chunk_tokens": 50, "chunk_tokens": 50}  # few chunks: quicker on slow machines
-    w.preset_combo.setCurrentText("Fast")
+    w.preset_combo.setCurrentText("Low latency")
     w.sampling_panel.spins["max_tokens"].setValue(args.max_tokens)
     w.sampling_button.setChecked(False)
     w.editor.set_text("Testing, one two three.")
     w.editor.request_play()
     pump(app, 600, lambda: c.state == "idle")
-    w.preset_combo.setCurrentText("Balanced")
+    w.preset_combo.setCurrentText("Quality")
     w.editor.set_text(SCRIPT)
     w.editor.request_play()
     pump(app, 1800, lambda: c.state == "idle")

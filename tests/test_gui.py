@@ -81,8 +81,8 @@ def studio(qapp, model, tmp_path_factory):
         QApplication.processEvents()
         time.sleep(0.01)
     assert loaded and loaded[-1], f"the model did not load: {w.last_error}"
-    w.preset_combo.setCurrentText("Fast")  # one CFM step: the cheapest synthesis
-    assert w.params()["cfm_steps"] == 1
+    w.preset_combo.setCurrentText("Low latency")  # the engine's cheapest preset: one CFM step, 4 s prompt
+    assert w.params()["cfm_steps"] == 1 and w.params()["prompt_seconds"] == 4.0
     w.sampling_panel.spins["max_tokens"].setValue(MAX_TOKENS)
     w.sampling_panel.seed_random.setChecked(False)
     w.sampling_panel.seed_spin.setValue(7)
