@@ -382,6 +382,10 @@ class MainWindow(QMainWindow):
         self.settings.theme = name
         theme.apply(QApplication.instance(), name)
         self.refresh_icons()
+        from app.waveform import WaveformView
+
+        for wf in self.findChildren(WaveformView):
+            wf._invalidate()
         self.update()
 
     # --- voices --------------------------------------------------------------------------------------

@@ -115,11 +115,11 @@ class VoiceLabView(QWidget):
         self.waveform.windowChanged.connect(self._window_dragged)
         wlay.addWidget(self.waveform, 1)
         legend = QHBoxLayout()
-        c = theme.colors()
-        for color, text in ((c.speech, "speech"), (c.silence, "silence"), (c.window_sel, "clone window (drag the edges)")):
+        self.swatches = []
+        for text in ("speech", "silence", "clone window (drag the edges)"):
             sw = QLabel()
             sw.setFixedSize(12, 12)
-            sw.setStyleSheet(f"background:{color}; border-radius:3px;")
+            self.swatches.append(sw)
             legend.addWidget(sw)
             lab = QLabel(text)
             lab.setObjectName("Muted")
@@ -232,6 +232,8 @@ class VoiceLabView(QWidget):
 
     def refresh_icons(self) -> None:
         c = theme.colors()
+        for sw, color in zip(self.swatches, (c.speech, c.silence, c.window_sel)):
+            sw.setStyleSheet(f"background:{color}; border-radius:3px;")
         self.back_button.setIcon(icon("back"))
         self.a_button.setIcon(icon("play"))
         self.b_button.setIcon(icon("play"))
