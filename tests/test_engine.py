@@ -180,3 +180,17 @@ def test_cli_say_reports_bad_input_without_a_traceback(model, tmp_path):
         err = r.stderr.decode()
         assert message in err and "Traceback" not in err, (args, err)
     assert not os.path.exists(tmp_path / "x.wav") and not os.path.exists(tmp_path / "x.xyz")
+
+
+def test_cli_live_speaks_each_piped_sentence_once_in_order(model, tmp_path):
+    """`live` reading a pipe: every complete sentence is spoken once, in order, and the
+    last unterminated line at end of input too (3 utterances x 4 speech tokens)."""
+    text = "First one. Second one!\nand the last"
+    r = _cli("live", "-m", str(model), "-o", "live.wav", "--seed", "1", "--max-tokens", "4", cwd=tmp_path,
+             input=text.encode())
+    assert r.returncode == 0, r.stderr.decode()
+    err = r.stderr.decode()
+    spoken = [line.split("'")[1] for line in err.splitlines() if line.startswith("spoke")]
+    assert spoken == ["First one.", "Second one!", "and the last"]
+    wav, rate = sf.read(tmp_path / "live.wav", dtype="float32")
+    assert wav.size == 3 * (4 + 3) * 960

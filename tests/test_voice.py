@@ -161,3 +161,40 @@ def test_bad_recordings_get_clear_errors(engine, tmp_path):
     other = dataclasses.replace(engine.builtin_voice, variant="nano")
     with pytest.raises(IncompatibleVoiceError, match="nano"):
         engine.synthesize("Hello.", other, max_tokens=4)
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def _cli(*args, **kw):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, timeout=900, **kw)
+
+
+def test_cli_bake_and_lab_bake_write_voices_that_load(tmp_path):
+    """`bake` clones a recording; `lab --bake` clones the Voice Lab's clip and keeps the
+    chain and spans in the voice's metadata. Nano Q4_0 (the smallest model)."""
+    if not af.tools_available():
+        pytest.skip("espeak-ng / ffmpeg not installed")
+    rec = af.build_recording(str(tmp_path), layout=(0.5, 7.0, 0.8, 5.0, 0.5))
+    src = af.write_wav(str(tmp_path / "talk.wav"), rec)
+    model = str(model_path("nano", "q4_0"))
+    r = _cli("bake", src, "-m", model, "-o", "talk.voice.gguf", "--name", "Talker", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode()
+    v = Voice.load(tmp_path / "talk.voice.gguf")
+    assert v.name == "Talker" and v.variant == "nano" and len(v.meta["source_sha256"]) == 64
+    r = _cli("lab", src, "-o", "clip.wav", "--bake", "-m", model, "--name", "Lab voice", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode()
+    v = Voice.load(tmp_path / "clip.voice.gguf")
+    assert v.name == "Lab voice" and "steps" in v.meta["lab_chain"] and v.meta["lab_spans"].startswith("[[")
+    # Bad input: a file that is not audio, and one too short to clone; nothing is written.
+    (tmp_path / "notes.txt").write_text("not audio")
+    short = tmp_path / "short.wav"
+    sf.write(short, rec.samples[: 2 * rec.rate], rec.rate)
+    for path, message in ((tmp_path / "notes.txt", "notes.txt"), (short, "more than 5 s")):
+        r = _cli("bake", str(path), "-m", model, "-o", "bad.voice.gguf", cwd=tmp_path)
+        err = r.stderr.decode()
+        assert r.returncode == 1 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "bad.voice.gguf").exists()
