@@ -94,3 +94,20 @@ def test_s3tok_logmel_matches_reference(seed, gain):
     rel = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
     print(f"s3tok_logmel seed={seed} gain={gain}: frames {got.shape[1]} rel {rel:.2e} max_abs {np.abs(got - ref).max():.2e}")
     assert rel <= 1e-5
+
+
+def test_ve_embed_same_for_any_thread_count_and_input_type():
+    """The partial windows run as batches split over threads: the split must not change a bit.
+    Audio may come as float32, float64 or a list; 2-D audio is refused."""
+    from engine_native import _core
+
+    wav = np.concatenate([_speechlike_16k(5, 7.0), np.zeros(3000, np.float32)])
+    ve = _core.VoiceEncoder(debug._component(model_path("turbo"), "ModelFile"))
+    one = np.asarray(ve.embed(wav, threads=1))
+    assert one.shape == (256,) and np.isclose(np.linalg.norm(one), 1.0)
+    for threads in (2, 3, 64):
+        assert np.array_equal(np.asarray(ve.embed(wav, threads=threads)), one), threads
+    assert np.array_equal(np.asarray(ve.embed(wav.astype(np.float64), threads=2)), one)
+    assert np.array_equal(np.asarray(ve.embed(wav.tolist(), threads=2)), one)
+    with pytest.raises(engine_native.EngineError, match="1-D"):
+        ve.embed(np.stack([wav, wav]))

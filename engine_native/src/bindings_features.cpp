@@ -6,10 +6,20 @@
 #include <cstring>
 
 #include "audio_features.h"
-#include "voice_encoder.h"
 #include "py_model.h"
+#include "system_info.h"
+#include "voice_encoder.h"
 
 namespace py = pybind11;
+
+// Audio arrives as a float32 array (converted once if it is not; a list works too):
+// no per-sample Python conversion. The caller's reference keeps it alive while the GIL is released.
+using WavArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+static const float* wav_data(const WavArray& wav) {
+    if (wav.ndim() != 1) throw cbs::EngineError("audio must be mono (a 1-D array)");
+    return wav.data();
+}
 
 struct PyKaldiFbank {
     py::object model_ref;
@@ -46,11 +56,12 @@ void bind_features(py::module_& m) {
                  p->mel = std::make_unique<cbs::Mel24k>(*pm->file);
                  return p;
              }), py::arg("model"))
-        .def("compute", [](PyMel24k& self, std::vector<float> wav) {
+        .def("compute", [](PyMel24k& self, const WavArray& wav) {
+            const float* x = wav_data(wav);
             std::vector<float> out;
             {
                 py::gil_scoped_release release;
-                out = self.mel->compute(wav);
+                out = self.mel->compute(x, wav.size());
             }
             return frames_array(out, self.mel->n_mels());
         }, py::arg("wav"), "log-mel [frames, n_mels] of 24 kHz audio.");
@@ -62,11 +73,12 @@ void bind_features(py::module_& m) {
                  p->fbank = std::make_unique<cbs::KaldiFbank>(*model.cast<cbs::PyModel*>()->file);
                  return p;
              }), py::arg("model"))
-        .def("compute", [](PyKaldiFbank& self, std::vector<float> wav) {
+        .def("compute", [](PyKaldiFbank& self, const WavArray& wav) {
+            const float* x = wav_data(wav);
             std::vector<float> out;
             {
                 py::gil_scoped_release release;
-                out = self.fbank->compute(wav);
+                out = self.fbank->compute(x, wav.size());
             }
             return frames_array(out, self.fbank->n_mels());
         }, py::arg("wav"), "log fbank [frames, n_mels] of 16 kHz audio.");
@@ -78,10 +90,20 @@ void bind_features(py::module_& m) {
                  p->ve = std::make_unique<cbs::VoiceEncoder>(*model.cast<cbs::PyModel*>()->file);
                  return p;
              }), py::arg("model"))
-        .def("embed", [](PyVoiceEncoder& self, std::vector<float> wav) {
-            py::gil_scoped_release release;
-            return self.ve->embed(wav);
-        }, py::arg("wav16k"), "L2-normalised speaker embedding of 16 kHz audio.");
+        .def("embed", [](PyVoiceEncoder& self, const WavArray& wav, int threads) {
+            if (threads < 0) throw cbs::EngineError("threads must be >= 0 (0: one per core)");
+            const float* x = wav_data(wav);
+            std::vector<float> e;
+            {
+                py::gil_scoped_release release;
+                e = self.ve->embed(x, wav.size(), threads > 0 ? threads : cbs::default_thread_count());
+            }
+            py::array_t<float> arr(static_cast<py::ssize_t>(e.size()));
+            std::memcpy(arr.mutable_data(), e.data(), e.size() * sizeof(float));
+            return arr;
+        }, py::arg("wav16k"), py::arg("threads") = 0,
+           "L2-normalised speaker embedding [embed_dim] of 16 kHz audio; the partial windows are "
+           "split over `threads` threads (0: one per core; the result does not depend on it).");
 
     py::class_<PyS3TokLogMel>(m, "S3TokLogMel", "S3TokenizerV2's 128-bin log-mel at 16 kHz.")
         .def(py::init([](py::object model) {
@@ -90,12 +112,13 @@ void bind_features(py::module_& m) {
                  p->logmel = std::make_unique<cbs::S3TokLogMel>(*model.cast<cbs::PyModel*>()->file);
                  return p;
              }), py::arg("model"))
-        .def("compute", [](PyS3TokLogMel& self, std::vector<float> wav) {
+        .def("compute", [](PyS3TokLogMel& self, const WavArray& wav) {
+            const float* x = wav_data(wav);
             std::vector<float> out;
             int64_t frames = 0;
             {
                 py::gil_scoped_release release;
-                out = self.logmel->compute(wav, &frames);
+                out = self.logmel->compute(x, wav.size(), &frames);
             }
             py::array_t<float> arr({static_cast<py::ssize_t>(self.logmel->n_mels()), static_cast<py::ssize_t>(frames)});
             std::memcpy(arr.mutable_data(), out.data(), out.size() * sizeof(float));
