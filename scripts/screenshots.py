@@ -143,6 +143,8 @@ def main() -> int:
     pump(app, 120, lambda: w.lab.busy == "")
     steps = [st.kind for st in w.lab.chain_editor.chain.steps]
     w.lab.chain_editor.list.setCurrentRow(steps.index("loudnorm") if "loudnorm" in steps else 0)
+    pump(app, 0.3)
+    w.lab.chain_editor.list.scrollToItem(w.lab.chain_editor.list.currentItem())
     app.processEvents()
     w.grab().save(os.path.join(args.out, "voice_lab.png"))
     print(f"wrote {args.out}/main_window.png and voice_lab.png")
