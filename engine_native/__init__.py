@@ -5,9 +5,17 @@ The public surface: `Engine`, `Voice`, `Chunk`, `Stream`, the error classes, and
 (parity seams) and `_core` (the native module) are for tools and tests.
 """
 
-from engine_native._core import EngineError, ModelFile, ggml_version, system_info
-from engine_native.errors import (Cancelled, EmptyTextError, IncompatibleVoiceError, ModelError, ParameterError,
-                                  SilentAudioError, VoiceError, VoiceTooShortError)
+import os
+
+# ggml's CPU backend runs on OpenMP. Spinning threads waiting for work make every graph
+# 5-20x slower as soon as another process (the GUI, a browser, a second engine) wants
+# the same cores; sleeping instead costs microseconds per graph. libgomp reads this when
+# the native module loads it, so it must be set first. A user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from engine_native._core import EngineError, ModelFile, ggml_version, system_info  # noqa: E402
+from engine_native.errors import (Cancelled, EmptyTextError, IncompatibleVoiceError, ModelError,  # noqa: E402
+                                  ParameterError, SilentAudioError, VoiceError, VoiceTooShortError)
 
 
 def __getattr__(name: str):  # the engine loads numpy-heavy modules: import it on first use

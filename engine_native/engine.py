@@ -165,7 +165,8 @@ class Engine:
         if threads is not None:
             _check_range("threads", threads, 1, 512, integer=True)
         try:
-            self._file = _core.ModelFile(str(self.path), backend=backend, threads=int(threads or 0))
+            self._threads = int(threads or 0)  # 0: one per core
+            self._file = _core.ModelFile(str(self.path), backend=backend, threads=self._threads)
             self._tokenizer = _core.Gpt2Tokenizer(str(self.path))
             self._t3 = _core.T3(self._file)
             self._encoder = _core.S3GenEncoder(self._file)
@@ -216,7 +217,7 @@ class Engine:
         hp["meanflow"] = f.get_bool("chatterbox.s3gen.cfm.meanflow")
         system = _core.system_info()
         return {"path": str(self.path), "variant": self.variant, "quantization": f.get_string("chatterbox.quant"),
-                "backend": "cpu", "threads": system["default_threads"], "ggml_version": system["ggml_version"],
+                "backend": "cpu", "threads": self._threads or system["default_threads"], "ggml_version": system["ggml_version"],
                 "sample_rate": self.sample_rate, "hparams": hp, "defaults": dict(self.defaults),
                 "load_seconds": self.load_seconds}
 
@@ -288,7 +289,7 @@ class Engine:
                     prompt_token = prompt_token[: prompt_feat.shape[0] // 2]
                 cond_tokens = np.asarray(enc["s3tok"].tokens(ref16[: 15 * S3_SR], max_len=self._cond_prompt_len),
                                          np.int32)                 # ENC_COND_LEN, capped to the prompt length
-                speaker_emb = np.asarray(enc["ve"].embed(ref16), np.float32)
+                speaker_emb = np.asarray(enc["ve"].embed(ref16, threads=self._threads), np.float32)
             except EngineError as e:
                 raise VoiceError(f"cannot clone this recording: {e}") from None
             if not np.all(np.isfinite(speaker_emb)) or not np.any(speaker_emb):
