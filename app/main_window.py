@@ -148,6 +148,8 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(self.settings.geometry)
         else:
             self.resize(1280, 800)
+        if not self.settings.window_state.isEmpty():
+            self.restoreState(self.settings.window_state)
         self.editor.set_text(self.settings.script or SAMPLE_SCRIPT)
         self._model_changed(None)
 
