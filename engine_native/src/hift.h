@@ -3,15 +3,18 @@
 // (`chatterbox.hift.*` metadata and the `hift.*` tensor shapes); weight-norm is
 // already folded into `hift.<module>.weight` by the converter.
 //
-// Layout: a signal of C channels and L frames is a ggml tensor ne [L, C] (time
-// fastest), i.e. numpy [C, L] row-major, which is what ggml_im2col reads.
+// Layout: a signal of C channels and L frames is a ggml tensor ne [C, L] (channel
+// fastest). A convolution is then one ggml_mul_mat of its re-ordered weight with the
+// signal's "columns" (for each output frame, the K input frames it reads, side by
+// side), which a CPU kernel of ours builds with the preceding activation fused in.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
-#include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml_ops.h"
 #include "model_file.h"
 
 namespace cbs {
@@ -45,41 +48,42 @@ public:
     std::vector<float> decode(const float* mel, int64_t T, const float* source, int64_t n_source);
 
 private:
+    // A Conv1d as one matrix product: its weight re-ordered to ne [kc, cout_pad] with
+    // row index k*Cin + ci (tap-major, matching the columns `cols` builds), kc = K*Cin
+    // rounded up to 8 and cout_pad = Cout rounded up to 4 with zeros (the sizes
+    // ggml's tiled sgemm takes).
     struct Conv {
-        ggml_tensor *w = nullptr, *b = nullptr;  // w ne [K, Cin, Cout], b ne [Cout]
-        int stride = 1, pad = 0, dil = 1;
+        ggml_tensor *w = nullptr, *b = nullptr;  // b ne [Cout]
+        int K = 1, cin = 0, cout = 0, stride = 1, pad = 0, dil = 1;
+        int fft_n = 0;  // > 0: an FFT convolution of this size, w ne [Cout, Cin, K] instead
     };
     struct Snake {
-        ggml_tensor *alpha = nullptr, *inv_alpha = nullptr;  // both ne [1, C]
+        ggml_tensor *alpha = nullptr, *inv_alpha = nullptr;  // both ne [C]
     };
     struct ResBlock {
         std::vector<Conv> convs1, convs2;
         std::vector<Snake> act1, act2;
     };
+    // ConvTranspose1d: weight ne [Cin, K*Cout] with row index k*Cout + co.
     struct Up {
-        ggml_tensor *wt = nullptr, *b = nullptr;  // wt ne [Cin, K*Cout] (transposed), b ne [Cout]
-        int stride = 1, pad = 0, cout = 0;
+        ggml_tensor *wt = nullptr, *b = nullptr;  // b ne [Cout]
+        int K = 1, stride = 1, pad = 0, cout = 0;
     };
+    struct Graph;  // graph-building helpers (hift.cpp)
 
     ggml_tensor* f32_weight(const ModelFile& mf, const std::string& name);
-    Conv conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil);
+    ggml_tensor* upload(std::vector<float> data, int64_t ne0, int64_t ne1 = 1);
+    Conv conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil, bool allow_fft = false);
     Snake snake(const ModelFile& mf, const std::string& name);
     ResBlock resblock(const ModelFile& mf, const std::string& prefix, int kernel, const std::vector<int>& dilations);
 
-    ggml_tensor* apply(ggml_context* ctx, const Conv& c, ggml_tensor* x) const;
-    ggml_tensor* apply(ggml_context* ctx, const Snake& s, ggml_tensor* x) const;
-    ggml_tensor* apply(ggml_context* ctx, const ResBlock& rb, ggml_tensor* x) const;
-    ggml_tensor* apply(ggml_context* ctx, const Up& u, ggml_tensor* x) const;
-
     void check_mel(int64_t T) const;
-    std::vector<float> compute(ggml_context* ctx, ggml_cgraph* gf, ggml_tensor* out,
-                               const std::vector<std::pair<ggml_tensor*, const float*>>& inputs);
 
     HiftHparams hp_;
     ggml_backend_t backend_;
 
-    // Weights derived at load (1/alpha, transposed ConvTranspose kernels, F32 copies of
-    // any non-F32 weight) live in this context and buffer.
+    // Weights derived at load (re-ordered conv kernels, 1/alpha, F32 copies of any
+    // non-F32 weight) live in this context and buffer.
     ggml_context* own_ctx_ = nullptr;
     ggml_backend_buffer_t own_buf_ = nullptr;
     std::vector<std::pair<ggml_tensor*, std::vector<float>>> pending_;  // host data until the buffer exists
@@ -92,8 +96,7 @@ private:
     std::vector<ResBlock> source_resblocks_, resblocks_;
     std::vector<float> window_;  // periodic Hann, n_fft values
 
-    ggml_gallocr_t alloc_ = nullptr;
-    std::vector<uint8_t> graph_meta_;
+    GraphRunner runner_;
 };
 
 }  // namespace cbs
