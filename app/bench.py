@@ -26,6 +26,9 @@ def cmd_bench(args) -> int:
         return 1
     ref = None
     if args.reference:
+        import os
+
+        sys.path.append(os.getcwd())  # the oracle lives in a source checkout's tests/reference/
         try:
             from tests.reference.runner import run_stage
         except ImportError:
