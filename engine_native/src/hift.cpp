@@ -1,6 +1,7 @@
 #include "hift.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -179,10 +180,18 @@ void act_row(float* y, const float* x, const float* b, Act act, float slope, con
 
 const float* data_f32(const ggml_tensor* t) { return t ? static_cast<const float*>(t->data) : nullptr; }
 
-void thread_range(int64_t n, int ith, int nth, int64_t& i0, int64_t& i1) {
-    i0 = n * ith / nth;
-    i1 = n * (ith + 1) / nth;
-}
+// A node's work, handed out piece by piece to ggml's threads as they come for more: a
+// thread that the OS holds back (the machine is shared) then takes fewer pieces, and
+// the others do not wait for it at the end of the node.
+struct Work {
+    std::atomic<int64_t> next{0};
+    // The next piece [i0, i1) of n items in steps of `step`; false once all are taken.
+    bool take(int64_t n, int64_t step, int64_t& i0, int64_t& i1) {
+        i0 = next.fetch_add(step, std::memory_order_relaxed);
+        i1 = std::min(n, i0 + step);
+        return i0 < n;
+    }
+};
 
 // cols: x ne [C, L] -> ne [kc, L_out], column t = act(x + bias) at frames
 // t*stride - pad + k*dil for k < K, side by side (zeros outside [0, L) and past K*C).
@@ -192,6 +201,7 @@ struct ColsOp {
     bool has_bias;
     Act act;
     float slope;
+    Work* work;
 };
 
 void cols_kernel(ggml_tensor* dst, int ith, int nth, void* ud) {
@@ -209,11 +219,7 @@ void cols_kernel(ggml_tensor* dst, int ith, int nth, void* ud) {
     // Frames are activated once per block of output frames into a small buffer that
     // stays in cache, then copied K times.
     thread_local std::vector<float> buf;
-    constexpr int64_t block = 256;
-    int64_t t0, t1;
-    thread_range(out_len, ith, nth, t0, t1);
-    for (int64_t tb = t0; tb < t1; tb += block) {
-        const int64_t te = std::min(tb + block, t1);
+    for (int64_t tb, te; p.work->take(out_len, 256, tb, te);) {
         const int64_t r0 = tb * p.stride - p.pad, r1 = (te - 1) * p.stride - p.pad + int64_t(p.K - 1) * p.dil + 1;
         buf.resize(static_cast<size_t>((r1 - r0) * C));
         for (int64_t r = r0; r < r1; ++r) {
@@ -242,6 +248,7 @@ struct FinishOp {
     float div;  // 1: none
     Act post;   // none, leaky or elu
     float slope;
+    Work* work;  // finish_kernel's; unused inside the FFT kernels
 };
 
 struct FinishArgs {
@@ -297,9 +304,8 @@ __attribute__((always_inline)) inline void finish_body(ggml_tensor* dst, int ith
     const int64_t C = y->ne[0];
     const float* yd = data_f32(y);
     float* out = static_cast<float*>(dst->data);
-    int64_t t0, t1;
-    thread_range(y->ne[1], ith, nth, t0, t1);
-    for (int64_t t = t0; t < t1; ++t) finish_row(out + t * C, yd + t * C, p, a, t, C);
+    for (int64_t t0, t1; p.work->take(y->ne[1], 64, t0, t1);)
+        for (int64_t t = t0; t < t1; ++t) finish_row(out + t * C, yd + t * C, p, a, t, C);
 }
 
 #ifdef CBS_HIFT_X86
@@ -611,6 +617,7 @@ struct FftInOp {
     bool has_bias;
     Act act;
     float slope;
+    Work* work;  // fft_in_kernel's; unused inside fconv
 };
 
 ActIn act_in(const FftInOp& p, const ggml_tensor* dst, int first) {
@@ -636,12 +643,11 @@ __attribute__((always_inline)) inline void fft_in_body(ggml_tensor* dst, int ith
     float* out = static_cast<float*>(dst->data);
     thread_local std::vector<float> rows;
     rows.resize(static_cast<size_t>(p.N * C));
-    int64_t t0, t1;
-    thread_range(g.tiles(), ith, nth, t0, t1);
-    for (int64_t tile = t0; tile < t1; ++tile) {
-        tile_rows(rows.data(), in, g, tile, C);
-        tile_forward(out + spec_tile_offset(tile, C, n_bins), spec_block(C), rows.data(), p.N, C, tab);
-    }
+    for (int64_t t0, t1; p.work->take(g.tiles(), 4, t0, t1);)
+        for (int64_t tile = t0; tile < t1; ++tile) {
+            tile_rows(rows.data(), in, g, tile, C);
+            tile_forward(out + spec_tile_offset(tile, C, n_bins), spec_block(C), rows.data(), p.N, C, tab);
+        }
 }
 
 // cgemm: the per-bin products of all tiles' spectra with W_f, from the conv weight wt
@@ -651,6 +657,7 @@ __attribute__((always_inline)) inline void fft_in_body(ggml_tensor* dst, int ith
 struct CgemmOp {
     int N, K;
     int64_t tiles;  // the rest of the last chunk is left alone
+    Work* work;
 };
 
 __attribute__((always_inline)) inline void cgemm_body(ggml_tensor* dst, int ith, int nth, const CgemmOp& p) {
@@ -661,9 +668,8 @@ __attribute__((always_inline)) inline void cgemm_body(ggml_tensor* dst, int ith,
     const FftTables& tab = fft_tables(p.N);
     thread_local std::vector<float> wf;
     wf.resize(static_cast<size_t>(2 * C * C));
-    int64_t f0, f1;
-    thread_range(n_bins, ith, nth, f0, f1);
-    for (int f = static_cast<int>(f0); f < f1; ++f) {
+    for (int64_t f0, f1; p.work->take(n_bins, 1, f0, f1);) {
+        const int f = static_cast<int>(f0);
         weight_bin(wf.data(), data_f32(wt), C, p.K, p.N, f, tab);
         for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
             const int64_t off = (chunk * n_bins + f) * spec_block(C);
@@ -678,6 +684,7 @@ __attribute__((always_inline)) inline void cgemm_body(ggml_tensor* dst, int ith,
 struct FftOutOp {
     int N, K, dil;
     FinishOp fin;
+    Work* work;
 };
 
 __attribute__((always_inline)) inline void fft_out_body(ggml_tensor* dst, int ith, int nth, const FftOutOp& p) {
@@ -689,26 +696,26 @@ __attribute__((always_inline)) inline void fft_out_body(ggml_tensor* dst, int it
     const float* yd = data_f32(dst->src[0]);
     thread_local std::vector<float> rows;
     rows.resize(static_cast<size_t>(p.N * C));
-    int64_t t0, t1;
-    thread_range(g.tiles(), ith, nth, t0, t1);
-    for (int64_t tile = t0; tile < t1; ++tile)
-        tile_inverse(static_cast<float*>(dst->data), yd + spec_tile_offset(tile, C, n_bins), spec_block(C), g, tile,
-                     C, tab, rows.data(), p.fin, fa);
+    for (int64_t t0, t1; p.work->take(g.tiles(), 4, t0, t1);)
+        for (int64_t tile = t0; tile < t1; ++tile)
+            tile_inverse(static_cast<float*>(dst->data), yd + spec_tile_offset(tile, C, n_bins), spec_block(C), g,
+                         tile, C, tab, rows.data(), p.fin, fa);
 }
 
 // wprep: W_f of every bin (N/2 + 1 times 2 C^2 floats) from the conv weight wt, for fconv.
 struct WprepOp {
     int N, K;
+    Work* work;
 };
 
 __attribute__((always_inline)) inline void wprep_body(ggml_tensor* dst, int ith, int nth, const WprepOp& p) {
     const ggml_tensor* wt = dst->src[0];
     const int64_t C = wt->ne[0];
     const FftTables& tab = fft_tables(p.N);
-    int64_t f0, f1;
-    thread_range(p.N / 2 + 1, ith, nth, f0, f1);
-    for (int f = static_cast<int>(f0); f < f1; ++f)
+    for (int64_t f0, f1; p.work->take(p.N / 2 + 1, 1, f0, f1);) {
+        const int f = static_cast<int>(f0);
         weight_bin(static_cast<float*>(dst->data) + f * 2 * C * C, data_f32(wt), C, p.K, p.N, f, tab);
+    }
 }
 
 // fconv: a whole FFT conv in one node when all bins' W_f fit in cache (small C): per
@@ -720,6 +727,7 @@ struct FconvOp {
     FftInOp in;
     FinishOp fin;
     int64_t chunk;  // tiles per chunk
+    Work* work;
 };
 
 __attribute__((always_inline)) inline void fconv_body(ggml_tensor* dst, int ith, int nth, const FconvOp& p) {
@@ -736,9 +744,7 @@ __attribute__((always_inline)) inline void fconv_body(ggml_tensor* dst, int ith,
     spec.resize(static_cast<size_t>(n_bins * bs));
     tmp.resize(static_cast<size_t>(ct * ts));
     const int64_t tiles = g.tiles(), n_chunks = (tiles + ct - 1) / ct;
-    int64_t c0, c1;
-    thread_range(n_chunks, ith, nth, c0, c1);
-    for (int64_t chunk = c0; chunk < c1; ++chunk) {
+    for (int64_t chunk, c1; p.work->take(n_chunks, 1, chunk, c1);) {
         const int64_t first = chunk * ct, n_t = std::min(ct, tiles - first);
         for (int64_t t = 0; t < n_t; ++t) {
             tile_rows(rows.data(), in, g, first + t, C);
@@ -791,6 +797,7 @@ CBS_DISPATCH(fconv, FconvOp)
 struct UpOp {
     int K, stride, pad;
     bool reflect_first;
+    Work* work;
 };
 
 void up_kernel(ggml_tensor* dst, int ith, int nth, void* ud) {
@@ -801,9 +808,7 @@ void up_kernel(ggml_tensor* dst, int ith, int nth, void* ud) {
     const int64_t C = dst->ne[0], T = dst->ne[1], L_in = cols->ne[1], kc = cols->ne[0];
     const float* cd = data_f32(cols);
     float* out = static_cast<float*>(dst->data);
-    int64_t t0, t1;
-    thread_range(T, ith, nth, t0, t1);
-    for (int64_t t = t0; t < t1; ++t) {
+    auto frame = [&](int64_t t) {
         const int64_t u = p.reflect_first ? (t == 0 ? 1 : t - 1) : t;  // frame of the unpadded output
         const int64_t a = u + p.pad;
         const int64_t i_min = std::max<int64_t>(0, (a - p.K + p.stride) / p.stride);
@@ -818,7 +823,9 @@ void up_kernel(ggml_tensor* dst, int ith, int nth, void* ud) {
         }
         const float* ad = add + t * C;
         for (int64_t c = 0; c < C; ++c) o[c] = (o[c] + b[c]) + ad[c];
-    }
+    };
+    for (int64_t t0, t1; p.work->take(T, 64, t0, t1);)
+        for (int64_t t = t0; t < t1; ++t) frame(t);
 }
 
 }  // namespace
@@ -1039,13 +1046,16 @@ struct Hift::Graph {
     std::deque<FftOutOp> fft_out_ops;
     std::deque<WprepOp> wprep_ops;
     std::deque<FconvOp> fconv_ops;
+    std::deque<Work> works;
+
+    Work* work() { return &works.emplace_back(); }
 
     // act(x + pre_bias) convolved with c, without c's bias: ne [cout_pad, L_out].
     ggml_tensor* conv(const Conv& c, ggml_tensor* x, ggml_tensor* pre_bias = nullptr, Act act = Act::none,
                       const Snake* s = nullptr, float slope = 0.0f) {
         const int64_t out_len = (x->ne[1] + 2 * c.pad - int64_t(c.dil) * (c.K - 1) - 1) / c.stride + 1;
         if (out_len < 1) throw EngineError("HiFT input is too short for its convolutions");
-        cols_ops.push_back({c.K, c.stride, c.pad, c.dil, pre_bias != nullptr, act, slope});
+        cols_ops.push_back({c.K, c.stride, c.pad, c.dil, pre_bias != nullptr, act, slope, work()});
         ggml_tensor* args[4] = {x};
         int n = 1;
         if (pre_bias) args[n++] = pre_bias;
@@ -1060,7 +1070,7 @@ struct Hift::Graph {
 
     ggml_tensor* finish(ggml_tensor* y, ggml_tensor* b, ggml_tensor* res = nullptr, ggml_tensor* acc = nullptr,
                         float div = 1.0f, Act post = Act::none, float slope = 0.0f) {
-        finish_ops.push_back({true, res != nullptr, acc != nullptr, div, post, slope});
+        finish_ops.push_back({true, res != nullptr, acc != nullptr, div, post, slope, work()});
         ggml_tensor* args[4] = {y, b};
         int n = 2;
         if (res) args[n++] = res;
@@ -1088,10 +1098,10 @@ struct Hift::Graph {
         const int64_t C = c.cin, L = x.t->ne[1];
         const FftGeom geom{N, c.K, c.dil, L};
         const int n_bins = N / 2 + 1;
-        FinishOp f = fin ? *fin : FinishOp{true, false, false, 1.0f, Act::none, 0.0f};
+        FinishOp f = fin ? *fin : FinishOp{true, false, false, 1.0f, Act::none, 0.0f, nullptr};
         f.has_res = res != nullptr;
         f.has_acc = acc != nullptr;
-        const FftInOp in_op{N, c.K, c.dil, x.bias != nullptr, act, 0.0f};
+        const FftInOp in_op{N, c.K, c.dil, x.bias != nullptr, act, 0.0f, nullptr};
         ggml_tensor* args[10];
         int n = 0;
         args[n++] = x.t;
@@ -1106,7 +1116,7 @@ struct Hift::Graph {
         constexpr int64_t fuse_max_bytes = 8 << 20;
         if (int64_t{n_bins} * 2 * C * C * 4 <= fuse_max_bytes) {
             // all bins' weights fit in cache: one fused node (and the weights' DFT)
-            wprep_ops.push_back({N, c.K});
+            wprep_ops.push_back({N, c.K, work()});
             ggml_tensor* wargs[1] = {c.w};
             ggml_tensor* W = ggml_custom_4d(ctx, GGML_TYPE_F32, 2 * C * C, n_bins, 1, 1, wargs, 1, wprep_kernel,
                                             GGML_N_TASKS_MAX, &wprep_ops.back());
@@ -1115,20 +1125,21 @@ struct Hift::Graph {
             if (res) args[n++] = res;
             if (acc) args[n++] = acc;
             const int64_t per_chunk = std::max<int64_t>(1, (256 * 1024) / (int64_t{n_bins} * 2 * C * 4) / 3);
-            fconv_ops.push_back({in_op, f, 3 * per_chunk});
+            fconv_ops.push_back({in_op, f, 3 * per_chunk, work()});
             return {ggml_custom_4d(ctx, GGML_TYPE_F32, C, L, 1, 1, args, n, fconv_kernel, GGML_N_TASKS_MAX,
                                    &fconv_ops.back()),
                     nullptr};
         }
         fft_in_ops.push_back(in_op);
+        fft_in_ops.back().work = work();
         const int64_t n_chunks = (geom.tiles() + chunk_tiles(C) - 1) / chunk_tiles(C);
         ggml_tensor* X = ggml_custom_4d(ctx, GGML_TYPE_F32, spec_block(C), n_bins, n_chunks, 1, args, n,
                                         fft_in_kernel, GGML_N_TASKS_MAX, &fft_in_ops.back());
-        cgemm_ops.push_back({N, c.K, geom.tiles()});
+        cgemm_ops.push_back({N, c.K, geom.tiles(), work()});
         ggml_tensor* gargs[2] = {X, c.w};
         ggml_tensor* Y = ggml_custom_4d(ctx, GGML_TYPE_F32, spec_block(C), n_bins, n_chunks, 1, gargs, 2,
                                         cgemm_kernel, GGML_N_TASKS_MAX, &cgemm_ops.back());
-        fft_out_ops.push_back({N, c.K, c.dil, f});
+        fft_out_ops.push_back({N, c.K, c.dil, f, work()});
         ggml_tensor* oargs[4] = {Y, c.b};
         n = 2;
         if (res) oargs[n++] = res;
@@ -1143,7 +1154,8 @@ struct Hift::Graph {
     ggml_tensor* resblock(const ResBlock& rb, ggml_tensor* x, ggml_tensor* acc = nullptr, float div = 1.0f,
                           Act post = Act::none, float slope = 0.0f) {
         const size_t n = rb.convs1.size();
-        const FinishOp plain{true, false, false, 1.0f, Act::none, 0.0f}, last{true, false, false, div, post, slope};
+        const FinishOp plain{true, false, false, 1.0f, Act::none, 0.0f, nullptr},
+            last{true, false, false, div, post, slope, nullptr};
         for (size_t i = 0; i < n; ++i) {
             Sig h = conv_block(rb.convs1[i], {x, nullptr}, Act::snake, &rb.act1[i]);
             x = conv_block(rb.convs2[i], h, Act::snake, &rb.act2[i], i + 1 < n ? &plain : &last, x,
@@ -1162,7 +1174,7 @@ struct Hift::Graph {
             throw EngineError("HiFT source branch length " + std::to_string(add->ne[1]) + " != " + std::to_string(T) +
                               " (metadata inconsistent with the weights)");
         if (reflect_first && T < 3) throw EngineError("HiFT input is too short for the reflection padding");
-        up_ops.push_back({u.K, u.stride, u.pad, reflect_first});
+        up_ops.push_back({u.K, u.stride, u.pad, reflect_first, work()});
         ggml_tensor* args[3] = {cols, u.b, add};
         return ggml_custom_4d(ctx, GGML_TYPE_F32, u.cout, T, 1, 1, args, 3, up_kernel, GGML_N_TASKS_MAX,
                               &up_ops.back());
