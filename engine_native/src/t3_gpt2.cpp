@@ -68,6 +68,16 @@ void T3Gpt2::reserve_cache(int n_tokens) {
         throw EngineError("T3 context is " + std::to_string(hp_.n_ctx) + " positions; this request needs " +
                           std::to_string(n_tokens) + " (shorten the text)");
     if (n_tokens <= n_cache_) return;
+    // A bigger cache keeps the voice's prefix: its rows move over (per layer and head,
+    // the first n_prefix_ positions), so growing never costs a new prefix pass.
+    const int n_keep = n_prefix_;
+    std::vector<std::vector<uint8_t>> kept;
+    for (size_t i = 0; n_keep > 0 && i < k_cache_.size(); ++i)
+        for (ggml_tensor* t : {k_cache_[i], v_cache_[i]})
+            for (int64_t h = 0; h < t->ne[2]; ++h) {
+                kept.emplace_back(n_keep * t->nb[1]);
+                ggml_backend_tensor_get(t, kept.back().data(), h * t->nb[2], kept.back().size());
+            }
     if (cache_buf_) ggml_backend_buffer_free(cache_buf_);
     if (cache_ctx_) ggml_free(cache_ctx_);
     ggml_init_params params{ggml_tensor_overhead() * (2 * hp_.n_layer + 1), nullptr, true};
@@ -79,10 +89,16 @@ void T3Gpt2::reserve_cache(int n_tokens) {
         k_cache_.push_back(ggml_new_tensor_3d(cache_ctx_, cache_type_, D, n_tokens, hp_.n_head));
         v_cache_.push_back(ggml_new_tensor_3d(cache_ctx_, cache_type_, D, n_tokens, hp_.n_head));
     }
-    n_prefix_ = 0;  // a new cache holds no conditioning prefix
+    n_prefix_ = 0;
     cache_buf_ = ggml_backend_alloc_ctx_tensors(cache_ctx_, backend_);
     if (!cache_buf_) throw EngineError("not enough memory for the T3 KV cache");
     n_cache_ = n_tokens;
+    size_t next = 0;
+    for (size_t i = 0; n_keep > 0 && i < k_cache_.size(); ++i)
+        for (ggml_tensor* t : {k_cache_[i], v_cache_[i]})
+            for (int64_t h = 0; h < t->ne[2]; ++h, ++next)
+                ggml_backend_tensor_set(t, kept[next].data(), h * t->nb[2], kept[next].size());
+    n_prefix_ = n_keep;
 }
 
 // GPT-2 blocks over x [n_embd, n_new] at positions n_past_ .. n_past_ + n_new - 1.
