@@ -82,6 +82,7 @@ namespace {
 enum class Act { none, snake, leaky, elu };
 
 
+
 using v8 = float __attribute__((vector_size(32)));  // 8 channels (AVX, or two SSE/NEON halves)
 
 // These helpers are always inlined into the kernels below, so the note that passing a
@@ -381,23 +382,64 @@ const FftTables& fft_tables(int N) {
     }
 }
 
-// In-place radix-2 complex FFT of N vectors given in bit-reversed order: the forward
-// transform (exp(-2 pi i f n / N)) or, with inverse, the unscaled inverse.
+// In-place complex FFT of N vectors given in bit-reversed order: the forward transform
+// (exp(-2 pi i f n / N)) or, with inverse, the unscaled inverse. Radix-2 decimation in
+// time with its stages taken two at a time (radix 2^2: the second stage's odd twiddles
+// are the even ones times -i), so each pass over the data does two stages; a last
+// radix-2 stage when log2 N is odd. The same arithmetic as plain radix-2.
 __attribute__((always_inline)) inline void fft_vec(v8* re, v8* im, int N, const FftTables& t, bool inverse) {
-    for (int len = 2; len <= N; len <<= 1) {
-        const int half = len >> 1, step = N / len;
-        for (int i = 0; i < N; i += len)
-            for (int j = 0; j < half; ++j) {
-                const float wr = t.cos[j * step], wi = inverse ? t.sin[j * step] : -t.sin[j * step];
-                const v8 br = re[i + j + half], bi = im[i + j + half];
-                const v8 vr = br * wr - bi * wi, vi = br * wi + bi * wr;
-                const v8 ur = re[i + j], ui = im[i + j];
-                re[i + j] = ur + vr;
-                im[i + j] = ui + vi;
-                re[i + j + half] = ur - vr;
-                im[i + j + half] = ui - vi;
+    const float sg = inverse ? 1.0f : -1.0f;  // sign of the twiddles' sines
+    int h = 1;
+    for (; 4 * h <= N; h *= 4) {
+        const int s1 = N / (2 * h), s2 = N / (4 * h);
+        for (int i = 0; i < N; i += 4 * h)
+            for (int j = 0; j < h; ++j) {
+                v8 r0 = re[i + j], i0 = im[i + j], r1 = re[i + j + h], i1 = im[i + j + h];
+                v8 r2 = re[i + j + 2 * h], i2 = im[i + j + 2 * h], r3 = re[i + j + 3 * h], i3 = im[i + j + 3 * h];
+                if (j) {  // stage one: pairs (0, 1), (2, 3) with exp(-+2 pi i j / 2h)
+                    const float wr = t.cos[j * s1], wi = sg * t.sin[j * s1];
+                    v8 a = r1 * wr - i1 * wi, b = r1 * wi + i1 * wr;
+                    r1 = a;
+                    i1 = b;
+                    a = r3 * wr - i3 * wi;
+                    b = r3 * wi + i3 * wr;
+                    r3 = a;
+                    i3 = b;
+                }
+                v8 u0r = r0 + r1, u0i = i0 + i1, u1r = r0 - r1, u1i = i0 - i1;
+                v8 u2r = r2 + r3, u2i = i2 + i3, u3r = r2 - r3, u3i = i2 - i3;
+                if (j) {  // stage two: pairs (0, 2) with exp(-+2 pi i j / 4h), (1, 3) with that times -+i
+                    const float wr = t.cos[j * s2], wi = sg * t.sin[j * s2];
+                    v8 a = u2r * wr - u2i * wi, b = u2r * wi + u2i * wr;
+                    u2r = a;
+                    u2i = b;
+                    a = u3r * wr - u3i * wi;
+                    b = u3r * wi + u3i * wr;
+                    u3r = a;
+                    u3i = b;
+                }
+                const v8 v3r = inverse ? -u3i : u3i, v3i = inverse ? u3r : -u3r;
+                re[i + j] = u0r + u2r;
+                im[i + j] = u0i + u2i;
+                re[i + j + 2 * h] = u0r - u2r;
+                im[i + j + 2 * h] = u0i - u2i;
+                re[i + j + h] = u1r + v3r;
+                im[i + j + h] = u1i + v3i;
+                re[i + j + 3 * h] = u1r - v3r;
+                im[i + j + 3 * h] = u1i - v3i;
             }
     }
+    if (h < N)  // the last radix-2 stage
+        for (int j = 0; j < h; ++j) {
+            const float wr = t.cos[j], wi = sg * t.sin[j];
+            const v8 br = re[j + h], bi = im[j + h];
+            const v8 vr = br * wr - bi * wi, vi = br * wi + bi * wr;
+            const v8 ur = re[j], ui = im[j];
+            re[j] = ur + vr;
+            im[j] = ui + vi;
+            re[j + h] = ur - vr;
+            im[j + h] = ui - vi;
+        }
 }
 
 // Where the spectra of tiles live: value v (C real parts, then C imaginary parts) of
@@ -509,23 +551,20 @@ __attribute__((always_inline)) inline void weight_bin(float* wf, const float* wt
         cs[k] = tab.cos[m] * scale;
         sn[k] = tab.sin[m] * scale;
     }
-    for (int64_t co = 0; co < C; co += 16)
-        for (int64_t ci = 0; ci < C; ++ci) {
-            v8 r0 = {}, r1 = {}, i0 = {}, i1 = {};
-            for (int k = 0; k < K; ++k) {
+    // tap by tap, reading the weight in order (its taps lie C^2 floats apart)
+    for (int64_t co = 0; co < C; co += 16) {
+        float* o = wf + co * C * 2;
+        for (int k = 0; k < K; ++k)
+            for (int64_t ci = 0; ci < C; ++ci) {
                 const float* w = wt + (k * C + ci) * C + co;
                 const v8 w0 = load8(w), w1 = load8(w + 8);
-                r0 += w0 * cs[k];
-                r1 += w1 * cs[k];
-                i0 += w0 * sn[k];
-                i1 += w1 * sn[k];
+                float* oc = o + ci * 32;
+                store8(oc, (k ? load8(oc) : v8{}) + w0 * cs[k]);
+                store8(oc + 8, (k ? load8(oc + 8) : v8{}) + w1 * cs[k]);
+                store8(oc + 16, (k ? load8(oc + 16) : v8{}) + w0 * sn[k]);
+                store8(oc + 24, (k ? load8(oc + 24) : v8{}) + w1 * sn[k]);
             }
-            float* o = wf + (co * C + ci * 16) * 2;
-            store8(o, r0);
-            store8(o + 8, r1);
-            store8(o + 16, i0);
-            store8(o + 24, i1);
-        }
+    }
 }
 
 // One bin of n_t tiles (2C values each, side by side): Y = W_f X as complex numbers,
@@ -535,23 +574,29 @@ __attribute__((always_inline)) inline void weight_bin(float* wf, const float* wt
 // compiler barriers keep each tile's two broadcasts next to their four multiply-adds:
 // hoisted, they would push accumulators out to the stack. DC and Nyquist bins are real.
 __attribute__((always_inline)) inline void cmul_bin(float* y, const float* x, const float* wf, int64_t C, int64_t n_t,
-                                                    bool real) {
+                                                    bool real, int64_t co_begin, int64_t co_end) {
     const int64_t ts = 2 * C;
-    for (int64_t co = 0; co < C; co += 16) {
+    for (int64_t co = co_begin; co < co_end; co += 16) {
         const float* wb = wf + co * C * 2;
-        if (real) {
-            for (int64_t t = 0; t < n_t; ++t) {
+        if (real) {  // up to 3 tiles at a time: 6 independent accumulators
+            for (int64_t t = 0; t < n_t; t += 3) {
+                const int64_t m = std::min<int64_t>(3, n_t - t);
                 const float* xt = x + t * ts;
-                v8 a0 = {}, a1 = {};
+                v8 a[3][2] = {};
                 for (int64_t ci = 0; ci < C; ++ci) {
-                    a0 += load8(wb + ci * 32) * xt[ci];
-                    a1 += load8(wb + ci * 32 + 8) * xt[ci];
+                    const v8 w0 = load8(wb + ci * 32), w1 = load8(wb + ci * 32 + 8);
+                    for (int64_t j = 0; j < m; ++j) {
+                        a[j][0] += w0 * xt[j * ts + ci];
+                        a[j][1] += w1 * xt[j * ts + ci];
+                    }
                 }
-                float* yt = y + t * ts;
-                store8(yt + co, a0);
-                store8(yt + co + 8, a1);
-                store8(yt + C + co, v8{});
-                store8(yt + C + co + 8, v8{});
+                for (int64_t j = 0; j < m; ++j) {
+                    float* yt = y + (t + j) * ts;
+                    store8(yt + co, a[j][0]);
+                    store8(yt + co + 8, a[j][1]);
+                    store8(yt + C + co, v8{});
+                    store8(yt + C + co + 8, v8{});
+                }
             }
             continue;
         }
@@ -671,11 +716,14 @@ __attribute__((always_inline)) inline void cgemm_body(ggml_tensor* dst, int ith,
     for (int64_t f0, f1; p.work->take(n_bins, 1, f0, f1);) {
         const int f = static_cast<int>(f0);
         weight_bin(wf.data(), data_f32(wt), C, p.K, p.N, f, tab);
-        for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
-            const int64_t off = (chunk * n_bins + f) * spec_block(C);
-            cmul_bin(static_cast<float*>(dst->data) + off, data_f32(X) + off, wf.data(), C,
-                     std::min(ct, p.tiles - chunk * ct), f == 0 || 2 * f == p.N);
-        }
+        // 16 output channels at a time over all chunks: their part of W_f stays in L1
+        // and the bin's spectra (a few hundred KB) in L2.
+        for (int64_t co = 0; co < C; co += 16)
+            for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
+                const int64_t off = (chunk * n_bins + f) * spec_block(C);
+                cmul_bin(static_cast<float*>(dst->data) + off, data_f32(X) + off, wf.data(), C,
+                         std::min(ct, p.tiles - chunk * ct), f == 0 || 2 * f == p.N, co, co + 16);
+            }
     }
 }
 
@@ -752,7 +800,7 @@ __attribute__((always_inline)) inline void fconv_body(ggml_tensor* dst, int ith,
         }
         for (int f = 0; f < n_bins; ++f) {
             float* sf = spec.data() + f * bs;
-            cmul_bin(tmp.data(), sf, W + f * 2 * C * C, C, n_t, f == 0 || 2 * f == N);
+            cmul_bin(tmp.data(), sf, W + f * 2 * C * C, C, n_t, f == 0 || 2 * f == N, 0, C);
             std::memcpy(sf, tmp.data(), static_cast<size_t>(n_t * ts) * sizeof(float));
         }
         for (int64_t t = 0; t < n_t; ++t)
@@ -923,6 +971,9 @@ Hift::Hift(const ModelFile& mf, ggml_backend_t backend)
     conv_post_ = conv(mf, "conv_post", 1, k_post / 2, 1);  // Conv1d(ch, n_fft + 2, 7, 1, padding=3)
     if (conv_post_.cout != hp_.n_fft + 2 || conv_post_.cin != ups_.back().cout)
         throw EngineError(mf.path() + ": hift.conv_post disagrees with chatterbox.hift.istft_n_fft");
+    if (conv_post_.w->ne[0] != int64_t{conv_post_.K} * conv_post_.cin)  // conv_rows reads no padding
+        throw EngineError(mf.path() + ": hift.conv_post needs K * channels to be a multiple of 8");
+    post_bias_ = mf.read_f32(mf.tensor("hift.conv_post.bias"));
 
     // scipy.signal.get_window("hann", n_fft, fftbins=True): the periodic Hann window, as float32.
     for (int n = 0; n < hp_.n_fft; ++n)
@@ -1066,6 +1117,25 @@ struct Hift::Graph {
         ggml_tensor* cols = ggml_custom_4d(ctx, GGML_TYPE_F32, c.w->ne[0], out_len, 1, 1, args, n, cols_kernel,
                                            GGML_N_TASKS_MAX, &cols_ops.back());
         return ggml_mul_mat(ctx, c.w, cols);
+    }
+
+    // A stride-1, dilation-1 conv without a columns buffer: frame t's columns are the K
+    // frames from t - pad on, contiguous in the zero-padded signal, so that signal read
+    // with a row step of one frame is the columns matrix (its rows overlap). Output time
+    // fastest, ne [L rounded up to 4 (for the sgemm), cout_pad], without c's bias.
+    ggml_tensor* conv_rows(const Conv& c, ggml_tensor* x) {
+        const int64_t C = x->ne[0], L4 = round_up(x->ne[1], 4);
+        cols_ops.push_back({1, 1, c.pad, 1, false, Act::none, 0.0f, work()});
+        ggml_tensor* args[1] = {x};
+        ggml_tensor* xp = ggml_custom_4d(ctx, GGML_TYPE_F32, C, L4 + c.K - 1, 1, 1, args, 1, cols_kernel,
+                                         GGML_N_TASKS_MAX, &cols_ops.back());
+        // ggml_view_2d refuses a view that reads memory twice, so the rows are widened
+        // to K frames after the fact (nbytes then matches xp's exactly).
+        ggml_tensor* cols = ggml_view_2d(ctx, xp, C, L4 + c.K - 1, xp->nb[1], 0);
+        cols->ne[0] = int64_t{c.K} * C;
+        cols->ne[1] = L4;
+        cols->nb[2] = cols->nb[3] = cols->nb[1] * L4;
+        return ggml_mul_mat(ctx, cols, c.w);
     }
 
     ggml_tensor* finish(ggml_tensor* y, ggml_tensor* b, ggml_tensor* res = nullptr, ggml_tensor* acc = nullptr,
@@ -1279,10 +1349,11 @@ std::vector<float> Hift::decode(const float* mel, int64_t T, const float* source
                              : g.resblock(resblocks_[i * n_k + j], x, xs, static_cast<float>(n_k), Act::leaky, slope);
         x = xs;
     }
-    x = g.finish(g.conv(conv_post_, x), conv_post_.b);  // [cout_pad >= n_fft + 2, n_frames]
     if (x->ne[1] != n_frames)
         throw EngineError("HiFT output frames disagree with the source STFT (metadata inconsistent)");
-    const int64_t spec_row = x->ne[0];
+    // conv_post, time fastest: spec[k * spec_len + m] (+ bias) is channel k of frame m.
+    x = g.conv_rows(conv_post_, x);
+    const int64_t spec_len = x->ne[0];
     std::vector<float> spec = runner_.compute(x, inputs);
 
     // _istft: magnitude = clip(exp(x[:n_bins]), max=1e2), phase = sin(x[n_bins:]), then
@@ -1292,11 +1363,11 @@ std::vector<float> Hift::decode(const float* mel, int64_t T, const float* source
     const int64_t full = n_fft + hop * (n_frames - 1);
     std::vector<double> y(full, 0.0), env(full, 0.0);
     std::vector<double> re(n_bins), im(n_bins);
+    const std::vector<float>& b = post_bias_;
     for (int64_t m = 0; m < n_frames; ++m) {
-        const float* col = spec.data() + m * spec_row;
         for (int k = 0; k < n_bins; ++k) {
-            const float mag = std::min(std::exp(col[k]), 100.0f);
-            const float ph = std::sin(col[n_bins + k]);
+            const float mag = std::min(std::exp(spec[k * spec_len + m] + b[k]), 100.0f);
+            const float ph = std::sin(spec[(n_bins + k) * spec_len + m] + b[n_bins + k]);
             re[k] = static_cast<double>(mag * std::cos(ph));
             im[k] = static_cast<double>(mag * std::sin(ph));
         }

@@ -94,7 +94,8 @@ private:
     std::vector<Up> ups_;
     std::vector<Conv> source_downs_;
     std::vector<ResBlock> source_resblocks_, resblocks_;
-    std::vector<float> window_;  // periodic Hann, n_fft values
+    std::vector<float> window_;     // periodic Hann, n_fft values
+    std::vector<float> post_bias_;  // conv_post's bias, added on the host with the ISTFT
 
     GraphRunner runner_;
 };
