@@ -83,6 +83,8 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         missing = [flag for flag, v in (("-m/--model", args.model), ("--name", args.name)) if not v]
         if missing:
             return _fail(f"--bake needs {' and '.join(missing)}")
+        if not os.path.isfile(args.model):
+            return _fail(f"model file not found: {args.model}")
         if not args.voice_output and not args.output.endswith(".wav"):
             return _fail("--bake writes NAME.voice.gguf beside the clip; give a .wav clip or --voice-output")
     from voice_lab import VoiceLabError

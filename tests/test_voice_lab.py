@@ -385,9 +385,10 @@ def test_cli_lab_errors_and_bake(fx, tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
     rc = main(["lab", fx["files"][("wav", "mono8k")], "-o", str(tmp_path / "o.wav"),
-               "--bake", "-m", "model.gguf", "--name", "me"])
-    assert rc == 2
-    assert "baking a voice needs the voice-cloning engine (not in this build yet)" in capsys.readouterr().err
+               "--bake", "-m", str(tmp_path / "model.gguf"), "--name", "me"])
+    assert rc == 1  # checked before any work: no clip, no voice
+    assert "model file not found" in capsys.readouterr().err
+    assert not (tmp_path / "o.wav").exists()
     assert main(["lab", fx["files"][("wav", "mono8k")], "-o", str(tmp_path / "o.wav"), "--bake"]) == 1
     assert "--bake needs" in capsys.readouterr().err
 
