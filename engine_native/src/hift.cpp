@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -11,8 +12,7 @@
 #include "ggml-cpu.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
-#define CBS_HIFT_X86 1
+#define CBS_HIFT_X86 1  // kernels also built for AVX2 + FMA, used where the CPU has them
 #endif
 
 namespace cbs {
@@ -68,7 +68,7 @@ int64_t HiftHparams::samples_per_frame() const {
 // ggml has no fused Snake and its sin is a scalar libm loop, and a convolution
 // through ggml_im2col + ggml_add for bias and residual makes several passes over
 // signals of up to 64 x 60000 floats. So HiFT runs on a few kernels of its own, each a
-// ggml custom op that splits its work evenly between ggml's threads:
+// ggml custom op that shares its work out between ggml's threads:
 //  - the resblock convolutions (almost all the work) through the DFT: see "FFT
 //    convolution" below;
 //  - the other convolutions as `cols` (activation of the input, zero padding, dilation,
@@ -81,97 +81,118 @@ namespace {
 
 enum class Act { none, snake, leaky, elu };
 
-
-
-using v8 = float __attribute__((vector_size(32)));  // 8 channels (AVX, or two SSE/NEON halves)
+// 8 channels at a time: one AVX register (the AVX2 build of each kernel), or two native
+// 4-lane vectors (SSE, NEON) for the baseline build: the compiler keeps an 8-lane vector
+// type in memory where the target has no 8-lane registers.
+using v8 = float __attribute__((vector_size(32)));
+using v4 = float __attribute__((vector_size(16)));
+struct v4x2 {
+    v4 lo, hi;
+};
+template <bool kWide>
+using Vec = std::conditional_t<kWide, v8, v4x2>;
 
 // These helpers are always inlined into the kernels below, so the note that passing a
 // 32-byte vector without AVX changes the calling convention does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-__attribute__((always_inline)) inline v8 load8(const float* p) {
-    v8 v;
+#define CBS_INL __attribute__((always_inline)) inline
+#define CBS_V4X2_OP(op)                                                                 \
+    CBS_INL v4x2 operator op(v4x2 a, v4x2 b) { return {a.lo op b.lo, a.hi op b.hi}; } \
+    CBS_INL v4x2 operator op(v4x2 a, float b) { return {a.lo op b, a.hi op b}; }      \
+    CBS_INL v4x2& operator op##=(v4x2& a, v4x2 b) { return a = a op b; }
+CBS_V4X2_OP(+)
+CBS_V4X2_OP(-)
+CBS_V4X2_OP(*)
+CBS_V4X2_OP(/)
+#undef CBS_V4X2_OP
+CBS_INL v4x2 operator-(v4x2 a) { return {-a.lo, -a.hi}; }
+
+template <class V>
+CBS_INL V vload(const float* p) {
+    V v;
     std::memcpy(&v, p, sizeof(v));
     return v;
 }
-__attribute__((always_inline)) inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof(v)); }
+template <class V>
+CBS_INL void vstore(float* p, V v) {
+    std::memcpy(p, &v, sizeof(v));
+}
+
+// max(v, 0) + slope * min(v, 0), as torch's leaky_relu
+CBS_INL v8 leaky(v8 v, float slope) { return v > 0.0f ? v : v * slope; }
+CBS_INL v4 leaky(v4 v, float slope) { return v > 0.0f ? v : v * slope; }
+CBS_INL v4x2 leaky(v4x2 v, float slope) { return {leaky(v.lo, slope), leaky(v.hi, slope)}; }
+
+// Whether any lane is beyond +-limit or NaN.
+template <class M>
+CBS_INL bool any_lane(M m) {
+    int64_t lanes[sizeof(M) / 8];
+    std::memcpy(lanes, &m, sizeof(m));
+    int64_t any = 0;
+    for (int64_t l : lanes) any |= l;
+    return any != 0;
+}
+CBS_INL bool any_big(v8 a, float limit) { return any_lane((a > limit) | (a < -limit) | (a != a)); }
+CBS_INL bool any_big(v4 a, float limit) { return any_lane((a > limit) | (a < -limit) | (a != a)); }
+CBS_INL bool any_big(v4x2 a, float limit) { return any_big(a.lo, limit) || any_big(a.hi, limit); }
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-#ifdef CBS_HIFT_X86
-bool has_avx2_fma() {
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return yes;
+// sin(x)^2 of 8 floats: x = j pi + r (pi in three parts, the first two short enough that
+// j times them is exact for |j| < 8192), sin(x)^2 = sin(r)^2 with sin(r) from its Taylor
+// series to r^13 (truncation < 7e-10 on |r| <= pi/2). Off sin(x)^2 by at most 2.6e-7
+// for |x| < 8192, as much as sinf(x)^2 is; callers take larger x elsewhere.
+template <class V>
+CBS_INL V sin_sq(V x) {
+    const float round = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+    const V j = (x * 0.318309886183790672f + round) - round;
+    V r = x - j * 3.140625f;
+    r = r - j * 9.67502593994140625e-4f;
+    r = r - j * 1.509957990978376432e-7f;
+    const V z = r * r;
+    V p = z * (1.0f / 6227020800.0f) - 1.0f / 39916800.0f;
+    p = p * z + 1.0f / 362880.0f;
+    p = p * z - 1.0f / 5040.0f;
+    p = p * z + 1.0f / 120.0f;
+    p = p * z - 1.0f / 6.0f;
+    const V sr = p * z * r + r;
+    return sr * sr;
 }
 
-// sin(x)^2 of 8 floats: x = j pi + r (pi in three parts, the first exact in 8 bits so
-// j*P1 is exact for |j| < 2^16), sin(x)^2 = sin(r)^2 with sin(r) from its Taylor series
-// to r^13 (truncation < 7e-10 on |r| <= pi/2). Within ~1 ulp of sinf(x)^2 for |x| <
-// 65536 (callers check the range).
-__attribute__((target("avx2,fma"))) inline __m256 sin_sq8(__m256 x) {
-    const __m256 j = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.318309886183790672f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(j, _mm256_set1_ps(3.140625f), x);
-    r = _mm256_fnmadd_ps(j, _mm256_set1_ps(9.67502593994140625e-4f), r);
-    r = _mm256_fnmadd_ps(j, _mm256_set1_ps(1.509957990978376432e-7f), r);
-    const __m256 z = _mm256_mul_ps(r, r);
-    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 6227020800.0f), z, _mm256_set1_ps(-1.0f / 39916800.0f));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.0f / 362880.0f));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-1.0f / 5040.0f));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-1.0f / 6.0f));
-    const __m256 sr = _mm256_fmadd_ps(_mm256_mul_ps(p, z), r, r);
-    return _mm256_mul_ps(sr, sr);
-}
-
-// y = v + inv * sin(v * alpha)^2 with v = x (+ b): Snake, in torch's float32 steps.
-__attribute__((target("avx2,fma"))) void snake_avx2(float* y, const float* x, const float* b, const float* alpha,
-                                                    const float* inv, int64_t n) {
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 limit = _mm256_set1_ps(65536.0f);
+// y = act(x (+ b)) for one frame of n channels; alpha/inv only for Snake, which is
+// v + inv * sin(v * alpha)^2 in float32 as torch computes it. Always inlined, so each
+// kernel gets it built for its own target.
+template <class V>
+CBS_INL void act_row(float* y, const float* x, const float* b, Act act, float slope, const float* alpha,
+                     const float* inv, int64_t n) {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
-        const __m256 a = _mm256_mul_ps(v, _mm256_loadu_ps(alpha + i));
-        if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(a, abs_mask), limit, _CMP_GE_OQ)) != 0) break;
-        _mm256_storeu_ps(y + i, _mm256_add_ps(v, _mm256_mul_ps(_mm256_loadu_ps(inv + i), sin_sq8(a))));
-    }
-    for (; i < n; ++i) {  // the tail, and everything after a huge argument
-        const float v = b ? x[i] + b[i] : x[i];
-        const float s = std::sin(v * alpha[i]);
-        y[i] = v + inv[i] * (s * s);
-    }
-}
-#endif
-
-void snake_row(float* y, const float* x, const float* b, const float* alpha, const float* inv, int64_t n) {
-#ifdef CBS_HIFT_X86
-    if (has_avx2_fma()) return snake_avx2(y, x, b, alpha, inv, n);
-#endif
-    for (int64_t i = 0; i < n; ++i) {
-        const float v = b ? x[i] + b[i] : x[i];
-        const float s = std::sin(v * alpha[i]);
-        y[i] = v + inv[i] * (s * s);
-    }
-}
-
-// y = act(x (+ b)) for one frame of n channels; alpha/inv only for Snake.
-void act_row(float* y, const float* x, const float* b, Act act, float slope, const float* alpha, const float* inv,
-             int64_t n) {
     switch (act) {
-        case Act::snake: return snake_row(y, x, b, alpha, inv, n);
+        case Act::snake:
+            for (; i + 8 <= n; i += 8) {
+                V v = vload<V>(x + i);
+                if (b) v = v + vload<V>(b + i);
+                const V a = v * vload<V>(alpha + i);
+                if (any_big(a, 8192.0f)) break;  // the rest with libm
+                vstore(y + i, v + vload<V>(inv + i) * sin_sq(a));
+            }
+            for (; i < n; ++i) {
+                const float v = b ? x[i] + b[i] : x[i];
+                const float s = std::sin(v * alpha[i]);
+                y[i] = v + inv[i] * (s * s);
+            }
+            return;
         case Act::none:
-            for (int64_t i = 0; i < n; ++i) y[i] = b ? x[i] + b[i] : x[i];
+            for (; i < n; ++i) y[i] = b ? x[i] + b[i] : x[i];
             return;
         case Act::leaky:
-            for (int64_t i = 0; i < n; ++i) {
+            for (; i < n; ++i) {
                 const float v = b ? x[i] + b[i] : x[i];
                 y[i] = v > 0.0f ? v : v * slope;
             }
             return;
         case Act::elu:
-            for (int64_t i = 0; i < n; ++i) {
+            for (; i < n; ++i) {
                 const float v = b ? x[i] + b[i] : x[i];
                 y[i] = v > 0.0f ? v : std::expm1(v);
             }
@@ -205,8 +226,8 @@ struct ColsOp {
     Work* work;
 };
 
-void cols_kernel(ggml_tensor* dst, int ith, int nth, void* ud) {
-    const ColsOp& p = *static_cast<const ColsOp*>(ud);
+template <bool kWide>
+CBS_INL void cols_body(ggml_tensor* dst, const ColsOp& p) {
     const ggml_tensor* x = dst->src[0];
     int si = 1;
     const float* bias = p.has_bias ? data_f32(dst->src[si++]) : nullptr;
@@ -228,7 +249,7 @@ void cols_kernel(ggml_tensor* dst, int ith, int nth, void* ud) {
             if (r < 0 || r >= L)
                 std::fill(row, row + C, 0.0f);
             else
-                act_row(row, xd + r * x_row, bias, p.act, p.slope, alpha, inv, C);
+                act_row<Vec<kWide>>(row, xd + r * x_row, bias, p.act, p.slope, alpha, inv, C);
         }
         for (int64_t t = tb; t < te; ++t) {
             float* col = out + t * kc;
@@ -271,21 +292,21 @@ FinishArgs finish_args(const FinishOp& p, const ggml_tensor* dst, int first_src)
 
 // One frame t of C channels: o = finish(y). Always inlined, so the kernels built for
 // AVX2 get it in AVX2.
-__attribute__((always_inline)) inline void finish_row(float* o, const float* y, const FinishOp& p,
-                                                      const FinishArgs& a, int64_t t, int64_t C) {
+template <class V>
+CBS_INL void finish_row(float* o, const float* y, const FinishOp& p, const FinishArgs& a, int64_t t, int64_t C) {
     const float* res = a.res ? a.res + t * C : nullptr;
     const float* acc = a.acc ? a.acc + t * C : nullptr;
-    const bool leaky = p.post == Act::leaky;
+    const bool is_leaky = p.post == Act::leaky;
     int64_t c = 0;
     if (a.n_bias == 0 || a.n_bias == C) {
         for (; c + 8 <= C; c += 8) {
-            v8 v = load8(y + c);
-            if (a.n_bias) v = v + load8(a.b + c);
-            if (res) v = v + load8(res + c);
-            if (acc) v = load8(acc + c) + v;
+            V v = vload<V>(y + c);
+            if (a.n_bias) v = v + vload<V>(a.b + c);
+            if (res) v = v + vload<V>(res + c);
+            if (acc) v = vload<V>(acc + c) + v;
             if (p.div != 1.0f) v = v / p.div;
-            if (leaky) v = v > 0.0f ? v : v * p.slope;
-            store8(o + c, v);
+            if (is_leaky) v = cbs::leaky(v, p.slope);
+            vstore(o + c, v);
         }
     }
     for (; c < C; ++c) {
@@ -293,33 +314,23 @@ __attribute__((always_inline)) inline void finish_row(float* o, const float* y, 
         if (res) v = v + res[c];
         if (acc) v = acc[c] + v;
         if (p.div != 1.0f) v = v / p.div;
-        if (leaky) v = v > 0.0f ? v : v * p.slope;
+        if (is_leaky) v = v > 0.0f ? v : v * p.slope;
         o[c] = v;
     }
-    if (p.post == Act::elu) act_row(o, o, nullptr, Act::elu, 0.0f, nullptr, nullptr, C);
+    if (p.post == Act::elu) act_row<V>(o, o, nullptr, Act::elu, 0.0f, nullptr, nullptr, C);
 }
 
-__attribute__((always_inline)) inline void finish_body(ggml_tensor* dst, int ith, int nth, const FinishOp& p) {
+template <bool kWide>
+CBS_INL void finish_body(ggml_tensor* dst, const FinishOp& p) {
     const ggml_tensor* y = dst->src[0];
     const FinishArgs a = finish_args(p, dst, 1);
     const int64_t C = y->ne[0];
     const float* yd = data_f32(y);
     float* out = static_cast<float*>(dst->data);
     for (int64_t t0, t1; p.work->take(y->ne[1], 64, t0, t1);)
-        for (int64_t t = t0; t < t1; ++t) finish_row(out + t * C, yd + t * C, p, a, t, C);
+        for (int64_t t = t0; t < t1; ++t) finish_row<Vec<kWide>>(out + t * C, yd + t * C, p, a, t, C);
 }
 
-#ifdef CBS_HIFT_X86
-__attribute__((target("avx2,fma"))) void finish_avx2(ggml_tensor* d, int i, int n, const FinishOp& p) { finish_body(d, i, n, p); }
-#endif
-
-void finish_kernel(ggml_tensor* dst, int ith, int nth, void* ud) {
-    const FinishOp& p = *static_cast<const FinishOp*>(ud);
-#ifdef CBS_HIFT_X86
-    if (has_avx2_fma()) return finish_avx2(dst, ith, nth, p);
-#endif
-    finish_body(dst, ith, nth, p);
-}
 
 // ---------------------------------------------------------------------------
 // FFT convolution
@@ -387,18 +398,19 @@ const FftTables& fft_tables(int N) {
 // time with its stages taken two at a time (radix 2^2: the second stage's odd twiddles
 // are the even ones times -i), so each pass over the data does two stages; a last
 // radix-2 stage when log2 N is odd. The same arithmetic as plain radix-2.
-__attribute__((always_inline)) inline void fft_vec(v8* re, v8* im, int N, const FftTables& t, bool inverse) {
+template <class V>
+CBS_INL void fft_vec(V* re, V* im, int N, const FftTables& t, bool inverse) {
     const float sg = inverse ? 1.0f : -1.0f;  // sign of the twiddles' sines
     int h = 1;
     for (; 4 * h <= N; h *= 4) {
         const int s1 = N / (2 * h), s2 = N / (4 * h);
         for (int i = 0; i < N; i += 4 * h)
             for (int j = 0; j < h; ++j) {
-                v8 r0 = re[i + j], i0 = im[i + j], r1 = re[i + j + h], i1 = im[i + j + h];
-                v8 r2 = re[i + j + 2 * h], i2 = im[i + j + 2 * h], r3 = re[i + j + 3 * h], i3 = im[i + j + 3 * h];
+                V r0 = re[i + j], i0 = im[i + j], r1 = re[i + j + h], i1 = im[i + j + h];
+                V r2 = re[i + j + 2 * h], i2 = im[i + j + 2 * h], r3 = re[i + j + 3 * h], i3 = im[i + j + 3 * h];
                 if (j) {  // stage one: pairs (0, 1), (2, 3) with exp(-+2 pi i j / 2h)
                     const float wr = t.cos[j * s1], wi = sg * t.sin[j * s1];
-                    v8 a = r1 * wr - i1 * wi, b = r1 * wi + i1 * wr;
+                    V a = r1 * wr - i1 * wi, b = r1 * wi + i1 * wr;
                     r1 = a;
                     i1 = b;
                     a = r3 * wr - i3 * wi;
@@ -406,11 +418,11 @@ __attribute__((always_inline)) inline void fft_vec(v8* re, v8* im, int N, const 
                     r3 = a;
                     i3 = b;
                 }
-                v8 u0r = r0 + r1, u0i = i0 + i1, u1r = r0 - r1, u1i = i0 - i1;
-                v8 u2r = r2 + r3, u2i = i2 + i3, u3r = r2 - r3, u3i = i2 - i3;
+                V u0r = r0 + r1, u0i = i0 + i1, u1r = r0 - r1, u1i = i0 - i1;
+                V u2r = r2 + r3, u2i = i2 + i3, u3r = r2 - r3, u3i = i2 - i3;
                 if (j) {  // stage two: pairs (0, 2) with exp(-+2 pi i j / 4h), (1, 3) with that times -+i
                     const float wr = t.cos[j * s2], wi = sg * t.sin[j * s2];
-                    v8 a = u2r * wr - u2i * wi, b = u2r * wi + u2i * wr;
+                    V a = u2r * wr - u2i * wi, b = u2r * wi + u2i * wr;
                     u2r = a;
                     u2i = b;
                     a = u3r * wr - u3i * wi;
@@ -418,7 +430,7 @@ __attribute__((always_inline)) inline void fft_vec(v8* re, v8* im, int N, const 
                     u3r = a;
                     u3i = b;
                 }
-                const v8 v3r = inverse ? -u3i : u3i, v3i = inverse ? u3r : -u3r;
+                const V v3r = inverse ? -u3i : u3i, v3i = inverse ? u3r : -u3r;
                 re[i + j] = u0r + u2r;
                 im[i + j] = u0i + u2i;
                 re[i + j + 2 * h] = u0r - u2r;
@@ -432,9 +444,9 @@ __attribute__((always_inline)) inline void fft_vec(v8* re, v8* im, int N, const 
     if (h < N)  // the last radix-2 stage
         for (int j = 0; j < h; ++j) {
             const float wr = t.cos[j], wi = sg * t.sin[j];
-            const v8 br = re[j + h], bi = im[j + h];
-            const v8 vr = br * wr - bi * wi, vi = br * wi + bi * wr;
-            const v8 ur = re[j], ui = im[j];
+            const V br = re[j + h], bi = im[j + h];
+            const V vr = br * wr - bi * wi, vi = br * wi + bi * wr;
+            const V ur = re[j], ui = im[j];
             re[j] = ur + vr;
             im[j] = ui + vi;
             re[j + h] = ur - vr;
@@ -464,8 +476,8 @@ struct ActIn {
     float slope;
 };
 
-__attribute__((always_inline)) inline void tile_rows(float* rows, const ActIn& in, const FftGeom& g, int64_t tile,
-                                                     int64_t C) {
+template <class V>
+CBS_INL void tile_rows(float* rows, const ActIn& in, const FftGeom& g, int64_t tile, int64_t C) {
     int q;
     int64_t b;
     g.locate(tile, q, b);
@@ -476,46 +488,46 @@ __attribute__((always_inline)) inline void tile_rows(float* rows, const ActIn& i
         if (n < 0 || r >= g.L)
             std::fill(row, row + C, 0.0f);
         else
-            act_row(row, in.x + r * C, in.bias, in.act, in.slope, in.alpha, in.inv, C);
+            act_row<V>(row, in.x + r * C, in.bias, in.act, in.slope, in.alpha, in.inv, C);
     }
 }
 
 // Rows [N][C] -> the tile's spectra (bins 0..N/2). Channels c0..c0+7 go in as the real
 // part and c0+8..c0+15 as the imaginary part of one complex FFT; then
 // A = (Z[f] + conj Z[N-f]) / 2 and B = (Z[f] - conj Z[N-f]) / 2i.
-__attribute__((always_inline)) inline void tile_forward(float* spec, int64_t bin_stride, const float* rows, int N,
-                                                        int64_t C, const FftTables& tab) {
-    v8 re[128], im[128];
+template <class V>
+CBS_INL void tile_forward(float* spec, int64_t bin_stride, const float* rows, int N, int64_t C,
+                          const FftTables& tab) {
+    V re[128], im[128];
     for (int64_t c0 = 0; c0 < C; c0 += 16) {
         for (int i = 0; i < N; ++i) {
-            re[tab.rev[i]] = load8(rows + i * C + c0);
-            im[tab.rev[i]] = load8(rows + i * C + c0 + 8);
+            re[tab.rev[i]] = vload<V>(rows + i * C + c0);
+            im[tab.rev[i]] = vload<V>(rows + i * C + c0 + 8);
         }
-        fft_vec(re, im, N, tab, false);
+        fft_vec<V>(re, im, N, tab, false);
         for (int f = 0; f <= N / 2; ++f) {
             const int fc = (N - f) % N;
             float* o = spec + f * bin_stride;
-            store8(o + c0, (re[f] + re[fc]) * 0.5f);
-            store8(o + C + c0, (im[f] - im[fc]) * 0.5f);
-            store8(o + c0 + 8, (im[f] + im[fc]) * 0.5f);
-            store8(o + C + c0 + 8, (re[fc] - re[f]) * 0.5f);
+            vstore(o + c0, (re[f] + re[fc]) * 0.5f);
+            vstore(o + C + c0, (im[f] - im[fc]) * 0.5f);
+            vstore(o + c0 + 8, (im[f] + im[fc]) * 0.5f);
+            vstore(o + C + c0 + 8, (re[fc] - re[f]) * 0.5f);
         }
     }
 }
 
 // The tile's output spectra (1/N included) -> its M output frames, finished into y.
-__attribute__((always_inline)) inline void tile_inverse(float* y, const float* spec, int64_t bin_stride,
-                                                        const FftGeom& g, int64_t tile, int64_t C,
-                                                        const FftTables& tab, float* rows, const FinishOp& fin,
-                                                        const FinishArgs& fa) {
+template <class V>
+CBS_INL void tile_inverse(float* y, const float* spec, int64_t bin_stride, const FftGeom& g, int64_t tile, int64_t C,
+                          const FftTables& tab, float* rows, const FinishOp& fin, const FinishArgs& fa) {
     const int N = g.N, M = g.M();
-    v8 re[128], im[128];
+    V re[128], im[128];
     for (int64_t c0 = 0; c0 < C; c0 += 16) {
         // Z = A + iB over all N bins (A, B Hermitian), in bit-reversed order
         for (int f = 0; f <= N / 2; ++f) {
             const float* s = spec + f * bin_stride;
-            const v8 ar = load8(s + c0), ai = load8(s + C + c0);
-            const v8 br = load8(s + c0 + 8), bi = load8(s + C + c0 + 8);
+            const V ar = vload<V>(s + c0), ai = vload<V>(s + C + c0);
+            const V br = vload<V>(s + c0 + 8), bi = vload<V>(s + C + c0 + 8);
             re[tab.rev[f]] = ar - bi;
             im[tab.rev[f]] = ai + br;
             if (f > 0 && f < N / 2) {
@@ -523,10 +535,10 @@ __attribute__((always_inline)) inline void tile_inverse(float* y, const float* s
                 im[tab.rev[N - f]] = br - ai;
             }
         }
-        fft_vec(re, im, N, tab, true);
+        fft_vec<V>(re, im, N, tab, true);
         for (int j = 0; j < M; ++j) {
-            store8(rows + j * C + c0, re[j]);
-            store8(rows + j * C + c0 + 8, im[j]);
+            vstore(rows + j * C + c0, re[j]);
+            vstore(rows + j * C + c0 + 8, im[j]);
         }
     }
     int q;
@@ -535,15 +547,15 @@ __attribute__((always_inline)) inline void tile_inverse(float* y, const float* s
     for (int j = 0; j < M; ++j) {
         const int64_t r = q + (b * M + j) * g.dil;
         if (r >= g.L) break;
-        finish_row(y + r * C, rows + j * C, fin, fa, r, C);
+        finish_row<V>(y + r * C, rows + j * C, fin, fa, r, C);
     }
 }
 
 // W_f = conj(sum_k w_k exp(-2 pi i f k / N)) / N for all C x C channel pairs, from the
 // conv weight wt ne [C (out), C (in), K], as cmul_bin reads it: per 16 output channels
 // and input channel, Wr of the 16 then Wi of the 16 (2 C^2 floats).
-__attribute__((always_inline)) inline void weight_bin(float* wf, const float* wt, int64_t C, int K, int N, int f,
-                                                      const FftTables& tab) {
+template <class V>
+CBS_INL void weight_bin(float* wf, const float* wt, int64_t C, int K, int N, int f, const FftTables& tab) {
     float cs[64], sn[64];
     const float scale = 1.0f / static_cast<float>(N);
     for (int k = 0; k < K; ++k) {
@@ -557,12 +569,12 @@ __attribute__((always_inline)) inline void weight_bin(float* wf, const float* wt
         for (int k = 0; k < K; ++k)
             for (int64_t ci = 0; ci < C; ++ci) {
                 const float* w = wt + (k * C + ci) * C + co;
-                const v8 w0 = load8(w), w1 = load8(w + 8);
+                const V w0 = vload<V>(w), w1 = vload<V>(w + 8);
                 float* oc = o + ci * 32;
-                store8(oc, (k ? load8(oc) : v8{}) + w0 * cs[k]);
-                store8(oc + 8, (k ? load8(oc + 8) : v8{}) + w1 * cs[k]);
-                store8(oc + 16, (k ? load8(oc + 16) : v8{}) + w0 * sn[k]);
-                store8(oc + 24, (k ? load8(oc + 24) : v8{}) + w1 * sn[k]);
+                vstore(oc, (k ? vload<V>(oc) : V{}) + w0 * cs[k]);
+                vstore(oc + 8, (k ? vload<V>(oc + 8) : V{}) + w1 * cs[k]);
+                vstore(oc + 16, (k ? vload<V>(oc + 16) : V{}) + w0 * sn[k]);
+                vstore(oc + 24, (k ? vload<V>(oc + 24) : V{}) + w1 * sn[k]);
             }
     }
 }
@@ -573,8 +585,10 @@ __attribute__((always_inline)) inline void weight_bin(float* wf, const float* wt
 // multiply-adds per step (fewer tiles would wait on the multiply-add latency). The
 // compiler barriers keep each tile's two broadcasts next to their four multiply-adds:
 // hoisted, they would push accumulators out to the stack. DC and Nyquist bins are real.
-__attribute__((always_inline)) inline void cmul_bin(float* y, const float* x, const float* wf, int64_t C, int64_t n_t,
-                                                    bool real, int64_t co_begin, int64_t co_end) {
+template <bool kWide>
+CBS_INL void cmul_bin(float* y, const float* x, const float* wf, int64_t C, int64_t n_t, bool real, int64_t co_begin,
+                      int64_t co_end) {
+    using V = Vec<kWide>;
     const int64_t ts = 2 * C;
     for (int64_t co = co_begin; co < co_end; co += 16) {
         const float* wb = wf + co * C * 2;
@@ -582,9 +596,9 @@ __attribute__((always_inline)) inline void cmul_bin(float* y, const float* x, co
             for (int64_t t = 0; t < n_t; t += 3) {
                 const int64_t m = std::min<int64_t>(3, n_t - t);
                 const float* xt = x + t * ts;
-                v8 a[3][2] = {};
+                V a[3][2] = {};
                 for (int64_t ci = 0; ci < C; ++ci) {
-                    const v8 w0 = load8(wb + ci * 32), w1 = load8(wb + ci * 32 + 8);
+                    const V w0 = vload<V>(wb + ci * 32), w1 = vload<V>(wb + ci * 32 + 8);
                     for (int64_t j = 0; j < m; ++j) {
                         a[j][0] += w0 * xt[j * ts + ci];
                         a[j][1] += w1 * xt[j * ts + ci];
@@ -592,10 +606,10 @@ __attribute__((always_inline)) inline void cmul_bin(float* y, const float* x, co
                 }
                 for (int64_t j = 0; j < m; ++j) {
                     float* yt = y + (t + j) * ts;
-                    store8(yt + co, a[j][0]);
-                    store8(yt + co + 8, a[j][1]);
-                    store8(yt + C + co, v8{});
-                    store8(yt + C + co + 8, v8{});
+                    vstore(yt + co, a[j][0]);
+                    vstore(yt + co + 8, a[j][1]);
+                    vstore(yt + C + co, V{});
+                    vstore(yt + C + co + 8, V{});
                 }
             }
             continue;
@@ -610,23 +624,23 @@ __attribute__((always_inline)) inline void cmul_bin(float* y, const float* x, co
         asm volatile("" ::: "memory");        \
     }
 #define CBS_CMUL_STORE(yt, r0, r1, i0, i1) \
-    store8(yt + co, r0);                   \
-    store8(yt + co + 8, r1);               \
-    store8(yt + C + co, i0);               \
-    store8(yt + C + co + 8, i1);
+    vstore(yt + co, r0);                   \
+    vstore(yt + co + 8, r1);               \
+    vstore(yt + C + co, i0);               \
+    vstore(yt + C + co + 8, i1);
         int64_t t = 0;
-        for (; t + 3 <= n_t; t += 3) {
+        for (; kWide && t + 3 <= n_t; t += 3) {
             const float *x0 = x + t * ts, *x1 = x0 + ts, *x2 = x1 + ts;
-            v8 r00 = {}, r01 = {}, i00 = {}, i01 = {}, r10 = {}, r11 = {}, i10 = {}, i11 = {}, r20 = {}, r21 = {},
+            V r00 = {}, r01 = {}, i00 = {}, i01 = {}, r10 = {}, r11 = {}, i10 = {}, i11 = {}, r20 = {}, r21 = {},
                i20 = {}, i21 = {};
             for (int64_t ci = 0; ci < C; ++ci) {
                 const float* w = wb + ci * 32;
-                v8 wr = load8(w), wi = load8(w + 16);
+                V wr = vload<V>(w), wi = vload<V>(w + 16);
                 CBS_CMUL_TILE(x0, r00, i00)
                 CBS_CMUL_TILE(x1, r10, i10)
                 CBS_CMUL_TILE(x2, r20, i20)
-                wr = load8(w + 8);
-                wi = load8(w + 24);
+                wr = vload<V>(w + 8);
+                wi = vload<V>(w + 24);
                 CBS_CMUL_TILE(x0, r01, i01)
                 CBS_CMUL_TILE(x1, r11, i11)
                 CBS_CMUL_TILE(x2, r21, i21)
@@ -636,15 +650,15 @@ __attribute__((always_inline)) inline void cmul_bin(float* y, const float* x, co
             CBS_CMUL_STORE((y0 + ts), r10, r11, i10, i11)
             CBS_CMUL_STORE((y0 + 2 * ts), r20, r21, i20, i21)
         }
-        for (; t < n_t; ++t) {  // the last one or two
+        for (; t < n_t; ++t) {  // the last one or two (every one with 16 vector registers or fewer)
             const float* x0 = x + t * ts;
-            v8 r00 = {}, r01 = {}, i00 = {}, i01 = {};
+            V r00 = {}, r01 = {}, i00 = {}, i01 = {};
             for (int64_t ci = 0; ci < C; ++ci) {
                 const float* w = wb + ci * 32;
-                v8 wr = load8(w), wi = load8(w + 16);
+                V wr = vload<V>(w), wi = vload<V>(w + 16);
                 CBS_CMUL_TILE(x0, r00, i00)
-                wr = load8(w + 8);
-                wi = load8(w + 24);
+                wr = vload<V>(w + 8);
+                wi = vload<V>(w + 24);
                 CBS_CMUL_TILE(x0, r01, i01)
             }
             float* y0 = y + t * ts;
@@ -679,7 +693,8 @@ ActIn act_in(const FftInOp& p, const ggml_tensor* dst, int first) {
 int act_in_srcs(const FftInOp& p) { return 1 + (p.has_bias ? 1 : 0) + (p.act == Act::snake ? 2 : 0); }
 
 // fft_in: x ne [C, L] -> the spectra of act(x + bias) of all tiles, chunked.
-__attribute__((always_inline)) inline void fft_in_body(ggml_tensor* dst, int ith, int nth, const FftInOp& p) {
+template <bool kWide>
+CBS_INL void fft_in_body(ggml_tensor* dst, const FftInOp& p) {
     const ActIn in = act_in(p, dst, 0);
     const int64_t C = dst->src[0]->ne[0];
     const FftGeom g{p.N, p.K, p.dil, dst->src[0]->ne[1]};
@@ -690,8 +705,8 @@ __attribute__((always_inline)) inline void fft_in_body(ggml_tensor* dst, int ith
     rows.resize(static_cast<size_t>(p.N * C));
     for (int64_t t0, t1; p.work->take(g.tiles(), 4, t0, t1);)
         for (int64_t tile = t0; tile < t1; ++tile) {
-            tile_rows(rows.data(), in, g, tile, C);
-            tile_forward(out + spec_tile_offset(tile, C, n_bins), spec_block(C), rows.data(), p.N, C, tab);
+            tile_rows<Vec<kWide>>(rows.data(), in, g, tile, C);
+            tile_forward<Vec<kWide>>(out + spec_tile_offset(tile, C, n_bins), spec_block(C), rows.data(), p.N, C, tab);
         }
 }
 
@@ -705,7 +720,8 @@ struct CgemmOp {
     Work* work;
 };
 
-__attribute__((always_inline)) inline void cgemm_body(ggml_tensor* dst, int ith, int nth, const CgemmOp& p) {
+template <bool kWide>
+CBS_INL void cgemm_body(ggml_tensor* dst, const CgemmOp& p) {
     const ggml_tensor* X = dst->src[0];
     const ggml_tensor* wt = dst->src[1];
     const int64_t C = wt->ne[0], n_chunks = X->ne[2], ct = chunk_tiles(C);
@@ -715,13 +731,13 @@ __attribute__((always_inline)) inline void cgemm_body(ggml_tensor* dst, int ith,
     wf.resize(static_cast<size_t>(2 * C * C));
     for (int64_t f0, f1; p.work->take(n_bins, 1, f0, f1);) {
         const int f = static_cast<int>(f0);
-        weight_bin(wf.data(), data_f32(wt), C, p.K, p.N, f, tab);
+        weight_bin<Vec<kWide>>(wf.data(), data_f32(wt), C, p.K, p.N, f, tab);
         // 16 output channels at a time over all chunks: their part of W_f stays in L1
         // and the bin's spectra (a few hundred KB) in L2.
         for (int64_t co = 0; co < C; co += 16)
             for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
                 const int64_t off = (chunk * n_bins + f) * spec_block(C);
-                cmul_bin(static_cast<float*>(dst->data) + off, data_f32(X) + off, wf.data(), C,
+                cmul_bin<kWide>(static_cast<float*>(dst->data) + off, data_f32(X) + off, wf.data(), C,
                          std::min(ct, p.tiles - chunk * ct), f == 0 || 2 * f == p.N, co, co + 16);
             }
     }
@@ -735,7 +751,8 @@ struct FftOutOp {
     Work* work;
 };
 
-__attribute__((always_inline)) inline void fft_out_body(ggml_tensor* dst, int ith, int nth, const FftOutOp& p) {
+template <bool kWide>
+CBS_INL void fft_out_body(ggml_tensor* dst, const FftOutOp& p) {
     const FinishArgs fa = finish_args(p.fin, dst, 1);
     const int64_t C = dst->ne[0];
     const FftGeom g{p.N, p.K, p.dil, dst->ne[1]};
@@ -746,7 +763,7 @@ __attribute__((always_inline)) inline void fft_out_body(ggml_tensor* dst, int it
     rows.resize(static_cast<size_t>(p.N * C));
     for (int64_t t0, t1; p.work->take(g.tiles(), 4, t0, t1);)
         for (int64_t tile = t0; tile < t1; ++tile)
-            tile_inverse(static_cast<float*>(dst->data), yd + spec_tile_offset(tile, C, n_bins), spec_block(C), g,
+            tile_inverse<Vec<kWide>>(static_cast<float*>(dst->data), yd + spec_tile_offset(tile, C, n_bins), spec_block(C), g,
                          tile, C, tab, rows.data(), p.fin, fa);
 }
 
@@ -756,13 +773,14 @@ struct WprepOp {
     Work* work;
 };
 
-__attribute__((always_inline)) inline void wprep_body(ggml_tensor* dst, int ith, int nth, const WprepOp& p) {
+template <bool kWide>
+CBS_INL void wprep_body(ggml_tensor* dst, const WprepOp& p) {
     const ggml_tensor* wt = dst->src[0];
     const int64_t C = wt->ne[0];
     const FftTables& tab = fft_tables(p.N);
     for (int64_t f0, f1; p.work->take(p.N / 2 + 1, 1, f0, f1);) {
         const int f = static_cast<int>(f0);
-        weight_bin(static_cast<float*>(dst->data) + f * 2 * C * C, data_f32(wt), C, p.K, p.N, f, tab);
+        weight_bin<Vec<kWide>>(static_cast<float*>(dst->data) + f * 2 * C * C, data_f32(wt), C, p.K, p.N, f, tab);
     }
 }
 
@@ -778,7 +796,8 @@ struct FconvOp {
     Work* work;
 };
 
-__attribute__((always_inline)) inline void fconv_body(ggml_tensor* dst, int ith, int nth, const FconvOp& p) {
+template <bool kWide>
+CBS_INL void fconv_body(ggml_tensor* dst, const FconvOp& p) {
     const ActIn in = act_in(p.in, dst, 0);
     const int wsrc = act_in_srcs(p.in);
     const float* W = data_f32(dst->src[wsrc]);
@@ -795,48 +814,20 @@ __attribute__((always_inline)) inline void fconv_body(ggml_tensor* dst, int ith,
     for (int64_t chunk, c1; p.work->take(n_chunks, 1, chunk, c1);) {
         const int64_t first = chunk * ct, n_t = std::min(ct, tiles - first);
         for (int64_t t = 0; t < n_t; ++t) {
-            tile_rows(rows.data(), in, g, first + t, C);
-            tile_forward(spec.data() + t * ts, bs, rows.data(), N, C, tab);
+            tile_rows<Vec<kWide>>(rows.data(), in, g, first + t, C);
+            tile_forward<Vec<kWide>>(spec.data() + t * ts, bs, rows.data(), N, C, tab);
         }
         for (int f = 0; f < n_bins; ++f) {
             float* sf = spec.data() + f * bs;
-            cmul_bin(tmp.data(), sf, W + f * 2 * C * C, C, n_t, f == 0 || 2 * f == N, 0, C);
+            cmul_bin<kWide>(tmp.data(), sf, W + f * 2 * C * C, C, n_t, f == 0 || 2 * f == N, 0, C);
             std::memcpy(sf, tmp.data(), static_cast<size_t>(n_t * ts) * sizeof(float));
         }
         for (int64_t t = 0; t < n_t; ++t)
-            tile_inverse(static_cast<float*>(dst->data), spec.data() + t * ts, bs, g, first + t, C, tab, rows.data(),
+            tile_inverse<Vec<kWide>>(static_cast<float*>(dst->data), spec.data() + t * ts, bs, g, first + t, C, tab, rows.data(),
                          p.fin, fa);
     }
 }
 
-#ifdef CBS_HIFT_X86
-__attribute__((target("avx2,fma"))) void fft_in_avx2(ggml_tensor* d, int i, int n, const FftInOp& p) { fft_in_body(d, i, n, p); }
-__attribute__((target("avx2,fma"))) void fft_out_avx2(ggml_tensor* d, int i, int n, const FftOutOp& p) { fft_out_body(d, i, n, p); }
-__attribute__((target("avx2,fma"))) void cgemm_avx2(ggml_tensor* d, int i, int n, const CgemmOp& p) { cgemm_body(d, i, n, p); }
-__attribute__((target("avx2,fma"))) void wprep_avx2(ggml_tensor* d, int i, int n, const WprepOp& p) { wprep_body(d, i, n, p); }
-__attribute__((target("avx2,fma"))) void fconv_avx2(ggml_tensor* d, int i, int n, const FconvOp& p) { fconv_body(d, i, n, p); }
-#endif
-
-// The ggml entry points: the AVX2 + FMA build of a kernel where the CPU has them.
-#ifdef CBS_HIFT_X86
-#define CBS_DISPATCH(name, Op)                                    \
-    void name##_kernel(ggml_tensor* dst, int ith, int nth, void* ud) { \
-        const Op& p = *static_cast<const Op*>(ud);                \
-        if (has_avx2_fma()) return name##_avx2(dst, ith, nth, p); \
-        name##_body(dst, ith, nth, p);                            \
-    }
-#else
-#define CBS_DISPATCH(name, Op)                                    \
-    void name##_kernel(ggml_tensor* dst, int ith, int nth, void* ud) { \
-        name##_body(dst, ith, nth, *static_cast<const Op*>(ud));  \
-    }
-#endif
-CBS_DISPATCH(fft_in, FftInOp)
-CBS_DISPATCH(fft_out, FftOutOp)
-CBS_DISPATCH(cgemm, CgemmOp)
-CBS_DISPATCH(wprep, WprepOp)
-CBS_DISPATCH(fconv, FconvOp)
-#undef CBS_DISPATCH
 
 // ConvTranspose1d's overlap-add: cols ne [K*Cout, L_in] (row k*Cout + co of frame i
 // is input frame i's contribution to output frame i*stride + k - pad) -> ne [Cout,
@@ -848,8 +839,8 @@ struct UpOp {
     Work* work;
 };
 
-void up_kernel(ggml_tensor* dst, int ith, int nth, void* ud) {
-    const UpOp& p = *static_cast<const UpOp*>(ud);
+template <bool kWide>
+CBS_INL void up_body(ggml_tensor* dst, const UpOp& p) {
     const ggml_tensor* cols = dst->src[0];
     const float* b = data_f32(dst->src[1]);
     const float* add = data_f32(dst->src[2]);
@@ -875,6 +866,34 @@ void up_kernel(ggml_tensor* dst, int ith, int nth, void* ud) {
     for (int64_t t0, t1; p.work->take(T, 64, t0, t1);)
         for (int64_t t = t0; t < t1; ++t) frame(t);
 }
+
+// The ggml entry points: each kernel built twice, for AVX2 + FMA (wide register blocks)
+// and for the compiler's baseline target, picked at run time.
+#ifdef CBS_HIFT_X86
+bool has_avx2_fma() {
+    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return yes;
+}
+#define CBS_KERNEL(name, Op)                                                                                \
+    __attribute__((target("avx2,fma"))) void name##_avx2(ggml_tensor* d, const Op& p) { name##_body<true>(d, p); } \
+    void name##_kernel(ggml_tensor* dst, int, int, void* ud) {                                            \
+        const Op& p = *static_cast<const Op*>(ud);                                                        \
+        if (has_avx2_fma()) return name##_avx2(dst, p);                                                    \
+        name##_body<false>(dst, p);                                                                        \
+    }
+#else
+#define CBS_KERNEL(name, Op) \
+    void name##_kernel(ggml_tensor* dst, int, int, void* ud) { name##_body<false>(dst, *static_cast<const Op*>(ud)); }
+#endif
+CBS_KERNEL(cols, ColsOp)
+CBS_KERNEL(finish, FinishOp)
+CBS_KERNEL(up, UpOp)
+CBS_KERNEL(fft_in, FftInOp)
+CBS_KERNEL(fft_out, FftOutOp)
+CBS_KERNEL(cgemm, CgemmOp)
+CBS_KERNEL(wprep, WprepOp)
+CBS_KERNEL(fconv, FconvOp)
+#undef CBS_KERNEL
 
 }  // namespace
 
