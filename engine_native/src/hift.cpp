@@ -331,7 +331,6 @@ CBS_INL void finish_body(ggml_tensor* dst, const FinishOp& p) {
         for (int64_t t = t0; t < t1; ++t) finish_row<Vec<kWide>>(out + t * C, yd + t * C, p, a, t, C);
 }
 
-
 // ---------------------------------------------------------------------------
 // FFT convolution
 // ---------------------------------------------------------------------------
@@ -460,8 +459,8 @@ CBS_INL void fft_vec(V* re, V* im, int N, const FftTables& t, bool inverse) {
 // Between graph nodes (fft_in -> cgemm -> fft_out) the tiles are stored in chunks of
 // chunk_tiles(C) tiles, ne [block, N/2 + 1, chunks]: per chunk and bin a block of the
 // chunk's tiles side by side, padded by 16 floats so that the bins of one tile do not
-// all fall in the same cache set. A chunk (about 300 KB for N = 64) is one contiguous
-// piece of memory.
+// all fall in the same cache set. A chunk (a few hundred KB for N = 64) is one
+// contiguous piece of memory.
 inline int64_t chunk_tiles(int64_t C) { return 3 * std::max<int64_t>(1, 384 / C); }  // cgemm takes 3 at a time
 inline int64_t spec_block(int64_t C) { return chunk_tiles(C) * 2 * C + 16; }
 inline int64_t spec_tile_offset(int64_t tile, int64_t C, int n_bins) {
@@ -1204,7 +1203,6 @@ struct Hift::Graph {
         // the three nodes' spectra stay in L3 instead.
         constexpr int64_t fuse_max_bytes = 8 << 20;
         if (int64_t{n_bins} * 2 * C * C * 4 <= fuse_max_bytes) {
-            // all bins' weights fit in cache: one fused node (and the weights' DFT)
             wprep_ops.push_back({N, c.K, work()});
             ggml_tensor* wargs[1] = {c.w};
             ggml_tensor* W = ggml_custom_4d(ctx, GGML_TYPE_F32, 2 * C * C, n_bins, 1, 1, wargs, 1, wprep_kernel,
@@ -1213,6 +1211,7 @@ struct Hift::Graph {
             args[n++] = c.b;
             if (res) args[n++] = res;
             if (acc) args[n++] = acc;
+            // chunks of tiles (a multiple of 3) whose spectra take at most half of L2
             const int64_t per_chunk = std::max<int64_t>(1, (256 * 1024) / (int64_t{n_bins} * 2 * C * 4) / 3);
             fconv_ops.push_back({in_op, f, 3 * per_chunk, work()});
             return {ggml_custom_4d(ctx, GGML_TYPE_F32, C, L, 1, 1, args, n, fconv_kernel, GGML_N_TASKS_MAX,

@@ -4,9 +4,10 @@
 // already folded into `hift.<module>.weight` by the converter.
 //
 // Layout: a signal of C channels and L frames is a ggml tensor ne [C, L] (channel
-// fastest). A convolution is then one ggml_mul_mat of its re-ordered weight with the
-// signal's "columns" (for each output frame, the K input frames it reads, side by
-// side), which a CPU kernel of ours builds with the preceding activation fused in.
+// fastest). The graph runs on CPU kernels of ours (ggml custom ops, hift.cpp): the
+// resblock convolutions through the DFT, the others as "columns" (for each output
+// frame, the K input frames it reads, side by side) times the re-ordered weight, with
+// Snake and the other activations fused into the kernels that read the signal.
 #pragma once
 
 #include <cstdint>
@@ -48,14 +49,14 @@ public:
     std::vector<float> decode(const float* mel, int64_t T, const float* source, int64_t n_source);
 
 private:
-    // A Conv1d as one matrix product: its weight re-ordered to ne [kc, cout_pad] with
-    // row index k*Cin + ci (tap-major, matching the columns `cols` builds), kc = K*Cin
-    // rounded up to 8 and cout_pad = Cout rounded up to 4 with zeros (the sizes
-    // ggml's tiled sgemm takes).
+    // A Conv1d. Direct (columns times weight): the weight re-ordered to ne [kc,
+    // cout_pad] with row index k*Cin + ci (tap-major, matching the columns), kc = K*Cin
+    // rounded up to 8 and cout_pad = Cout rounded up to 4 with zeros (the sizes ggml's
+    // tiled sgemm takes). Through the DFT (resblocks): ne [Cout, Cin, K].
     struct Conv {
         ggml_tensor *w = nullptr, *b = nullptr;  // b ne [Cout]
         int K = 1, cin = 0, cout = 0, stride = 1, pad = 0, dil = 1;
-        int fft_n = 0;  // > 0: an FFT convolution of this size, w ne [Cout, Cin, K] instead
+        int fft_n = 0;  // > 0: through the DFT, of this size
     };
     struct Snake {
         ggml_tensor *alpha = nullptr, *inv_alpha = nullptr;  // both ne [C]
