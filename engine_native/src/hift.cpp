@@ -115,25 +115,25 @@ CBS_INL V vload(const float* p) {
     return v;
 }
 template <class V>
-CBS_INL void vstore(float* p, V v) {
+CBS_INL void vstore(float* p, const V& v) {
     std::memcpy(p, &v, sizeof(v));
 }
 
 // max(v, 0) + slope * min(v, 0), as torch's leaky_relu
-CBS_INL v8 leaky(v8 v, float slope) { return v > 0.0f ? v : v * slope; }
+CBS_INL v8 leaky(const v8& v, float slope) { return v > 0.0f ? v : v * slope; }
 CBS_INL v4 leaky(v4 v, float slope) { return v > 0.0f ? v : v * slope; }
 CBS_INL v4x2 leaky(v4x2 v, float slope) { return {leaky(v.lo, slope), leaky(v.hi, slope)}; }
 
 // Whether any lane is beyond +-limit or NaN.
 template <class M>
-CBS_INL bool any_lane(M m) {
+CBS_INL bool any_lane(const M& m) {
     int64_t lanes[sizeof(M) / 8];
     std::memcpy(lanes, &m, sizeof(m));
     int64_t any = 0;
     for (int64_t l : lanes) any |= l;
     return any != 0;
 }
-CBS_INL bool any_big(v8 a, float limit) { return any_lane((a > limit) | (a < -limit) | (a != a)); }
+CBS_INL bool any_big(const v8& a, float limit) { return any_lane((a > limit) | (a < -limit) | (a != a)); }
 CBS_INL bool any_big(v4 a, float limit) { return any_lane((a > limit) | (a < -limit) | (a != a)); }
 CBS_INL bool any_big(v4x2 a, float limit) { return any_big(a.lo, limit) || any_big(a.hi, limit); }
 
@@ -144,7 +144,7 @@ int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 // series to r^13 (truncation < 7e-10 on |r| <= pi/2). Off sin(x)^2 by at most 2.6e-7
 // for |x| < 8192, as much as sinf(x)^2 is; callers take larger x elsewhere.
 template <class V>
-CBS_INL V sin_sq(V x) {
+CBS_INL V sin_sq(const V& x) {
     const float round = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
     const V j = (x * 0.318309886183790672f + round) - round;
     V r = x - j * 3.140625f;
@@ -329,6 +329,85 @@ CBS_INL void finish_body(ggml_tensor* dst, const FinishOp& p) {
     float* out = static_cast<float*>(dst->data);
     for (int64_t t0, t1; p.work->take(y->ne[1], 64, t0, t1);)
         for (int64_t t = t0; t < t1; ++t) finish_row<Vec<kWide>>(out + t * C, yd + t * C, p, a, t, C);
+}
+
+// rgemm: y ne [n, rows] = A B, where row t of A is the kc floats at a + t * a_step and
+// B is a weight in panels of 16 columns, ne [16, kc, n / 16]. For a convolution with
+// dilation 1, A is the zero-padded (activated) signal itself: the K frames output frame
+// t reads are contiguous there, and a_step is the stride in frames times the channels
+// (the windows overlap: no columns buffer). The inner step does 12 multiply-adds of 8
+// lanes for 6 rows x 16 columns, 12 independent accumulators (two rows at a time where
+// the target has only 16 registers of 4 lanes). src: A, B.
+struct RgemmOp {
+    int64_t kc, a_step;
+    Work* work;
+};
+
+template <bool kWide>
+CBS_INL void rgemm_body(ggml_tensor* dst, const RgemmOp& p) {
+    using V = Vec<kWide>;
+    const float* a = data_f32(dst->src[0]);
+    const float* b = data_f32(dst->src[1]);
+    const int64_t n = dst->ne[0], rows = dst->ne[1], kc = p.kc, as = p.a_step;
+    float* y = static_cast<float*>(dst->data);
+    for (int64_t r0, r1; p.work->take(rows, 48, r0, r1);)
+        for (int64_t co = 0; co < n; co += 16) {
+            const float* panel = b + co * kc;
+            int64_t t = r0;
+            // The compiler barriers keep each row's broadcast next to its multiply-adds.
+#define CBS_RGEMM_ROW(i)                   \
+    {                                      \
+        const float s = a##i[j];           \
+        c##i##0 += w0 * s;                 \
+        c##i##1 += w1 * s;                 \
+        asm volatile("" ::: "memory");     \
+    }
+#define CBS_RGEMM_STORE(i)                           \
+    vstore(y + (t + i) * n + co, c##i##0);           \
+    vstore(y + (t + i) * n + co + 8, c##i##1);
+            for (; kWide && t + 6 <= r1; t += 6) {
+                const float *a0 = a + t * as, *a1 = a0 + as, *a2 = a1 + as, *a3 = a2 + as, *a4 = a3 + as, *a5 = a4 + as;
+                V c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {}, c40 = {}, c41 = {},
+                  c50 = {}, c51 = {};
+                for (int64_t j = 0; j < kc; ++j) {
+                    const V w0 = vload<V>(panel + j * 16), w1 = vload<V>(panel + j * 16 + 8);
+                    CBS_RGEMM_ROW(0)
+                    CBS_RGEMM_ROW(1)
+                    CBS_RGEMM_ROW(2)
+                    CBS_RGEMM_ROW(3)
+                    CBS_RGEMM_ROW(4)
+                    CBS_RGEMM_ROW(5)
+                }
+                CBS_RGEMM_STORE(0)
+                CBS_RGEMM_STORE(1)
+                CBS_RGEMM_STORE(2)
+                CBS_RGEMM_STORE(3)
+                CBS_RGEMM_STORE(4)
+                CBS_RGEMM_STORE(5)
+            }
+            for (; !kWide && t + 2 <= r1; t += 2) {
+                const float *a0 = a + t * as, *a1 = a0 + as;
+                V c00 = {}, c01 = {}, c10 = {}, c11 = {};
+                for (int64_t j = 0; j < kc; ++j) {
+                    const V w0 = vload<V>(panel + j * 16), w1 = vload<V>(panel + j * 16 + 8);
+                    CBS_RGEMM_ROW(0)
+                    CBS_RGEMM_ROW(1)
+                }
+                CBS_RGEMM_STORE(0)
+                CBS_RGEMM_STORE(1)
+            }
+            for (; t < r1; ++t) {
+                const float* a0 = a + t * as;
+                V c00 = {}, c01 = {};
+                for (int64_t j = 0; j < kc; ++j) {
+                    const V w0 = vload<V>(panel + j * 16), w1 = vload<V>(panel + j * 16 + 8);
+                    CBS_RGEMM_ROW(0)
+                }
+                CBS_RGEMM_STORE(0)
+            }
+#undef CBS_RGEMM_ROW
+#undef CBS_RGEMM_STORE
+        }
 }
 
 // ---------------------------------------------------------------------------
@@ -885,6 +964,7 @@ bool has_avx2_fma() {
     void name##_kernel(ggml_tensor* dst, int, int, void* ud) { name##_body<false>(dst, *static_cast<const Op*>(ud)); }
 #endif
 CBS_KERNEL(cols, ColsOp)
+CBS_KERNEL(rgemm, RgemmOp)
 CBS_KERNEL(finish, FinishOp)
 CBS_KERNEL(up, UpOp)
 CBS_KERNEL(fft_in, FftInOp)
@@ -899,6 +979,15 @@ CBS_KERNEL(fconv, FconvOp)
 // ---------------------------------------------------------------------------
 // Weights
 // ---------------------------------------------------------------------------
+
+// A weight [kc][n] (row-major, columns fastest) in rgemm's panels of 16 columns,
+// [n16 / 16][kc][16], the columns past n zero.
+static std::vector<float> panels16(const std::vector<float>& w, int64_t kc, int64_t n, int64_t n16) {
+    std::vector<float> out(static_cast<size_t>(kc * n16), 0.0f);
+    for (int64_t j = 0; j < kc; ++j)
+        for (int64_t c = 0; c < n; ++c) out[(c / 16 * kc + j) * 16 + c % 16] = w[j * n + c];
+    return out;
+}
 
 Hift::Hift(const ModelFile& mf, ggml_backend_t backend)
     : hp_(HiftHparams::from(mf)), backend_(backend), runner_(backend, 4096) {
@@ -941,12 +1030,13 @@ Hift::Hift(const ModelFile& mf, ggml_backend_t backend)
         const int64_t cin = hp_.base_channels >> i, cout = hp_.base_channels >> (i + 1);
         if (w->ne[0] != K || w->ne[1] != cout || w->ne[2] != cin || K < u)
             throw EngineError(mf.path() + ": " + name + " shape disagrees with the HiFT metadata");
-        std::vector<float> src = mf.read_f32(w), dst(src.size());
+        std::vector<float> src = mf.read_f32(w), t(src.size());
         for (int64_t ci = 0; ci < cin; ++ci)
             for (int64_t co = 0; co < cout; ++co)
-                for (int64_t k = 0; k < K; ++k) dst[(k * cout + co) * cin + ci] = src[(ci * cout + co) * K + k];
+                for (int64_t k = 0; k < K; ++k) t[ci * K * cout + k * cout + co] = src[(ci * cout + co) * K + k];
+        const int64_t n16 = round_up(K * cout, 16);
         Up up;
-        up.wt = upload(std::move(dst), cin, K * cout);
+        up.wt = upload(panels16(t, cin, K * cout, n16), 16, cin * n16 / 16);
         up.b = f32_weight(mf, name + ".bias");
         if (ggml_nelements(up.b) != cout) throw EngineError(mf.path() + ": " + name + ".bias has the wrong size");
         up.K = K;
@@ -1047,6 +1137,14 @@ Hift::Conv Hift::conv(const ModelFile& mf, const std::string& name, int stride, 
             for (int64_t ci = 0; ci < cin; ++ci)
                 for (int64_t k = 0; k < K; ++k) dst[(k * cin + ci) * cout + oc] = src[(oc * cin + ci) * K + k];
         c.w = upload(std::move(dst), cout, cin * K);
+    } else if (cout % 16 == 0 && dil == 1) {
+        // rgemm's panels of the weight [K * Cin][Cout] (row k Cin + ci)
+        std::vector<float> t(src.size());
+        for (int64_t oc = 0; oc < cout; ++oc)
+            for (int64_t ci = 0; ci < cin; ++ci)
+                for (int64_t k = 0; k < K; ++k) t[(k * cin + ci) * cout + oc] = src[(oc * cin + ci) * K + k];
+        c.w = upload(panels16(t, K * cin, cout, cout), 16, K * cin * cout / 16);
+        c.panels = true;
     } else {
         const int64_t kc = round_up(K * cin, 8), cout_pad = round_up(cout, 4);
         std::vector<float> dst(static_cast<size_t>(kc * cout_pad), 0.0f);
@@ -1108,6 +1206,7 @@ struct Hift::Graph {
     explicit Graph(ggml_context* c) : ctx(c) {}
     ggml_context* ctx;
     std::deque<ColsOp> cols_ops;  // kernel parameters, alive until the graph has run
+    std::deque<RgemmOp> rgemm_ops;
     std::deque<FinishOp> finish_ops;
     std::deque<UpOp> up_ops;
     std::deque<CgemmOp> cgemm_ops;
@@ -1119,11 +1218,34 @@ struct Hift::Graph {
 
     Work* work() { return &works.emplace_back(); }
 
+    // A B through rgemm: rows windows of kc floats of a, a_step apart; B in panels.
+    ggml_tensor* rgemm(ggml_tensor* a, ggml_tensor* b, int64_t kc, int64_t a_step, int64_t rows) {
+        rgemm_ops.push_back({kc, a_step, work()});
+        ggml_tensor* args[2] = {a, b};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, ggml_nelements(b) / kc, rows, 1, 1, args, 2, rgemm_kernel,
+                              GGML_N_TASKS_MAX, &rgemm_ops.back());
+    }
+
     // act(x + pre_bias) convolved with c, without c's bias: ne [cout_pad, L_out].
     ggml_tensor* conv(const Conv& c, ggml_tensor* x, ggml_tensor* pre_bias = nullptr, Act act = Act::none,
                       const Snake* s = nullptr, float slope = 0.0f) {
         const int64_t out_len = (x->ne[1] + 2 * c.pad - int64_t(c.dil) * (c.K - 1) - 1) / c.stride + 1;
         if (out_len < 1) throw EngineError("HiFT input is too short for its convolutions");
+        if (c.panels) {
+            // the activated signal, zero-padded, read by rgemm in overlapping windows
+            const int64_t rows = (out_len - 1) * c.stride + c.K;
+            cols_ops.push_back({1, 1, c.pad, 1, pre_bias != nullptr, act, slope, work()});
+            ggml_tensor* args[4] = {x};
+            int n = 1;
+            if (pre_bias) args[n++] = pre_bias;
+            if (act == Act::snake) {
+                args[n++] = s->alpha;
+                args[n++] = s->inv_alpha;
+            }
+            ggml_tensor* xp = ggml_custom_4d(ctx, GGML_TYPE_F32, c.cin, rows, 1, 1, args, n, cols_kernel,
+                                             GGML_N_TASKS_MAX, &cols_ops.back());
+            return rgemm(xp, c.w, int64_t{c.K} * c.cin, int64_t{c.stride} * c.cin, out_len);
+        }
         cols_ops.push_back({c.K, c.stride, c.pad, c.dil, pre_bias != nullptr, act, slope, work()});
         ggml_tensor* args[4] = {x};
         int n = 1;
@@ -1256,7 +1378,7 @@ struct Hift::Graph {
     // ConvTranspose1d of x (already activated), optionally reflection-padded by one
     // frame in front, plus `add`.
     ggml_tensor* up(const Up& u, ggml_tensor* x, ggml_tensor* add, bool reflect_first) {
-        ggml_tensor* cols = ggml_mul_mat(ctx, u.wt, x);  // [K*Cout, L]
+        ggml_tensor* cols = rgemm(x, u.wt, x->ne[0], x->ne[0], x->ne[1]);  // [K*Cout (to 16), L]
         const int64_t T = (x->ne[1] - 1) * u.stride + u.K - 2 * u.pad + (reflect_first ? 1 : 0);
         if (add->ne[0] != u.cout || add->ne[1] != T)
             throw EngineError("HiFT source branch length " + std::to_string(add->ne[1]) + " != " + std::to_string(T) +

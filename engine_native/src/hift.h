@@ -56,7 +56,8 @@ private:
     struct Conv {
         ggml_tensor *w = nullptr, *b = nullptr;  // b ne [Cout]
         int K = 1, cin = 0, cout = 0, stride = 1, pad = 0, dil = 1;
-        int fft_n = 0;  // > 0: through the DFT, of this size
+        int fft_n = 0;        // > 0: through the DFT, of this size
+        bool panels = false;  // direct through rgemm (Cout a multiple of 16, dilation 1): w in panels
     };
     struct Snake {
         ggml_tensor *alpha = nullptr, *inv_alpha = nullptr;  // both ne [C]
@@ -65,7 +66,7 @@ private:
         std::vector<Conv> convs1, convs2;
         std::vector<Snake> act1, act2;
     };
-    // ConvTranspose1d: weight ne [Cin, K*Cout] with row index k*Cout + co.
+    // ConvTranspose1d: weight [Cin][K*Cout] (column k*Cout + co) in rgemm's panels.
     struct Up {
         ggml_tensor *wt = nullptr, *b = nullptr;  // b ne [Cout]
         int K = 1, stride = 1, pad = 0, cout = 0;
