@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <type_traits>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <numeric>
 #include <string>
+#include <type_traits>
 
 #include "ggml-cpu.h"
 
@@ -71,10 +71,11 @@ int64_t HiftHparams::samples_per_frame() const {
 // ggml custom op that shares its work out between ggml's threads:
 //  - the resblock convolutions (almost all the work) through the DFT: see "FFT
 //    convolution" below;
-//  - the other convolutions as `cols` (activation of the input, zero padding, dilation,
-//    stride) + ggml_mul_mat (sgemm) + `finish` (bias, residual, resblock sum, the next
-//    activation);
-//  - ConvTranspose1d as ggml_mul_mat + `up` (overlap-add, bias, source branch).
+//  - the other convolutions and ConvTranspose1d's products as `rgemm`, a register-
+//    blocked matrix product that reads the padded signal in place (`cols` pads it and
+//    applies the activation), then `finish` (bias, residual, the next activation) or
+//    `up` (ConvTranspose1d's overlap-add, bias, source branch); conv_post and odd
+//    shapes as `cols` columns times the weight in ggml_mul_mat.
 // Snake is computed in these kernels as the signal is read, with a vectorized sin.
 
 namespace {
