@@ -70,10 +70,10 @@ def main() -> int:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app import theme
-    from app.gui import make_app
-    from app.main_window import MainWindow
-    from app.settings import Settings
+    from app.qt import theme
+    from app.qt.gui import make_app
+    from app.qt.main_window import MainWindow
+    from app.qt.settings import Settings
 
     app = make_app([sys.argv[0]])
     settings = Settings(QSettings(os.path.join(work, "settings.ini"), QSettings.IniFormat))

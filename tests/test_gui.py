@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from tests import audio_fixtures  # noqa: E402
 
-from app.gui import qt_problem  # noqa: E402
+from app.qt.gui import qt_problem  # noqa: E402
 
 if qt_problem():  # the interpreter would abort mid-test; say why instead
     pytest.fail(qt_problem(), pytrace=False)
@@ -32,14 +32,14 @@ STREAM = {"first_chunk_tokens": 10, "chunk_tokens": 10}  # several chunks from a
 
 
 def _settings(folder) -> object:
-    from app.settings import Settings
+    from app.qt.settings import Settings
 
     return Settings(QSettings(str(folder / "settings.ini"), QSettings.IniFormat))
 
 
 def _make_window(folder):
-    from app import theme
-    from app.main_window import MainWindow
+    from app.qt import theme
+    from app.qt.main_window import MainWindow
 
     theme.apply(QApplication.instance(), "dark")
     return MainWindow(_settings(folder), str(folder / "data"))
@@ -350,7 +350,7 @@ def test_corrupt_model_shows_an_error_and_the_app_stays_usable(qtbot, tmp_path, 
 
 
 def test_first_run_dialog_converts_in_background_and_the_choice_persists(qtbot, tmp_path, model):
-    from app.settings import Settings
+    from app.qt.settings import Settings
 
     w = _make_window(tmp_path)
     qtbot.addWidget(w)

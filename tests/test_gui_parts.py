@@ -13,7 +13,7 @@ from PySide6.QtCore import QByteArray, QSettings, Qt  # noqa: E402
 
 
 def test_settings_are_typed_and_persist(tmp_path):
-    from app.settings import Settings
+    from app.qt.settings import Settings
 
     path = str(tmp_path / "s.ini")
     s = Settings(QSettings(path, QSettings.IniFormat))
@@ -31,7 +31,7 @@ def test_settings_are_typed_and_persist(tmp_path):
 
 
 def test_ring_buffer_wraps_and_grows():
-    from app.player import RingBuffer
+    from app.core.player import RingBuffer
 
     rb = RingBuffer(capacity=8)
     out = np.zeros(5, np.float32)
@@ -48,7 +48,7 @@ def test_ring_buffer_wraps_and_grows():
 
 
 def test_preroll_follows_the_measured_speed():
-    from app.player import MIN_PREROLL_S, Player
+    from app.core.player import MIN_PREROLL_S, Player
 
     p = Player(24000)
     p._speed = 2.0  # faster than real time: start almost at once
@@ -62,7 +62,7 @@ def test_preroll_follows_the_measured_speed():
 
 def test_slow_generation_never_underruns_on_the_real_audio_stack():
     """Feed 2.4 s of audio at 0.6x real time: playback starts late but never runs dry."""
-    from app.player import Player
+    from app.core.player import Player
 
     rate = 24000
     p = Player(rate)
@@ -84,7 +84,7 @@ def test_slow_generation_never_underruns_on_the_real_audio_stack():
 
 
 def test_fast_generation_starts_early_and_stop_flushes():
-    from app.player import Player
+    from app.core.player import Player
 
     p = Player(24000)
     p.begin_segment(3.0)
@@ -106,7 +106,7 @@ def test_fast_generation_starts_early_and_stop_flushes():
     ("No end yet", 0, [], 0),
 ])
 def test_live_typing_sentence_boundaries(text, start, expected, mark):
-    from app.live_typing import split_completed
+    from app.qt.live_typing import split_completed
 
     got, new_mark = split_completed(text, start)
     assert [s for s, _a, _b in got] == expected
@@ -118,7 +118,7 @@ def test_live_typing_sentence_boundaries(text, start, expected, mark):
 def test_live_typing_edits_before_the_mark_do_not_respeak(qtbot):
     from PySide6.QtWidgets import QPlainTextEdit
 
-    from app.live_typing import LiveTyping
+    from app.qt.live_typing import LiveTyping
 
     edit = QPlainTextEdit()
     qtbot.addWidget(edit)
@@ -138,7 +138,7 @@ def test_live_typing_edits_before_the_mark_do_not_respeak(qtbot):
 def test_export_all_formats_exact_length(tmp_path):
     import soundfile as sf
 
-    from app.take import ExportError, export_audio
+    from app.core.take import ExportError, export_audio
 
     x = (0.3 * np.sin(np.arange(24000 + 777) / 7.0)).astype(np.float32)
     for ext in ("wav", "flac", "ogg", "mp3"):

@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app import theme
-from app.background import BackgroundOp, error_text
-from app.icons import icon
+from app.qt import theme
+from app.qt.background import BackgroundOp, error_text
+from app.qt.icons import icon
 
 REPOS = ["ResembleAI/chatterbox-turbo"]
 QUANTS = [("q4_0", "q4_0 · smallest, fastest"), ("q8_0", "q8_0 · near lossless"), ("f16", "f16"),

@@ -25,24 +25,25 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import theme
-from app.background import BackgroundOp, error_text
-from app.engine_worker import EngineClient
-from app.icons import icon
-from app.playback import PlaybackController, estimate_seconds
-from app.player import Player, output_devices
-from app.sampling_panel import PRESETS, SamplingPanel
-from app.script_editor import SAMPLE_SCRIPT, ScriptEditor
-from app.settings import Settings
-from app.take import EXPORT_FORMATS, export_audio
-from app.transport import Transport
-from app.voice_lab_view import VoiceLabView
-from app.voice_library import BUILTIN, VoiceLibraryPanel, VoiceStore
+from app.qt import theme
+from app.qt.background import BackgroundOp, error_text
+from app.qt.engine_worker import EngineClient
+from app.qt.icons import icon
+from app.qt.playback import PlaybackController, estimate_seconds
+from app.core.player import Player, output_devices
+from app.qt.sampling_panel import PRESETS, SamplingPanel
+from app.qt.script_editor import SAMPLE_SCRIPT, ScriptEditor
+from app.qt.settings import Settings
+from app.core.take import EXPORT_FORMATS, export_audio
+from app.qt.transport import Transport
+from app.qt.voice_lab_view import VoiceLabView
+from app.qt.voice_library import BUILTIN, VoiceLibraryPanel, VoiceStore
 
 AUDIO_EXTENSIONS = {".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".wma", ".aiff", ".aif", ".mp4",
                     ".mkv", ".mov", ".webm", ".avi", ".m4v", ".caf", ".ac3", ".amr"}
 SAMPLE_SENTENCE = "Hello! This is a short sample of my voice."
-APP_ICON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "resources",
+# resources/ sits beside the app package (site-packages or the frozen app's folder): app/qt/ -> two levels up.
+APP_ICON = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "resources",
                         "chatterbox-studio.svg")
 
 
@@ -342,7 +343,7 @@ class MainWindow(QMainWindow):
 
     def choose_model(self, first_run: bool = False):
         """Open the model dialog (window-modal, no nested event loop); returns it."""
-        from app.model_dialog import ModelDialog
+        from app.qt.model_dialog import ModelDialog
 
         dlg = ModelDialog(os.path.join(self.data_dir, "models"), self, first_run=first_run)
         self.model_dialog = dlg
@@ -384,7 +385,7 @@ class MainWindow(QMainWindow):
         self.settings.theme = name
         theme.apply(QApplication.instance(), name)
         self.refresh_icons()
-        from app.waveform import WaveformView
+        from app.qt.waveform import WaveformView
 
         for wf in self.findChildren(WaveformView):
             wf._invalidate()

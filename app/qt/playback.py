@@ -12,10 +12,10 @@ import time
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.background import error_text
-from app.engine_worker import Cancelled, EngineClient, EngineJob
-from app.player import Player
-from app.take import Take
+from app.qt.background import error_text
+from app.qt.engine_worker import Cancelled, EngineClient, EngineJob
+from app.core.player import Player
+from app.core.take import Take
 
 #: Rough speaking rate for the pre-roll estimate of how much audio a text will give.
 CHARS_PER_SECOND = 14.0

@@ -9,7 +9,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from app import theme
+from app.qt import theme
 
 EDGE_GRAB_PX = 7
 MIN_SPAN_S = 0.5

@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
         if args.model:
             _synthesis_check(args)
         if args.window:
-            _window_check(args)
+            from app.qt.selftest_window import window_check  # Qt only for this check
+
+            window_check(args, SelftestError, _say)
     except SelftestError as e:
         print(f"selftest: FAILED: {e}", file=sys.stderr)
         return 1
@@ -143,54 +145,6 @@ def _load(model: str, threads: int):
         return engine.synthesize(text, seed=seed, max_tokens=max_tokens), ""
 
     return synth, engine.sample_rate, f"{info.get('variant')} {info.get('quantization')}, Engine"
-
-
-# --- the main window -----------------------------------------------------------
-
-
-def _window_check(args: argparse.Namespace) -> None:
-    t0 = time.perf_counter()
-    try:
-        from PySide6.QtWidgets import QApplication
-    except ImportError as e:
-        raise SelftestError(f"Qt (PySide6) cannot be imported: {e}") from None
-    qapp = QApplication.instance() or QApplication([sys.argv[0]])
-    _say(f"qt                platform '{qapp.platformName()}', ready in {_ms(t0)}")
-
-    t0 = time.perf_counter()
-    window = _make_main_window()
-    window.show()
-    deadline = time.monotonic() + args.window_timeout
-    while not (window.isVisible() and window.windowHandle() is not None and window.windowHandle().isExposed()):
-        if time.monotonic() > deadline:
-            raise SelftestError(f"the main window was not shown within {args.window_timeout:.0f} s")
-        qapp.processEvents()
-        time.sleep(0.01)
-    for _ in range(20):  # let the first paint and any queued start-up work run
-        qapp.processEvents()
-        time.sleep(0.01)
-    size = window.size()
-    icon = "with its icon" if not window.windowIcon().isNull() else "without an icon"
-    _say(f"window            '{window.windowTitle()}' {size.width()}x{size.height()} {icon}, shown in {_ms(t0)}")
-    if args.screenshot:
-        if not window.grab().save(args.screenshot, "PNG"):
-            raise SelftestError(f"cannot save the screenshot {args.screenshot}")
-        _say(f"screenshot        {os.path.abspath(args.screenshot)}")
-    window.close()
-    qapp.processEvents()
-
-
-def _make_main_window():
-    """The desktop app's main window, built the way the app builds it (not run)."""
-    try:
-        from app import gui
-    except ImportError as e:
-        raise SelftestError(f"this build has no desktop window (app.gui: {e})") from None
-    for name in ("create_main_window", "MainWindow"):
-        factory = getattr(gui, name, None)
-        if factory is not None:
-            return factory()
-    raise SelftestError("app.gui has neither create_main_window() nor MainWindow")
 
 
 def _ms(t0: float) -> str:

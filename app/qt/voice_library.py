@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.icons import icon
+from app.qt.icons import icon
 
 VOICE_SUFFIX = ".voice.gguf"
 BUILTIN = ""  # the library key of the model's built-in voice
@@ -162,7 +162,7 @@ class VoiceLibraryPanel(QFrame):
         self.reload()
 
     def refresh_icons(self) -> None:
-        from app import theme
+        from app.qt import theme
 
         self.add_button.setIcon(icon("add", theme.colors().accent_text))
         self.sample_button.setIcon(icon("speaker"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout
 
-from app.icons import icon
-from app.waveform import WaveformView
+from app.qt.icons import icon
+from app.qt.waveform import WaveformView
 
 
 def fmt_time(seconds: float) -> str:

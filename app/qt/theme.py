@@ -68,7 +68,7 @@ def apply(app: QApplication, name: str = "dark") -> Colors:
         pal.setColor(QPalette.ColorGroup.Disabled, r, QColor(c.muted))
     app.setPalette(pal)
     app.setStyleSheet(STYLE.format(c=c, **_assets(c)))
-    from app import icons
+    from app.qt import icons
 
     icons.clear_cache()
     return c

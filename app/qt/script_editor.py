@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import theme
-from app.icons import icon
-from app.live_typing import LiveTyping
+from app.qt import theme
+from app.qt.icons import icon
+from app.qt.live_typing import LiveTyping
 
 SAMPLE_SCRIPT = (
     "Welcome to Chatterbox Studio. Type or paste a script here, pick a voice on the left, "

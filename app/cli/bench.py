@@ -3,7 +3,50 @@ the PyTorch reference on the same weights, threads and token count (in the same 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
+
+
+class ReferenceUnavailable(Exception):
+    """The PyTorch reference cannot be run from here; the message says what to do."""
+
+
+def _source_checkout() -> Path | None:
+    """The source checkout that holds the oracle (tests/reference/): $CBS_SOURCE_DIR, or the
+    working folder or one above it."""
+    start = os.environ.get("CBS_SOURCE_DIR")
+    for d in ([Path(start)] if start else [Path.cwd(), *Path.cwd().parents]):
+        if (d / "tests" / "reference" / "__main__.py").is_file():
+            return d.resolve()
+    return None
+
+
+def run_reference_bench(snapshot: str, **inputs) -> dict:
+    """Times the PyTorch reference in its own interpreter (the checkout's .venv-ref, or
+    $CBS_REF_PYTHON): the oracle is a separate program, never imported into the app."""
+    import numpy as np
+
+    root = _source_checkout()
+    if root is None:
+        raise ReferenceUnavailable("--reference needs a source checkout (run from it, or set CBS_SOURCE_DIR)")
+    py = Path(os.environ.get("CBS_REF_PYTHON") or root / ".venv-ref" / "bin" / "python")
+    if not py.exists():
+        raise ReferenceUnavailable(f"the reference environment {py} is missing: run `bash scripts/setup.sh test`")
+    env = dict(os.environ, CBS_REF_INNER="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    with tempfile.TemporaryDirectory(prefix="cbs-bench-") as td:
+        inp, out = Path(td) / "in.npz", Path(td) / "out.npz"
+        np.savez(inp, **{k: np.asarray(v) for k, v in inputs.items()})
+        res = subprocess.run([str(py), "-m", "tests.reference", "run", "bench", "--snapshot",
+                              str(Path(snapshot).resolve()), "--in", str(inp), "--out", str(out)],
+                             cwd=root, env=env, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise ReferenceUnavailable(f"the reference run failed: {res.stderr.strip()[-2000:]}")
+        with np.load(out, allow_pickle=False) as z:
+            return {k: float(z[k]) for k in z.files}
 
 
 def _row(name: str, ours, ref=None, unit: str = "ms", fmt: str = "{:.1f}") -> str:
@@ -26,18 +69,13 @@ def cmd_bench(args) -> int:
         return 1
     ref = None
     if args.reference:
-        import os
-
-        sys.path.append(os.getcwd())  # the oracle lives in a source checkout's tests/reference/
-        try:
-            from tests.reference.runner import run_stage
-        except ImportError:
-            print("chatterbox-studio: error: --reference needs a source checkout with the reference environment "
-                  "(scripts/setup.sh test); run it from the repository root", file=sys.stderr)
-            return 1
         print("running the PyTorch reference ...", file=sys.stderr, flush=True)
-        ref = run_stage("bench", args.reference, text_ids=r["text_ids"], tokens=args.tokens,
-                        speech_ids=r["speech_ids"], threads=r["threads"])
+        try:
+            ref = run_reference_bench(args.reference, text_ids=r["text_ids"], tokens=args.tokens,
+                                      speech_ids=r["speech_ids"], threads=r["threads"])
+        except ReferenceUnavailable as e:
+            print(f"chatterbox-studio: error: {e}", file=sys.stderr)
+            return 1
         ref = {k: float(v) for k, v in ref.items()}
     print(f"chatterbox-studio bench: {r['variant']} {r['quantization']}, {r['threads']} threads, "
           f"{r['t3_tokens']} speech tokens ({r['audio_s']:.2f} s of audio)")

@@ -151,7 +151,7 @@ class Output:
             self._stream.stop()  # plays out what is queued
             self._stream.close()
         elif self.target not in (None, "-"):
-            from app.take import ExportError, export_audio
+            from app.core.take import ExportError, export_audio
 
             audio = np.concatenate(self.kept) if self.kept else np.zeros(0, np.float32)
             try:

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 from voice_lab.chain import PRESETS, STEP_KINDS, Chain, Step, preset
 
-from app.icons import icon
+from app.qt.icons import icon
 
 TITLES = {"highpass": "High-pass", "lowpass": "Low-pass", "equalizer": "EQ band", "denoise": "Denoise",
           "loudnorm": "Loudness", "limiter": "Limiter", "gain": "Gain"}

@@ -116,7 +116,7 @@ def _bake_clip(args: argparse.Namespace, result) -> int:
     """The lab's clip -> a voice, with the lab's report (source, spans, chain) in its metadata."""
     import json
 
-    from app.speak import load_engine
+    from app.cli.speak import load_engine
     from engine_native import EngineError
 
     out = args.voice_output or args.output[: -len(".wav")] + ".voice.gguf"
@@ -162,10 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quant", required=True, choices=quants)
     p.set_defaults(func=_cmd_requantize)
 
-    from app.speak import add_parsers as add_speech_parsers
+    from app.cli.speak import add_parsers as add_speech_parsers
 
     add_speech_parsers(sub)
-    from app.bench import add_parser as add_bench_parser
+    from app.cli.bench import add_parser as add_bench_parser
 
     add_bench_parser(sub)
 
@@ -185,14 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="CPU threads for --bake (default: all cores)")
     p.set_defaults(func=_cmd_lab)
 
-    from app.selftest import add_parser as add_selftest_parser  # the packaged app's self-test (packaging/)
+    from app.cli.selftest import add_parser as add_selftest_parser  # the packaged app's self-test (packaging/)
 
     add_selftest_parser(sub)
     return parser
 
 
 def _open_gui(files: list[str]) -> int:
-    from app.gui import run  # Qt is imported only when the window opens
+    from app.qt.gui import run  # Qt is imported only when the window opens
 
     return run(files=files)
 

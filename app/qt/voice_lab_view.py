@@ -28,12 +28,12 @@ from PySide6.QtWidgets import (
 )
 from voice_lab import CLONING_MIN_SECONDS, OUTPUT_RATE, VoiceLabError
 
-from app import theme
-from app.background import BackgroundOp, error_text
-from app.chain_editor import ChainEditor
-from app.icons import icon
-from app.voice_lab_ops import Analysis, analyse, render_clip
-from app.waveform import WaveformView
+from app.qt import theme
+from app.qt.background import BackgroundOp, error_text
+from app.qt.chain_editor import ChainEditor
+from app.qt.icons import icon
+from app.core.voice_lab_ops import Analysis, analyse, render_clip
+from app.qt.waveform import WaveformView
 
 DEFAULT_TARGET_S = 10.0
 TEST_SENTENCE = "Hello! This is my new voice. How does it sound?"
@@ -450,7 +450,7 @@ class VoiceLabView(QWidget):
         if self.voice is None:
             return None
         if path is None:
-            from app.voice_library import slug
+            from app.qt.voice_library import slug
 
             path, _ = QFileDialog.getSaveFileName(self, "Export voice", f"{slug(self.voice_name())}.voice.gguf",
                                                   "Chatterbox voice (*.voice.gguf)")

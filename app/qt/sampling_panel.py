@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QSpinBox,
 )
 
-from app.settings import Settings
+from app.qt.settings import Settings
 
 #: Toolbar presets -> the engine's stream presets (engine_native.engine.PRESETS): "Quality" is the
 #: reference model; "Low latency" speaks sooner (small first chunk, one CFM step, a shorter

@@ -37,15 +37,15 @@ def make_app(argv: list[str] | None = None) -> QApplication:
 
 
 def user_settings():
-    from app.settings import Settings
+    from app.qt.settings import Settings
 
     return Settings(QSettings(QSettings.IniFormat, QSettings.UserScope, ORG, APP))
 
 
 def create_main_window(settings=None, data_dir: str | None = None):
     """The main window as the app builds it (theme applied, saved model loading); not shown."""
-    from app import theme
-    from app.main_window import MainWindow
+    from app.qt import theme
+    from app.qt.main_window import MainWindow
 
     app = make_app()
     settings = settings or user_settings()

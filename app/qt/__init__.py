@@ -1,0 +1,1 @@
+"""The PySide6 desktop application: the only part of the project that imports Qt."""
