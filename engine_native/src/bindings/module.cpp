@@ -1,0 +1,104 @@
+// pybind11 module engine_native._core: the only bridge between Python and the engine.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "core/backend.h"
+#include "core/model_file.h"
+#include "bindings/helpers.h"
+#include "core/system_info.h"
+
+namespace py = pybind11;
+
+void bind_text(pybind11::module_& m);
+
+void bind_t3(py::module_& m);
+void bind_hift(py::module_& m);
+void bind_s3gen(py::module_& m);
+void bind_features(py::module_& m);
+void bind_cfm(py::module_& m);
+void bind_s3tok(py::module_& m);
+void bind_campplus(py::module_& m);
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "Chatterbox Studio native engine (ggml)";
+
+    // Every bad-input error of the engine arrives in Python as engine_native.EngineError.
+    py::register_exception<cbs::EngineError>(m, "EngineError", PyExc_RuntimeError);
+
+    using Model = cbs::PyModel;
+    py::class_<Model>(m, "ModelFile", "A Chatterbox GGUF model loaded into a ggml backend buffer.")
+        .def(py::init([](const std::string& path, const std::string& backend, int threads) {
+                 auto model = std::make_unique<Model>();
+                 model->backend = cbs::make_backend(backend, threads > 0 ? threads : cbs::default_thread_count());
+                 py::gil_scoped_release release;
+                 model->file = std::make_unique<cbs::ModelFile>(path, model->backend.get());
+                 return model;
+             }),
+             py::arg("path"), py::arg("backend") = "cpu", py::arg("threads") = 0)
+        .def_property_readonly("path", [](const Model& m) { return m.file->path(); })
+        .def_property_readonly("variant", [](const Model& m) { return m.file->variant(); })
+        .def_property_readonly("backend", [](const Model& m) { return std::string(ggml_backend_name(m.backend.get())); })
+        .def_property_readonly("buffer_bytes", [](const Model& m) { return m.file->buffer_bytes(); })
+        .def("tensor_names", [](const Model& m) {
+            std::vector<std::string> names;
+            for (auto& [name, _] : m.file->tensors()) names.push_back(name);
+            return names;
+        })
+        .def("tensor_info", [](const Model& m, const std::string& name) {
+            const ggml_tensor* t = m.file->tensor(name);
+            std::vector<int64_t> ne;
+            for (int i = 0; i < ggml_n_dims(t); ++i) ne.push_back(t->ne[i]);
+            return py::make_tuple(std::string(ggml_type_name(t->type)), ne);
+        }, "(ggml type name, ne) of a tensor; ne is ggml's order (fastest dimension first).")
+        .def("tensor_f32", [](const Model& m, const std::string& name) {
+            const ggml_tensor* t = m.file->tensor(name);
+            std::vector<float> data = m.file->read_f32(t);
+            std::vector<py::ssize_t> shape;
+            for (int i = ggml_n_dims(t) - 1; i >= 0; --i) shape.push_back(t->ne[i]);
+            py::array_t<float> out(shape);
+            std::copy(data.begin(), data.end(), out.mutable_data());
+            return out;
+        }, "A tensor's values as float32 (dequantised), numpy shape = reversed ne.")
+        .def("get_int", [](const Model& m, const std::string& k) { return m.file->get_int(k); })
+        .def("get_float", [](const Model& m, const std::string& k) { return m.file->get_float(k); })
+        .def("get_bool", [](const Model& m, const std::string& k) { return m.file->get_bool(k); })
+        .def("get_string", [](const Model& m, const std::string& k) { return m.file->get_string(k); })
+        .def("get_int_array", [](const Model& m, const std::string& k) { return m.file->get_int_array(k); })
+        .def("has_key", [](const Model& m, const std::string& k) { return m.file->has_key(k); });
+
+    m.def("ggml_version", [] { return cbs::system_info().ggml_version; },
+          "Version of the ggml library compiled into the engine.");
+
+    m.def("system_info", [] {
+        cbs::SystemInfo s = cbs::system_info();
+        py::dict d;
+        d["ggml_version"] = s.ggml_version;
+        d["cpu_features"] = s.cpu_features;
+        d["backends"] = s.backends;
+        py::list devices;
+        for (auto& [name, desc] : s.devices) {
+            py::dict dev;
+            dev["name"] = name;
+            dev["description"] = desc;
+            devices.append(dev);
+        }
+        d["devices"] = devices;
+        d["default_threads"] = s.default_threads;
+        return d;
+    }, "ggml version, CPU features, compiled-in backends and devices, default thread count.");
+
+    bind_t3(m);
+    bind_hift(m);
+    bind_s3gen(m);
+    bind_features(m);
+    bind_cfm(m);
+    bind_s3tok(m);
+    bind_campplus(m);
+
+    bind_text(m);
+
+#ifdef CBS_VERSION
+    m.attr("__version__") = CBS_VERSION;
+#endif
+}

@@ -1,0 +1,77 @@
+#include "core/ggml_ops.h"
+
+#include "core/model_file.h"
+
+namespace cbs {
+
+ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, float eps) {
+    return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, eps), w), b);
+}
+
+ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) {
+    ggml_tensor* y = ggml_mul_mat(ctx, w, x);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad, int dilation) {
+    ggml_tensor* cols = ggml_im2col(ctx, w, x, stride, 0, pad, 0, dilation, 0, false, GGML_TYPE_F32);  // [K*C_in, L_out]
+    ggml_tensor* y = ggml_mul_mat(ctx, cols, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]));  // [L_out, C_out]
+    return b ? ggml_add(ctx, y, ggml_reshape_2d(ctx, b, 1, b->ne[0])) : y;
+}
+
+ggml_tensor* GraphInputs::ids(ggml_context* ctx, std::vector<int32_t> v) {
+    ggml_tensor* t = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, static_cast<int64_t>(v.size()));
+    ggml_set_input(t);
+    ints.emplace_back(t, std::move(v));
+    return t;
+}
+
+ggml_tensor* GraphInputs::f32(ggml_context* ctx, std::vector<float> v, int64_t ne0, int64_t ne1) {
+    ggml_tensor* t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, ne0, ne1);
+    ggml_set_input(t);
+    floats.emplace_back(t, std::move(v));
+    return t;
+}
+
+ggml_tensor* GraphInputs::f16_mask(ggml_context* ctx, std::vector<ggml_fp16_t> v, int64_t ne0, int64_t ne1) {
+    ggml_tensor* t = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, ne0, ne1);
+    ggml_set_input(t);
+    halves.emplace_back(t, std::move(v));
+    return t;
+}
+
+void GraphInputs::upload() const {
+    for (auto& [t, v] : ints) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+    for (auto& [t, v] : floats) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+    for (auto& [t, v] : halves) ggml_backend_tensor_set(t, v.data(), 0, ggml_nbytes(t));
+}
+
+GraphRunner::GraphRunner(ggml_backend_t backend, size_t max_nodes) : backend_(backend), max_nodes_(max_nodes) {
+    alloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
+    meta_.resize(ggml_tensor_overhead() * max_nodes_ + ggml_graph_overhead_custom(max_nodes_, false));
+}
+
+GraphRunner::~GraphRunner() {
+    if (ctx_) ggml_free(ctx_);
+    if (alloc_) ggml_gallocr_free(alloc_);
+}
+
+ggml_context* GraphRunner::begin() {
+    if (ctx_) ggml_free(ctx_);
+    ctx_ = ggml_init({meta_.size(), meta_.data(), /*no_alloc=*/true});
+    graph_ = ggml_new_graph_custom(ctx_, max_nodes_, false);
+    return ctx_;
+}
+
+std::vector<float> GraphRunner::compute(ggml_tensor* out, const GraphInputs& in) {
+    ggml_set_output(out);
+    ggml_build_forward_expand(graph_, out);
+    if (!ggml_gallocr_alloc_graph(alloc_, graph_)) throw EngineError("not enough memory for the computation");
+    in.upload();
+    if (ggml_backend_graph_compute(backend_, graph_) != GGML_STATUS_SUCCESS) throw EngineError("graph computation failed");
+    std::vector<float> result(ggml_nelements(out));
+    ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
+    return result;
+}
+
+}  // namespace cbs

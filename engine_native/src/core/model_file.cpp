@@ -1,0 +1,205 @@
+#include "core/model_file.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "ggml-alloc.h"
+#include "ggml-cpu.h"
+
+namespace cbs {
+
+static constexpr const char* kArch = "chatterbox";
+
+// Reads the header of a Chatterbox GGUF: metadata, plus tensor descriptions into *ctx
+// when ctx is given. Throws EngineError (and frees what it made) on anything else.
+void ModelFile::open(ggml_context** ctx) {
+    {
+        std::ifstream probe(path_, std::ios::binary);
+        if (!probe) throw ModelError(path_ + ": model file not found or not readable");
+        char magic[4] = {};
+        probe.read(magic, 4);
+        if (probe.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0)
+            throw ModelError(path_ + ": not a GGUF model file");
+    }
+    gguf_ = gguf_init_from_file(path_.c_str(), gguf_init_params{/*no_alloc=*/true, ctx});
+    if (!gguf_) throw ModelError(path_ + ": corrupt or truncated GGUF file");
+    try {
+        int64_t arch = gguf_find_key(gguf_, "general.architecture");
+        if (arch < 0 || gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING ||
+            std::strcmp(gguf_get_val_str(gguf_, arch), kArch) != 0)
+            throw ModelError(path_ + ": not a Chatterbox model (general.architecture is not 'chatterbox')");
+        variant_ = get_string("chatterbox.variant");
+    } catch (...) {
+        gguf_free(gguf_);
+        gguf_ = nullptr;
+        if (ctx && *ctx) {
+            ggml_free(*ctx);
+            *ctx = nullptr;
+        }
+        throw;
+    }
+}
+
+ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(path) {
+    open(&ctx_);
+    try {
+        // The file's data section must hold every tensor it declares (truncation check).
+        std::ifstream f(path, std::ios::binary | std::ios::ate);
+        const uint64_t file_size = static_cast<uint64_t>(f.tellg());
+        const size_t data_offset = gguf_get_data_offset(gguf_);
+        for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) {
+            const char* name = gguf_get_tensor_name(gguf_, i);
+            ggml_tensor* t = ggml_get_tensor(ctx_, name);
+            uint64_t end = data_offset + gguf_get_tensor_offset(gguf_, i) + ggml_nbytes(t);
+            if (end > file_size) throw ModelError(path + ": truncated (tensor " + name + " runs past the end)");
+            tensors_[name] = t;
+        }
+        buffer_ = ggml_backend_alloc_ctx_tensors(ctx_, backend);
+        if (!buffer_ && !tensors_.empty()) throw ModelError(path + ": not enough memory to load the model");
+        if (buffer_) ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+
+        std::unique_ptr<FILE, int (*)(FILE*)> fp(std::fopen(path.c_str(), "rb"), &std::fclose);
+        if (!fp) throw ModelError(path + ": cannot open");
+        std::vector<uint8_t> staging;
+        for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) {
+            ggml_tensor* t = tensors_[gguf_get_tensor_name(gguf_, i)];
+            const size_t n = ggml_nbytes(t);
+            staging.resize(n);
+            if (fseeko(fp.get(), static_cast<off_t>(data_offset + gguf_get_tensor_offset(gguf_, i)), SEEK_SET) != 0 ||
+                std::fread(staging.data(), 1, n, fp.get()) != n)
+                throw ModelError(path + ": read error in tensor " + ggml_get_name(t));
+            ggml_backend_tensor_set(t, staging.data(), 0, n);
+        }
+    } catch (...) {
+        if (buffer_) ggml_backend_buffer_free(buffer_);
+        gguf_free(gguf_);
+        ggml_free(ctx_);
+        throw;
+    }
+}
+
+ModelFile::ModelFile(const std::string& path, MetadataOnly) : path_(path) { open(nullptr); }
+
+ModelFile::~ModelFile() {
+    if (buffer_) ggml_backend_buffer_free(buffer_);
+    if (gguf_) gguf_free(gguf_);
+    if (ctx_) ggml_free(ctx_);
+}
+
+int64_t ModelFile::key_id(const std::string& key) const {
+    int64_t id = gguf_find_key(gguf_, key.c_str());
+    if (id < 0) throw ModelError(path_ + ": metadata key '" + key + "' is missing");
+    return id;
+}
+
+bool ModelFile::has_key(const std::string& key) const { return gguf_find_key(gguf_, key.c_str()) >= 0; }
+
+int64_t ModelFile::get_int(const std::string& key) const {
+    int64_t id = key_id(key);
+    switch (gguf_get_kv_type(gguf_, id)) {
+        case GGUF_TYPE_INT32: return gguf_get_val_i32(gguf_, id);
+        case GGUF_TYPE_UINT32: return gguf_get_val_u32(gguf_, id);
+        case GGUF_TYPE_INT64: return gguf_get_val_i64(gguf_, id);
+        case GGUF_TYPE_UINT64: return static_cast<int64_t>(gguf_get_val_u64(gguf_, id));
+        case GGUF_TYPE_INT16: return gguf_get_val_i16(gguf_, id);
+        case GGUF_TYPE_UINT16: return gguf_get_val_u16(gguf_, id);
+        case GGUF_TYPE_INT8: return gguf_get_val_i8(gguf_, id);
+        case GGUF_TYPE_UINT8: return gguf_get_val_u8(gguf_, id);
+        default: throw ModelError(path_ + ": metadata key '" + key + "' is not an integer");
+    }
+}
+
+double ModelFile::get_float(const std::string& key) const {
+    int64_t id = key_id(key);
+    switch (gguf_get_kv_type(gguf_, id)) {
+        case GGUF_TYPE_FLOAT32: return gguf_get_val_f32(gguf_, id);
+        case GGUF_TYPE_FLOAT64: return gguf_get_val_f64(gguf_, id);
+        default: return static_cast<double>(get_int(key));
+    }
+}
+
+bool ModelFile::get_bool(const std::string& key) const {
+    int64_t id = key_id(key);
+    if (gguf_get_kv_type(gguf_, id) != GGUF_TYPE_BOOL)
+        throw ModelError(path_ + ": metadata key '" + key + "' is not a boolean");
+    return gguf_get_val_bool(gguf_, id);
+}
+
+std::string ModelFile::get_string(const std::string& key) const {
+    int64_t id = key_id(key);
+    if (gguf_get_kv_type(gguf_, id) != GGUF_TYPE_STRING)
+        throw ModelError(path_ + ": metadata key '" + key + "' is not a string");
+    return gguf_get_val_str(gguf_, id);
+}
+
+std::vector<int64_t> ModelFile::get_int_array(const std::string& key) const {
+    int64_t id = key_id(key);
+    if (gguf_get_kv_type(gguf_, id) != GGUF_TYPE_ARRAY)
+        throw ModelError(path_ + ": metadata key '" + key + "' is not an array");
+    const size_t n = gguf_get_arr_n(gguf_, id);
+    const void* data = gguf_get_arr_data(gguf_, id);
+    std::vector<int64_t> out(n);
+    switch (gguf_get_arr_type(gguf_, id)) {
+        case GGUF_TYPE_INT32:
+            for (size_t i = 0; i < n; ++i) out[i] = static_cast<const int32_t*>(data)[i];
+            break;
+        case GGUF_TYPE_INT64:
+            for (size_t i = 0; i < n; ++i) out[i] = static_cast<const int64_t*>(data)[i];
+            break;
+        case GGUF_TYPE_UINT32:
+            for (size_t i = 0; i < n; ++i) out[i] = static_cast<const uint32_t*>(data)[i];
+            break;
+        case GGUF_TYPE_BOOL:
+        case GGUF_TYPE_INT8:
+        case GGUF_TYPE_UINT8:
+            for (size_t i = 0; i < n; ++i) out[i] = static_cast<const uint8_t*>(data)[i];
+            break;
+        default: throw ModelError(path_ + ": metadata key '" + key + "' is not an integer array");
+    }
+    return out;
+}
+
+std::vector<std::string> ModelFile::get_string_array(const std::string& key) const {
+    int64_t id = key_id(key);
+    if (gguf_get_kv_type(gguf_, id) != GGUF_TYPE_ARRAY || gguf_get_arr_type(gguf_, id) != GGUF_TYPE_STRING)
+        throw ModelError(path_ + ": metadata key '" + key + "' is not a string array");
+    const size_t n = gguf_get_arr_n(gguf_, id);
+    std::vector<std::string> out;
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) out.emplace_back(gguf_get_arr_str(gguf_, id, i));
+    return out;
+}
+
+ggml_tensor* ModelFile::find_tensor(const std::string& name) const {
+    auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : it->second;
+}
+
+ggml_tensor* ModelFile::tensor(const std::string& name) const {
+    ggml_tensor* t = find_tensor(name);
+    if (!t) throw ModelError(path_ + ": tensor '" + name + "' is missing (a file for another variant?)");
+    return t;
+}
+
+size_t ModelFile::buffer_bytes() const { return buffer_ ? ggml_backend_buffer_get_size(buffer_) : 0; }
+
+std::vector<float> ModelFile::read_f32(const ggml_tensor* t) const {
+    std::vector<uint8_t> raw(ggml_nbytes(t));
+    ggml_backend_tensor_get(t, raw.data(), 0, raw.size());
+    const int64_t n = ggml_nelements(t);
+    std::vector<float> out(n);
+    if (t->type == GGML_TYPE_F32) {
+        std::memcpy(out.data(), raw.data(), n * sizeof(float));
+    } else if (t->type == GGML_TYPE_I32) {
+        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(reinterpret_cast<const int32_t*>(raw.data())[i]);
+    } else {
+        const auto* traits = ggml_get_type_traits(t->type);
+        if (!traits->to_float) throw ModelError(std::string("cannot read tensor type ") + ggml_type_name(t->type));
+        traits->to_float(raw.data(), out.data(), n);
+    }
+    return out;
+}
+
+}  // namespace cbs

@@ -1,0 +1,63 @@
+// One Chatterbox model file (GGUF): metadata access and every tensor resident in a
+// backend buffer. Validates before use so a corrupt or foreign file is an error
+// with a message, never a GGML_ASSERT.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "gguf.h"
+#include "core/errors.h"
+
+namespace cbs {
+
+class ModelFile {
+public:
+    // Loads metadata and all tensors into a buffer of `backend`'s default type.
+    ModelFile(const std::string& path, ggml_backend_t backend);
+    // Reads the metadata only (no tensor data, no backend buffer; tensors() is empty):
+    // for readers such as the tokenizer that need no weights.
+    struct MetadataOnly {};
+    ModelFile(const std::string& path, MetadataOnly);
+    ~ModelFile();
+    ModelFile(const ModelFile&) = delete;
+    ModelFile& operator=(const ModelFile&) = delete;
+
+    const std::string& path() const { return path_; }
+    const std::string& variant() const { return variant_; }
+
+    bool has_key(const std::string& key) const;
+    int64_t get_int(const std::string& key) const;
+    double get_float(const std::string& key) const;
+    bool get_bool(const std::string& key) const;
+    std::string get_string(const std::string& key) const;
+    std::vector<int64_t> get_int_array(const std::string& key) const;
+    std::vector<std::string> get_string_array(const std::string& key) const;
+
+    // The named tensor; throws EngineError naming the file when it is absent.
+    ggml_tensor* tensor(const std::string& name) const;
+    ggml_tensor* find_tensor(const std::string& name) const;  // nullptr when absent
+    const std::map<std::string, ggml_tensor*>& tensors() const { return tensors_; }
+    size_t buffer_bytes() const;
+
+    // Any tensor's contents as float32 (dequantised), for tests and small tensors.
+    std::vector<float> read_f32(const ggml_tensor* t) const;
+
+private:
+    void open(ggml_context** ctx);
+    int64_t key_id(const std::string& key) const;
+
+    std::string path_;
+    std::string variant_;
+    gguf_context* gguf_ = nullptr;
+    ggml_context* ctx_ = nullptr;
+    ggml_backend_buffer_t buffer_ = nullptr;
+    std::map<std::string, ggml_tensor*> tensors_;
+};
+
+}  // namespace cbs

@@ -1,0 +1,268 @@
+#include "s3gen/s3gen_cfm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace cbs {
+
+ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) {
+    const int K = static_cast<int>(w->ne[0]);
+    ggml_tensor* xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C_in]
+    if (K > 1) xt = ggml_pad_ext(ctx, xt, K - 1, 0, 0, 0, 0, 0, 0, 0);
+    ggml_tensor* cols = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, 1, 0, false, GGML_TYPE_F32);         // [K*C_in, T]
+    ggml_tensor* y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]), cols);  // [C_out, T]
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x) {
+    return ggml_mul(ctx, x, ggml_tanh(ctx, ggml_softplus(ctx, x)));
+}
+
+// ---------------------------------------------------------------------------
+// Estimator
+// ---------------------------------------------------------------------------
+
+CfmEstimator::Resnet CfmEstimator::load_resnet(const ModelFile& mf, const std::string& p) const {
+    auto t = [&](const std::string& n) { return mf.tensor(p + n); };
+    return {t("block1.block.0.weight"), t("block1.block.0.bias"), t("block1.block.2.weight"), t("block1.block.2.bias"),
+            t("block2.block.0.weight"), t("block2.block.0.bias"), t("block2.block.2.weight"), t("block2.block.2.bias"),
+            t("mlp.1.weight"),          t("mlp.1.bias"),          t("res_conv.weight"),       t("res_conv.bias")};
+}
+
+CfmEstimator::Stage CfmEstimator::load_stage(const ModelFile& mf, const std::string& p, bool with_conv) const {
+    Stage s;
+    s.res = load_resnet(mf, p + "0.");
+    for (int j = 0;; ++j) {
+        const std::string q = p + "1." + std::to_string(j) + ".";
+        if (!mf.find_tensor(q + "norm1.weight")) break;
+        auto t = [&](const std::string& n) { return mf.tensor(q + n); };
+        s.tfm.push_back({t("norm1.weight"), t("norm1.bias"), t("attn1.to_q.weight"), t("attn1.to_k.weight"),
+                         t("attn1.to_v.weight"), t("attn1.to_out.0.weight"), t("attn1.to_out.0.bias"), t("norm3.weight"),
+                         t("norm3.bias"), t("ff.net.0.proj.weight"), t("ff.net.0.proj.bias"), t("ff.net.2.weight"),
+                         t("ff.net.2.bias")});
+    }
+    if (with_conv) {
+        s.conv_w = mf.tensor(p + "2.weight");
+        s.conv_b = mf.tensor(p + "2.bias");
+    }
+    return s;
+}
+
+CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend) : runner_(backend) {
+    auto i = [&](const char* k) { return static_cast<int>(mf.get_int(std::string("chatterbox.s3gen.cfm.") + k)); };
+    in_channels_ = i("in_channels");
+    out_channels_ = i("out_channels");
+    channels_ = i("channels");
+    n_head_ = i("n_head");
+    head_dim_ = i("head_dim");
+    meanflow_ = mf.get_bool("chatterbox.s3gen.cfm.meanflow");
+    const int n_blocks = i("n_blocks"), n_mid = i("n_mid_blocks");
+    if (in_channels_ <= 0 || in_channels_ % 2 != 0 || n_head_ <= 0 || head_dim_ <= 0 || n_mid < 0)
+        throw EngineError(mf.path() + ": inconsistent S3Gen CFM dimensions");
+
+    auto t = [&](const std::string& n) { return mf.tensor("s3gen.cfm." + n); };
+    t_l1_w_ = t("time_mlp.linear_1.weight");
+    t_l1_b_ = t("time_mlp.linear_1.bias");
+    t_l2_w_ = t("time_mlp.linear_2.weight");
+    t_l2_b_ = t("time_mlp.linear_2.bias");
+    time_dim_ = static_cast<int>(t_l2_w_->ne[1]);
+    if (meanflow_) mixer_w_ = t("time_embed_mixer.weight");
+    down_ = load_stage(mf, "s3gen.cfm.down_blocks.0.", true);
+    for (int m = 0; m < n_mid; ++m) mid_.push_back(load_stage(mf, "s3gen.cfm.mid_blocks." + std::to_string(m) + ".", false));
+    up_ = load_stage(mf, "s3gen.cfm.up_blocks.0.", true);
+    if (mf.find_tensor("s3gen.cfm.down_blocks.1.0.block1.block.0.weight"))
+        throw EngineError(mf.path() + ": S3Gen CFM with more than one U-Net level is not supported");
+    for (const Stage* s : {&down_, &up_})
+        if (static_cast<int>(s->tfm.size()) != n_blocks)
+            throw EngineError(mf.path() + ": S3Gen CFM transformer count differs from s3gen.cfm.n_blocks");
+    final_c_w_ = t("final_block.block.0.weight");
+    final_c_b_ = t("final_block.block.0.bias");
+    final_ln_w_ = t("final_block.block.2.weight");
+    final_ln_b_ = t("final_block.block.2.bias");
+    proj_w_ = t("final_proj.weight");
+    proj_b_ = t("final_proj.bias");
+    if (down_.res.c1_w->ne[1] != in_channels_ || proj_w_->ne[2] != out_channels_ || in_channels_ != 4 * out_channels_)
+        throw EngineError(mf.path() + ": S3Gen CFM channel counts do not match its tensors");
+}
+
+// SinusoidalPosEmb(dim=in_channels)(t, scale=1000), in float32 as torch computes it.
+std::vector<float> CfmEstimator::time_sinusoid(float t) const {
+    const int half = in_channels_ / 2;
+    std::vector<float> e(in_channels_);
+    const float step = static_cast<float>(std::log(10000.0) / (half - 1));
+    const float st = 1000.0f * t;
+    for (int k = 0; k < half; ++k) {
+        const float f = std::exp(static_cast<float>(k) * -step);
+        const float a = st * f;
+        e[k] = std::sin(a);
+        e[half + k] = std::cos(a);
+    }
+    return e;
+}
+
+// TimestepEmbedding: linear_1 -> SiLU -> linear_2. s [in_channels] -> [time_dim].
+ggml_tensor* CfmEstimator::time_mlp(ggml_context* ctx, ggml_tensor* s) const {
+    return linear(ctx, ggml_silu(ctx, linear(ctx, s, t_l1_w_, t_l1_b_)), t_l2_w_, t_l2_b_);
+}
+
+// CausalBlock1D: causal conv (k3) -> LayerNorm over channels -> Mish. [C_in, T] -> [C_out, T].
+ggml_tensor* CfmEstimator::block1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cw, ggml_tensor* cb, ggml_tensor* lw,
+                                   ggml_tensor* lb) const {
+    return mish(ctx, layer_norm(ctx, causal_conv1d_ct(ctx, x, cw, cb), lw, lb, ln_eps_));
+}
+
+// CausalResnetBlock1D: block1, + mlp(Mish(temb)), block2, + res_conv(x). [C_in, T] -> [C_out, T].
+ggml_tensor* CfmEstimator::resnet(ggml_context* ctx, ggml_tensor* x, ggml_tensor* temb, const Resnet& r) const {
+    ggml_tensor* h = block1d(ctx, x, r.c1_w, r.c1_b, r.ln1_w, r.ln1_b);
+    h = ggml_add(ctx, h, linear(ctx, mish(ctx, temb), r.mlp_w, r.mlp_b));
+    h = block1d(ctx, h, r.c2_w, r.c2_b, r.ln2_w, r.ln2_b);
+    ggml_tensor* res = linear(ctx, x, ggml_reshape_2d(ctx, r.res_w, r.res_w->ne[1], r.res_w->ne[2]), r.res_b);
+    return ggml_add(ctx, h, res);
+}
+
+// BasicTransformerBlock: pre-norm self-attention (full context, no qkv bias), pre-norm
+// FFN with exact (erf) GELU. x [C, T].
+ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const Transformer& b) const {
+    const int64_t T = x->ne[1], H = n_head_, D = head_dim_;
+    ggml_tensor* h = layer_norm(ctx, x, b.n1_w, b.n1_b, ln_eps_);
+    ggml_tensor* q = ggml_permute(ctx, ggml_reshape_3d(ctx, linear(ctx, h, b.q_w, nullptr), D, H, T), 0, 2, 1, 3);  // [D, T, H]
+    ggml_tensor* k = ggml_permute(ctx, ggml_reshape_3d(ctx, linear(ctx, h, b.k_w, nullptr), D, H, T), 0, 2, 1, 3);
+    ggml_tensor* v = ggml_reshape_3d(ctx, linear(ctx, h, b.v_w, nullptr), D, H, T);
+    // Full-context attention (the reference's mask is all ones: static_chunk_size 0).
+    ggml_tensor* vp = ggml_permute(ctx, v, 0, 2, 1, 3);  // [D, T, H]
+    ggml_tensor* o = ggml_flash_attn_ext(ctx, q, k, vp, nullptr, 1.0f / std::sqrt(static_cast<float>(D)), 0.0f, 0.0f);
+    ggml_flash_attn_ext_set_prec(o, GGML_PREC_F32);
+    o = ggml_reshape_2d(ctx, o, D * H, T);  // result is [D, H, T]
+    x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b));
+
+    h = layer_norm(ctx, x, b.n3_w, b.n3_b, ln_eps_);
+    h = linear(ctx, ggml_gelu_erf(ctx, linear(ctx, h, b.ff1_w, b.ff1_b)), b.ff2_w, b.ff2_b);
+    return ggml_add(ctx, x, h);
+}
+
+ggml_tensor* CfmEstimator::run_stage(ggml_context* ctx, ggml_tensor* x, ggml_tensor* temb, const Stage& s) const {
+    x = resnet(ctx, x, temb, s.res);
+    for (const Transformer& b : s.tfm) x = transformer(ctx, x, b);
+    return x;
+}
+
+std::vector<float> CfmEstimator::forward(const std::vector<float>& x, const std::vector<float>& mu,
+                                         const std::vector<float>& spks, const std::vector<float>& cond, int T, float t,
+                                         float r) {
+    const size_t n = static_cast<size_t>(out_channels_) * T;
+    if (T <= 0 || x.size() != n || mu.size() != n || cond.size() != n || spks.size() != static_cast<size_t>(out_channels_))
+        throw EngineError("CFM estimator inputs must be [" + std::to_string(out_channels_) + ", T] with spks [" +
+                          std::to_string(out_channels_) + "]");
+
+    ggml_context* ctx = runner_.begin();
+    GraphInputs in;
+    // Time embedding (meanflow: t and r each through the MLP, concatenated, mixed).
+    ggml_tensor* temb = time_mlp(ctx, in.f32(ctx, time_sinusoid(t), in_channels_));
+    if (meanflow_) {
+        ggml_tensor* remb = time_mlp(ctx, in.f32(ctx, time_sinusoid(r), in_channels_));
+        temb = linear(ctx, ggml_concat(ctx, temb, remb, 0), mixer_w_, nullptr);
+    }
+
+    // Input: [x; mu; spks repeated over time; cond] along channels, [T, 4 * n_mels].
+    const int M = out_channels_;
+    ggml_tensor* xin = in.f32(ctx, x, T, M);
+    ggml_tensor* muin = in.f32(ctx, mu, T, M);
+    ggml_tensor* cin = in.f32(ctx, cond, T, M);
+    ggml_tensor* sp = ggml_repeat(ctx, in.f32(ctx, spks, 1, M), muin);
+    ggml_tensor* h = ggml_concat(ctx, ggml_concat(ctx, ggml_concat(ctx, xin, muin, 1), sp, 1), cin, 1);  // [T, 4M]
+    h = ggml_cont(ctx, ggml_transpose(ctx, h));                                                          // [4M, T]
+
+    h = run_stage(ctx, h, temb, down_);
+    ggml_tensor* skip = h;
+    h = causal_conv1d_ct(ctx, h, down_.conv_w, down_.conv_b);
+    for (const Stage& s : mid_) h = run_stage(ctx, h, temb, s);
+    h = ggml_concat(ctx, h, skip, 0);  // [2C, T]
+    h = run_stage(ctx, h, temb, up_);
+    h = causal_conv1d_ct(ctx, h, up_.conv_w, up_.conv_b);
+    h = block1d(ctx, h, final_c_w_, final_c_b_, final_ln_w_, final_ln_b_);
+    // final_proj (1x1 conv), produced time-fastest: [T, M].
+    ggml_tensor* out = ggml_mul_mat(ctx, h, ggml_reshape_2d(ctx, proj_w_, proj_w_->ne[1], proj_w_->ne[2]));
+    out = ggml_add(ctx, out, ggml_reshape_2d(ctx, proj_b_, 1, M));
+    return runner_.compute(out, in);
+}
+
+// ---------------------------------------------------------------------------
+// Sampler
+// ---------------------------------------------------------------------------
+
+S3GenCfm::S3GenCfm(const ModelFile& mf, ggml_backend_t backend) : est_(mf, backend) {
+    n_timesteps_ = static_cast<int>(mf.get_int("chatterbox.s3gen.cfm.n_timesteps"));
+    meanflow_ = mf.get_bool("chatterbox.s3gen.cfm.meanflow");
+    if (n_timesteps_ <= 0) throw EngineError(mf.path() + ": s3gen.cfm.n_timesteps must be positive");
+    const ggml_tensor* w = mf.tensor("s3gen.flow.spk_embed_affine_layer.weight");
+    spk_in_ = static_cast<int>(w->ne[0]);
+    spk_out_ = static_cast<int>(w->ne[1]);
+    if (spk_out_ != est_.n_mels()) throw EngineError(mf.path() + ": spk_embed_affine_layer does not project to n_mels");
+    spk_w_ = mf.read_f32(w);
+    spk_b_ = mf.read_f32(mf.tensor("s3gen.flow.spk_embed_affine_layer.bias"));
+}
+
+// torch.linspace(0, 1, n + 1) in float32 (meanflow uses it as is; no cosine schedule).
+std::vector<float> S3GenCfm::t_span(int n_steps) const {
+    const int steps = n_steps + 1;
+    std::vector<float> ts(steps);
+    const float step = 1.0f / static_cast<float>(n_steps);
+    const int halfway = steps / 2;
+    for (int i = 0; i < steps; ++i)
+        ts[i] = i < halfway ? static_cast<float>(i) * step : 1.0f - static_cast<float>(steps - 1 - i) * step;
+    return ts;
+}
+
+std::vector<float> S3GenCfm::sample(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
+                                    const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps) {
+    if (n_steps < 0 || n_steps > 100) throw EngineError("cfm_steps must be between 1 and 100");
+    if (n_steps == 0) n_steps = n_timesteps_;
+    if (!meanflow_) throw EngineError("the standard (CFG) CFM sampler is not implemented yet; this model is not meanflow");
+    const int M = est_.n_mels();
+    const size_t n = static_cast<size_t>(M) * T;
+    if (T <= 0 || mu.size() != n) throw EngineError("mu must be [" + std::to_string(M) + ", T] with T > 0");
+    if (x0.size() != n)
+        throw EngineError("x0 must be [" + std::to_string(M) + ", " + std::to_string(T) + "] (n_mels x mel frames of mu), got " +
+                          std::to_string(x0.size()) + " values");
+    if (prompt_feat.size() % M != 0) throw EngineError("prompt_feat must be [T_prompt, " + std::to_string(M) + "]");
+    const int P = static_cast<int>(prompt_feat.size() / M);
+    if (P > T) throw EngineError("prompt_feat has more frames (" + std::to_string(P) + ") than mu (" + std::to_string(T) + ")");
+    if (embedding.size() != static_cast<size_t>(spk_in_))
+        throw EngineError("speaker embedding must have " + std::to_string(spk_in_) + " values");
+
+    // spks = spk_embed_affine_layer(F.normalize(embedding)).
+    double ss = 0.0;
+    for (float v : embedding) ss += static_cast<double>(v) * v;
+    const float norm = std::max(static_cast<float>(std::sqrt(ss)), 1e-12f);
+    std::vector<float> e(spk_in_);
+    for (int k = 0; k < spk_in_; ++k) e[k] = embedding[k] / norm;
+    std::vector<float> spks(M);
+    for (int o = 0; o < M; ++o) {
+        double acc = spk_b_[o];
+        for (int k = 0; k < spk_in_; ++k) acc += static_cast<double>(spk_w_[static_cast<size_t>(o) * spk_in_ + k]) * e[k];
+        spks[o] = static_cast<float>(acc);
+    }
+
+    // cond: the prompt mel in the first P frames, zeros after; row-major [M][T].
+    std::vector<float> cond(n, 0.0f);
+    for (int f = 0; f < P; ++f)
+        for (int c = 0; c < M; ++c) cond[static_cast<size_t>(c) * T + f] = prompt_feat[static_cast<size_t>(f) * M + c];
+
+    // Euler over t_span: x += (r - t) * v(x, t, r).
+    std::vector<float> x = x0;
+    const std::vector<float> ts = t_span(n_steps);
+    for (int s = 0; s < n_steps; ++s) {
+        const float t = ts[s], r = ts[s + 1], dt = r - t;
+        const std::vector<float> v = est_.forward(x, mu, spks, cond, T, t, r);
+        for (size_t k = 0; k < n; ++k) x[k] = x[k] + dt * v[k];
+    }
+
+    std::vector<float> out(static_cast<size_t>(M) * (T - P));
+    for (int c = 0; c < M; ++c)
+        std::copy(x.begin() + static_cast<size_t>(c) * T + P, x.begin() + static_cast<size_t>(c + 1) * T,
+                  out.begin() + static_cast<size_t>(c) * (T - P));
+    return out;
+}
+
+}  // namespace cbs

@@ -1,0 +1,100 @@
+// S3Gen's conditional flow matching decoder: the ConditionalDecoder U-Net estimator
+// (causal ResNet blocks + BasicTransformerBlocks, full-context attention) and the
+// sampler that integrates it from the initial noise x0 to the mel spectrogram.
+//
+// Layouts: every [T, C] tensor is time-fastest (ggml ne0 = T), i.e. row-major
+// (C, T) on the host, as PyTorch's (B=1, C, T). Inside the graph the U-Net keeps
+// activations as [C, T] (channel-fastest, ggml ne0 = C) and transposes only to
+// feed the causal convolutions' im2col.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/ggml_ops.h"
+#include "core/model_file.h"
+
+namespace cbs {
+
+// Causal 1-D convolution of x [C_in, T] (channel fastest) with w ne [K, C_in, C_out]:
+// left pad K-1, stride 1, full f32. Returns [C_out, T]; b [C_out] may be null.
+ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b);
+
+// Mish: x * tanh(softplus(x)).
+ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x);
+
+// The ConditionalDecoder estimator: one velocity evaluation.
+class CfmEstimator {
+public:
+    CfmEstimator(const ModelFile& mf, ggml_backend_t backend);
+
+    // x, mu, cond: row-major [n_mels][T]; spks: [n_mels] (already projected);
+    // t, r: the flow times (r only used by meanflow models). Returns dxdt row-major [n_mels][T].
+    std::vector<float> forward(const std::vector<float>& x, const std::vector<float>& mu, const std::vector<float>& spks,
+                               const std::vector<float>& cond, int T, float t, float r);
+
+    int n_mels() const { return out_channels_; }
+    bool meanflow() const { return meanflow_; }
+
+private:
+    struct Resnet {
+        ggml_tensor *c1_w, *c1_b, *ln1_w, *ln1_b, *c2_w, *c2_b, *ln2_w, *ln2_b, *mlp_w, *mlp_b, *res_w, *res_b;
+    };
+    struct Transformer {
+        ggml_tensor *n1_w, *n1_b, *q_w, *k_w, *v_w, *o_w, *o_b, *n3_w, *n3_b, *ff1_w, *ff1_b, *ff2_w, *ff2_b;
+    };
+    struct Stage {  // one U-Net level: resnet, transformers, then an optional causal conv
+        Resnet res;
+        std::vector<Transformer> tfm;
+        ggml_tensor *conv_w = nullptr, *conv_b = nullptr;
+    };
+
+    Resnet load_resnet(const ModelFile& mf, const std::string& p) const;
+    Stage load_stage(const ModelFile& mf, const std::string& p, bool with_conv) const;
+    std::vector<float> time_sinusoid(float t) const;  // SinusoidalPosEmb(in_channels), scale 1000
+
+    ggml_tensor* time_mlp(ggml_context* ctx, ggml_tensor* s) const;
+    ggml_tensor* block1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cw, ggml_tensor* cb, ggml_tensor* lw,
+                         ggml_tensor* lb) const;
+    ggml_tensor* resnet(ggml_context* ctx, ggml_tensor* x, ggml_tensor* temb, const Resnet& r) const;
+    ggml_tensor* transformer(ggml_context* ctx, ggml_tensor* x, const Transformer& b) const;
+    ggml_tensor* run_stage(ggml_context* ctx, ggml_tensor* x, ggml_tensor* temb, const Stage& s) const;
+
+    int in_channels_, out_channels_, channels_, n_head_, head_dim_, time_dim_;
+    bool meanflow_;
+    float ln_eps_ = 1e-5f;  // torch.nn.LayerNorm's default, as the reference builds every LayerNorm
+    ggml_tensor *t_l1_w_, *t_l1_b_, *t_l2_w_, *t_l2_b_, *mixer_w_ = nullptr;
+    ggml_tensor *final_c_w_, *final_c_b_, *final_ln_w_, *final_ln_b_, *proj_w_, *proj_b_;
+    Stage down_, up_;
+    std::vector<Stage> mid_;
+    GraphRunner runner_;
+};
+
+// The flow's CFM: spk projection, cond from the prompt mel, and the Euler sampler.
+class S3GenCfm {
+public:
+    S3GenCfm(const ModelFile& mf, ggml_backend_t backend);
+
+    // mu: row-major [n_mels][T] (encoder output for prompt + speech tokens);
+    // prompt_feat: row-major [T_prompt][n_mels] (T_prompt <= T); embedding: the voice's
+    // x-vector; x0: row-major [n_mels][T], the initial noise as the estimator first sees it.
+    // Returns the mel for frames T_prompt.. T-1, row-major [n_mels][T - T_prompt].
+    // n_steps overrides the model's Euler step count (0 = the model's; meanflow models
+    // can be sampled in 1 step for speed, at some loss of detail).
+    std::vector<float> sample(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
+                              const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps = 0);
+
+    int n_mels() const { return est_.n_mels(); }
+    int n_timesteps() const { return n_timesteps_; }
+
+private:
+    std::vector<float> t_span(int n_steps) const;
+
+    CfmEstimator est_;
+    std::vector<float> spk_w_, spk_b_;  // spk_embed_affine_layer, host copies
+    int spk_in_, spk_out_, n_timesteps_;
+    bool meanflow_;
+};
+
+}  // namespace cbs

@@ -1,0 +1,145 @@
+#include "s3gen/s3gen_encoder.h"
+
+#include <cmath>
+#include <string>
+
+namespace cbs {
+
+S3GenEncoder::Block S3GenEncoder::load_block(const ModelFile& mf, const std::string& p) const {
+    auto t = [&](const std::string& n) { return mf.tensor(p + n); };
+    return {t("norm_mha.weight"), t("norm_mha.bias"), t("self_attn.linear_q.weight"), t("self_attn.linear_q.bias"),
+            t("self_attn.linear_k.weight"), t("self_attn.linear_k.bias"), t("self_attn.linear_v.weight"),
+            t("self_attn.linear_v.bias"), t("self_attn.linear_out.weight"), t("self_attn.linear_out.bias"),
+            t("self_attn.linear_pos.weight"), t("self_attn.pos_bias_u"), t("self_attn.pos_bias_v"),
+            t("norm_ff.weight"), t("norm_ff.bias"), t("feed_forward.w_1.weight"), t("feed_forward.w_1.bias"),
+            t("feed_forward.w_2.weight"), t("feed_forward.w_2.bias")};
+}
+
+S3GenEncoder::S3GenEncoder(const ModelFile& mf, ggml_backend_t backend) : runner_(backend) {
+    auto i = [&](const char* k) { return static_cast<int>(mf.get_int(std::string("chatterbox.") + k)); };
+    auto f = [&](const char* k) { return static_cast<float>(mf.get_float(std::string("chatterbox.") + k)); };
+    d_model_ = i("s3gen.enc.d_model");
+    n_head_ = i("s3gen.enc.n_head");
+    vocab_ = i("s3gen.speech_vocab");
+    n_mels_ = i("s3gen.n_mels");
+    lookahead_ = i("s3gen.enc.pre_lookahead_len");
+    up_stride_ = i("s3gen.enc.up_stride");
+    layer_eps_ = f("s3gen.enc.layer_eps");
+    embed_eps_ = f("s3gen.enc.embed_eps");
+    after_eps_ = f("s3gen.enc.after_norm_eps");
+    lookahead_slope_ = f("s3gen.enc.lookahead_lrelu_slope");
+    if (n_head_ <= 0 || d_model_ % n_head_ != 0) throw EngineError(mf.path() + ": inconsistent S3Gen encoder dimensions");
+
+    auto t = [&](const std::string& n) { return mf.tensor("s3gen." + n); };
+    tok_emb_ = t("flow.input_embedding.weight");
+    embed_ = {t("enc.embed.out.0.weight"), t("enc.embed.out.0.bias"), t("enc.embed.out.1.weight"), t("enc.embed.out.1.bias")};
+    up_embed_ = {t("enc.up_embed.out.0.weight"), t("enc.up_embed.out.0.bias"), t("enc.up_embed.out.1.weight"),
+                 t("enc.up_embed.out.1.bias")};
+    la_conv1_w_ = t("enc.pre_lookahead_layer.conv1.weight");
+    la_conv1_b_ = t("enc.pre_lookahead_layer.conv1.bias");
+    la_conv2_w_ = t("enc.pre_lookahead_layer.conv2.weight");
+    la_conv2_b_ = t("enc.pre_lookahead_layer.conv2.bias");
+    up_w_ = t("enc.up_layer.conv.weight");
+    up_b_ = t("enc.up_layer.conv.bias");
+    after_w_ = t("enc.after_norm.weight");
+    after_b_ = t("enc.after_norm.bias");
+    proj_w_ = t("flow.encoder_proj.weight");
+    proj_b_ = t("flow.encoder_proj.bias");
+    for (int b = 0; b < i("s3gen.enc.n_blocks"); ++b) blocks_.push_back(load_block(mf, "s3gen.enc.encoders." + std::to_string(b) + "."));
+    for (int b = 0; b < i("s3gen.enc.n_up_blocks"); ++b)
+        up_blocks_.push_back(load_block(mf, "s3gen.enc.up_encoders." + std::to_string(b) + "."));
+}
+
+// ESPnet relative positional encoding rows for relative positions n-1 down to -(n-1),
+// computed in float32 step by step as EspnetRelPositionalEncoding.extend_pe does.
+std::vector<float> S3GenEncoder::rel_positions(int n) const {
+    const int d = d_model_;
+    std::vector<float> pe(static_cast<size_t>(2 * n - 1) * d);
+    const float scale = static_cast<float>(-(std::log(10000.0) / d));
+    for (int row = 0; row < 2 * n - 1; ++row) {
+        const int rel = n - 1 - row;  // positive: pe_positive flipped; negative: pe_negative
+        const float pos = static_cast<float>(std::abs(rel));
+        const float sign = rel >= 0 ? 1.0f : -1.0f;
+        for (int k = 0; k < d / 2; ++k) {
+            const float div = std::exp(static_cast<float>(2 * k) * scale);
+            const float arg = sign * (pos * div);
+            pe[static_cast<size_t>(row) * d + 2 * k] = std::sin(arg);
+            pe[static_cast<size_t>(row) * d + 2 * k + 1] = std::cos(arg);
+        }
+    }
+    return pe;
+}
+
+// LinearNoSubsampling + positional scaling: Linear -> LayerNorm -> x * sqrt(d_model).
+ggml_tensor* S3GenEncoder::embed(ggml_context* ctx, ggml_tensor* x, const Embed& e) const {
+    x = layer_norm(ctx, linear(ctx, x, e.w, e.b), e.ln_w, e.ln_b, embed_eps_);
+    return ggml_scale(ctx, x, std::sqrt(static_cast<float>(d_model_)));
+}
+
+// Pre-norm conformer block (no macaron FFN, no conv module): rel-pos MHSA, then FFN (SiLU).
+ggml_tensor* S3GenEncoder::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* pos, const Block& b) const {
+    const int64_t T = x->ne[1], H = n_head_, D = d_model_ / n_head_;
+    ggml_tensor* h = layer_norm(ctx, x, b.norm_mha_w, b.norm_mha_b, layer_eps_);
+    ggml_tensor* q = ggml_reshape_3d(ctx, linear(ctx, h, b.q_w, b.q_b), D, H, T);
+    ggml_tensor* k = ggml_reshape_3d(ctx, linear(ctx, h, b.k_w, b.k_b), D, H, T);
+    ggml_tensor* v = ggml_reshape_3d(ctx, linear(ctx, h, b.v_w, b.v_b), D, H, T);
+    ggml_tensor* p = ggml_reshape_3d(ctx, linear(ctx, pos, b.pos_w, nullptr), D, H, 2 * T - 1);
+
+    ggml_tensor* q_u = ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_u, D, H, 1)), 0, 2, 1, 3);
+    ggml_tensor* q_v = ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_v, D, H, 1)), 0, 2, 1, 3);
+    ggml_tensor* ac = ggml_mul_mat(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), q_u);  // [T_k, T_q, H]
+    ggml_tensor* bd = ggml_mul_mat(ctx, ggml_permute(ctx, p, 0, 2, 1, 3), q_v);  // [2T-1, T_q, H]
+    // rel_shift: score(i, j) takes bd[i][T-1-i+j], i.e. a view stepping 2T-2 per query row.
+    bd = ggml_view_3d(ctx, bd, T, T, H, (2 * T - 2) * sizeof(float), bd->nb[2], (T - 1) * sizeof(float));
+    ggml_tensor* att = ggml_soft_max_ext(ctx, ggml_add(ctx, ac, bd), nullptr, 1.0f / std::sqrt(static_cast<float>(D)), 0.0f);
+    ggml_tensor* vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));  // [T_k, D, H]
+    ggml_tensor* o = ggml_mul_mat(ctx, vt, att);                         // [D, T_q, H]
+    o = ggml_cont_2d(ctx, ggml_permute(ctx, o, 0, 2, 1, 3), D * H, T);
+    x = ggml_add(ctx, x, linear(ctx, o, b.out_w, b.out_b));
+
+    h = layer_norm(ctx, x, b.norm_ff_w, b.norm_ff_b, layer_eps_);
+    h = linear(ctx, ggml_silu(ctx, linear(ctx, h, b.ff1_w, b.ff1_b)), b.ff2_w, b.ff2_b);
+    return ggml_add(ctx, x, h);
+}
+
+std::vector<float> S3GenEncoder::encode(const std::vector<int32_t>& tokens) {
+    if (tokens.empty()) throw EngineError("S3Gen needs at least one speech token");
+    for (int32_t id : tokens)
+        if (id < 0 || id >= vocab_)
+            throw EngineError("speech token " + std::to_string(id) + " is outside [0, " + std::to_string(vocab_) + ")");
+    const int T = static_cast<int>(tokens.size()), T2 = T * up_stride_;
+
+    ggml_context* ctx = runner_.begin();
+    GraphInputs in;
+    ggml_tensor* x = ggml_get_rows(ctx, tok_emb_, in.ids(ctx, tokens));  // [C, T]
+    x = embed(ctx, x, embed_);
+    ggml_tensor* pos = in.f32(ctx, rel_positions(T), d_model_, 2 * T - 1);
+
+    // Pre-lookahead: conv over the next `lookahead` frames, leaky ReLU, causal conv, residual.
+    ggml_tensor* xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C]
+    ggml_tensor* la = conv1d(ctx, ggml_pad_ext(ctx, xt, 0, lookahead_, 0, 0, 0, 0, 0, 0), la_conv1_w_, la_conv1_b_);
+    la = ggml_leaky_relu(ctx, la, lookahead_slope_, false);
+    const int k2 = static_cast<int>(la_conv2_w_->ne[0]);
+    la = conv1d(ctx, ggml_pad_ext(ctx, la, k2 - 1, 0, 0, 0, 0, 0, 0, 0), la_conv2_w_, la_conv2_b_);
+    x = ggml_add(ctx, x, ggml_cont(ctx, ggml_transpose(ctx, la)));
+    for (const Block& b : blocks_) x = block(ctx, x, pos, b);
+
+    // Upsample1D: nearest repeat by `up_stride` along time, left pad, conv.
+    xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C]
+    xt = ggml_reshape_3d(ctx, xt, 1, T, d_model_);
+    ggml_tensor* rep = xt;
+    for (int s = 1; s < up_stride_; ++s) rep = ggml_concat(ctx, rep, xt, 0);
+    rep = ggml_reshape_2d(ctx, rep, T2, d_model_);
+    const int ku = static_cast<int>(up_w_->ne[0]);
+    rep = conv1d(ctx, ggml_pad_ext(ctx, rep, ku - 1, 0, 0, 0, 0, 0, 0, 0), up_w_, up_b_);
+    x = ggml_cont(ctx, ggml_transpose(ctx, rep));  // [C, 2T]
+
+    x = embed(ctx, x, up_embed_);
+    ggml_tensor* pos2 = in.f32(ctx, rel_positions(T2), d_model_, 2 * T2 - 1);
+    for (const Block& b : up_blocks_) x = block(ctx, x, pos2, b);
+    x = layer_norm(ctx, x, after_w_, after_b_, after_eps_);
+    ggml_tensor* mu = ggml_cont(ctx, ggml_transpose(ctx, linear(ctx, x, proj_w_, proj_b_)));  // [2T, n_mels]
+    return runner_.compute(mu, in);
+}
+
+}  // namespace cbs

@@ -1,0 +1,46 @@
+// S3Gen's token encoder (UpsampleConformerEncoder + encoder_proj): speech tokens
+// (voice prompt tokens first) -> mu, the 80-channel condition the CFM starts from,
+// at two mel frames per token. Relative-position (ESPnet) self-attention, full context.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/ggml_ops.h"
+#include "core/model_file.h"
+
+namespace cbs {
+
+class S3GenEncoder {
+public:
+    S3GenEncoder(const ModelFile& mf, ggml_backend_t backend);
+
+    // tokens: prompt + speech tokens, each in [0, speech_vocab). Returns mu as
+    // row-major [n_mels][2 * tokens.size()].
+    std::vector<float> encode(const std::vector<int32_t>& tokens);
+    int n_mels() const { return n_mels_; }
+
+private:
+    struct Block {
+        ggml_tensor *norm_mha_w, *norm_mha_b, *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *out_w, *out_b, *pos_w;
+        ggml_tensor *pos_bias_u, *pos_bias_v, *norm_ff_w, *norm_ff_b, *ff1_w, *ff1_b, *ff2_w, *ff2_b;
+    };
+    struct Embed {
+        ggml_tensor *w, *b, *ln_w, *ln_b;
+    };
+
+    Block load_block(const ModelFile& mf, const std::string& prefix) const;
+    ggml_tensor* embed(ggml_context* ctx, ggml_tensor* x, const Embed& e) const;
+    ggml_tensor* block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* pos, const Block& b) const;
+    std::vector<float> rel_positions(int n) const;  // [d_model, 2n-1], relative positions n-1 .. -(n-1)
+
+    int d_model_, n_head_, vocab_, n_mels_, lookahead_, up_stride_;
+    float layer_eps_, embed_eps_, after_eps_, lookahead_slope_;
+    ggml_tensor *tok_emb_, *la_conv1_w_, *la_conv1_b_, *la_conv2_w_, *la_conv2_b_, *up_w_, *up_b_;
+    ggml_tensor *after_w_, *after_b_, *proj_w_, *proj_b_;
+    Embed embed_, up_embed_;
+    std::vector<Block> blocks_, up_blocks_;
+    GraphRunner runner_;
+};
+
+}  // namespace cbs
