@@ -39,8 +39,8 @@ fi
 
 # --- the project environment (never gets torch) ----------------------------
 [ -x .venv/bin/python ] || python3 -m venv .venv
-extras=""
-[ "$mode" = test ] && extras="[test,package]"
+extras="[server]"
+[ "$mode" = test ] && extras="[server,test,package]"
 echo "setup: building and installing chatterbox-studio$extras into .venv"
 .venv/bin/python -m pip install -q ".$extras"
 

@@ -1,0 +1,92 @@
+"""`chatterbox-studio serve`: the local OpenAI-compatible speech server (see app/server)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+from app.server.config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_QUEUE, MAX_INPUT_CHARS, ServerConfig, library_dir
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        log("chatterbox-studio: error: serve needs FastAPI and uvicorn: pip install 'chatterbox-studio[server]' "
+            "(or: pip install fastapi uvicorn)")
+        return 1
+    if not os.path.isfile(args.model):
+        log(f"chatterbox-studio: error: model file not found: {args.model}")
+        return 1
+    if args.voices and not os.path.isdir(args.voices):
+        log(f"chatterbox-studio: error: voice folder not found: {args.voices}")
+        return 1
+    if not 0 <= args.port <= 65535:
+        log(f"chatterbox-studio: error: --port must be 0-65535; got {args.port}")
+        return 1
+    if args.queue < 1:
+        log(f"chatterbox-studio: error: --queue must be at least 1; got {args.queue}")
+        return 1
+    api_key = args.api_key or os.environ.get("CHATTERBOX_API_KEY") or None
+    config = ServerConfig(model=args.model, host=args.host, port=args.port, api_key=api_key,
+                          voices_dir=args.voices or library_dir(), threads=args.threads, queue=args.queue,
+                          log_level="info" if args.verbose else "warning")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from engine_native import EngineError
+
+    from app.server.runner import load_engine, serve_forever
+
+    t0 = time.perf_counter()
+    try:
+        engine = load_engine(config)
+    except EngineError as e:
+        log(f"chatterbox-studio: error: {e}")
+        return 1
+    log(f"model     {args.model} ({engine.variant} {engine.info['quantization']}, loaded in "
+        f"{time.perf_counter() - t0:.1f} s)")
+
+    def ready(cfg, service) -> None:
+        voices = [e.id for e in service.catalog.entries()]
+        log(f"voices    {', '.join(voices)} (from {cfg.voices_dir})")
+        if cfg.host not in ("127.0.0.1", "localhost", "::1"):
+            log(f"warning   listening on {cfg.host}: other machines can reach this server"
+                + ("" if cfg.api_key else " and no --api-key is set"))
+        log(f"serving   {cfg.url}  (POST /audio/speech, GET /models, GET /audio/voices; Ctrl-C stops)")
+
+    try:
+        serve_forever(config, engine, on_ready=ready)
+    except OSError as e:
+        log(f"chatterbox-studio: error: {e.strerror or e}")
+        return 1
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="a local OpenAI-compatible speech server (/v1/audio/speech, streaming)",
+                       description="Serve the OpenAI speech API (POST /v1/audio/speech, GET /v1/models, "
+                       "GET /v1/audio/voices) on this machine, with the voices of a library folder. "
+                       "Needs the 'server' extra (FastAPI, uvicorn).")
+    p.add_argument("-m", "--model", required=True, help="the model .gguf")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")
+    p.add_argument("--api-key", dest="api_key", metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' (default: $CHATTERBOX_API_KEY, else no key)")
+    p.add_argument("--voices", metavar="DIR",
+                   help=f"folder of .voice.gguf files to offer (default: the app's library, {library_dir()})")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--queue", type=int, default=DEFAULT_QUEUE,
+                   help=f"requests that may wait for the engine; more get 503 (default {DEFAULT_QUEUE})")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every request")
+    p.epilog = (f"Inputs longer than {MAX_INPUT_CHARS:,} characters get 413. The CPU engine only: a --device "
+                "option comes with GPU support.")
+    p.set_defaults(func=_cmd_serve)

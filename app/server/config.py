@@ -1,0 +1,45 @@
+"""The server's settings and limits, and where the app's voice library lives (without Qt)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_QUEUE = 16          # requests waiting for the engine (the running one not counted)
+MAX_INPUT_CHARS = 100_000   # longer input: 413
+ORG = APP = "chatterbox-studio"  # as app.qt.gui names them for QStandardPaths
+
+
+def library_dir() -> str:
+    """The desktop app's voice folder (QStandardPaths.AppDataLocation + /voices), found without Qt."""
+    if sys.platform == "win32":
+        base = os.environ.get("APPDATA") or os.path.expanduser("~/AppData/Roaming")
+    elif sys.platform == "darwin":
+        base = os.path.expanduser("~/Library/Application Support")
+    else:
+        base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return os.path.join(base, ORG, APP, "voices")
+
+
+@dataclass
+class ServerConfig:
+    model: str
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT            # 0: any free port (read it back from ServerHandle.port)
+    api_key: str | None = None          # None or "": no key needed
+    voices_dir: str | None = None       # None: the app's library folder
+    exposed_voices: list[str] | None = None  # None: every voice in the folder; else these paths/stems/names
+    expose_builtin: bool = True
+    threads: int | None = None
+    queue: int = DEFAULT_QUEUE
+    max_input_chars: int = MAX_INPUT_CHARS
+    log_level: str = "warning"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else ("[::1]" if self.host == "::" else self.host)
+        return f"http://{host}:{self.port}/v1"

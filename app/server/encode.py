@@ -1,0 +1,182 @@
+"""Streaming encoders: float32 24 kHz chunks in, bytes of the response format out, as they come.
+
+pcm is raw s16le; wav is a 16-bit WAV whose header carries the "unknown length" sizes
+(0xFFFFFFFF) so it can go out before the audio is known; mp3, opus (Ogg), aac (ADTS) and
+flac go through one ffmpeg process per request, fed chunk by chunk. A speed other than 1
+runs every format through ffmpeg's `atempo` filter (a time stretch that keeps the pitch).
+
+An encoder is fed from the engine's worker thread (`write`, `end`) and never blocks it:
+ffmpeg gets its own writer and reader threads. Output goes to `emit(bytes)`, and `emit(None)`
+marks the end; `emit(exc)` reports a failure.
+"""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import struct
+import subprocess
+import threading
+
+import numpy as np
+
+SAMPLE_RATE = 24000
+FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
+MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg; codecs=opus", "aac": "audio/aac", "flac": "audio/flac",
+               "wav": "audio/wav", "pcm": "audio/pcm"}
+# ffmpeg output arguments per format (after the input and filters).
+_FFMPEG_OUT = {
+    "mp3": ["-c:a", "libmp3lame", "-b:a", "128k", "-f", "mp3"],
+    "opus": ["-c:a", "libopus", "-b:a", "64k", "-f", "ogg"],
+    "aac": ["-c:a", "aac", "-b:a", "128k", "-f", "adts"],
+    "flac": ["-c:a", "flac", "-f", "flac"],
+    "wav": ["-c:a", "pcm_s16le", "-f", "s16le"],   # the header is ours
+    "pcm": ["-c:a", "pcm_s16le", "-f", "s16le"],
+}
+
+
+class EncoderError(Exception):
+    pass
+
+
+def to_s16le(samples: np.ndarray) -> bytes:
+    x = np.clip(np.asarray(samples, np.float32).reshape(-1), -1.0, 1.0)
+    return np.round(x * 32767.0).astype("<i2").tobytes()
+
+
+def wav_header(rate: int = SAMPLE_RATE, channels: int = 1, bits: int = 16) -> bytes:
+    """A WAV header for a stream of unknown length (RIFF and data sizes 0xFFFFFFFF)."""
+    block = channels * bits // 8
+    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVE"
+            + b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, rate, rate * block, block, bits)
+            + b"data" + struct.pack("<I", 0xFFFFFFFF))
+
+
+def atempo_chain(speed: float) -> str:
+    """atempo filters whose product is `speed`, each factor within [0.5, 2] (older ffmpeg's range)."""
+    parts = []
+    while speed > 2.0:
+        parts.append(2.0)
+        speed /= 2.0
+    while speed < 0.5:
+        parts.append(0.5)
+        speed /= 0.5
+    parts.append(speed)
+    return ",".join(f"atempo={p:.6f}" for p in parts)
+
+
+def ffmpeg_available() -> bool:
+    return shutil.which("ffmpeg") is not None
+
+
+def needs_ffmpeg(fmt: str, speed: float) -> bool:
+    return fmt not in ("pcm", "wav") or speed != 1.0
+
+
+class Encoder:
+    """pcm and wav at speed 1: converted in the caller's thread, no process."""
+
+    def __init__(self, fmt: str, emit):
+        self.fmt, self.emit = fmt, emit
+        self._started = False
+
+    def write(self, samples: np.ndarray) -> None:
+        data = to_s16le(samples)
+        if not self._started:
+            self._started = True
+            if self.fmt == "wav":
+                data = wav_header() + data
+        if data:
+            self.emit(data)
+
+    def end(self) -> None:
+        if not self._started and self.fmt == "wav":
+            self.emit(wav_header())
+        self._started = True
+        self.emit(None)
+
+    def close(self) -> None:
+        pass
+
+
+class FfmpegEncoder(Encoder):
+    def __init__(self, fmt: str, emit, speed: float = 1.0):
+        super().__init__(fmt, emit)
+        ffmpeg = shutil.which("ffmpeg")
+        if ffmpeg is None:
+            raise EncoderError(f"response_format {fmt!r} (or a speed other than 1) needs ffmpeg, which is not "
+                               "installed on the server; use wav or pcm at speed 1")
+        cmd = [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-f", "f32le", "-ar", str(SAMPLE_RATE),
+               "-ac", "1", "-i", "pipe:0"]
+        if speed != 1.0:
+            cmd += ["-af", atempo_chain(speed)]
+        cmd += ["-ar", str(SAMPLE_RATE), "-ac", "1", *_FFMPEG_OUT[fmt], "-flush_packets", "1", "pipe:1"]
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      bufsize=0)
+        self._inbox: queue.Queue = queue.Queue()
+        self._closed = False
+        self._writer = threading.Thread(target=self._write_loop, name=f"ffmpeg-{fmt}-in", daemon=True)
+        self._reader = threading.Thread(target=self._read_loop, name=f"ffmpeg-{fmt}-out", daemon=True)
+        self._writer.start()
+        self._reader.start()
+
+    def write(self, samples: np.ndarray) -> None:
+        self._inbox.put(np.asarray(samples, "<f4").tobytes())
+
+    def end(self) -> None:
+        self._inbox.put(None)
+
+    def _write_loop(self) -> None:
+        stdin = self._proc.stdin
+        try:
+            while True:
+                data = self._inbox.get()
+                if data is None or self._closed:
+                    break
+                stdin.write(data)
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+        finally:
+            try:
+                stdin.close()
+            except OSError:
+                pass
+
+    def _read_loop(self) -> None:
+        out = self._proc.stdout
+        header_sent = self.fmt != "wav"
+        while True:
+            try:
+                data = out.read(65536)
+            except (OSError, ValueError):
+                data = b""
+            if not data:
+                break
+            if not header_sent:
+                data, header_sent = wav_header() + data, True
+            self.emit(data)
+        rc = self._proc.wait()
+        err = self._proc.stderr.read().decode("utf-8", "replace").strip()[-300:]
+        for f in (out, self._proc.stderr):
+            f.close()
+        if rc != 0 and not self._closed:
+            self.emit(EncoderError(f"ffmpeg failed to encode {self.fmt} (exit {rc}): {err}"))
+            return
+        if not header_sent:
+            self.emit(wav_header())
+        self.emit(None)
+
+    def close(self) -> None:
+        """Stop at once (the client left): ffmpeg is killed, the threads end."""
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put(None)
+        if self._proc.poll() is None:
+            self._proc.kill()   # the reader sees EOF, reaps it and closes the pipes
+
+
+def make_encoder(fmt: str, emit, speed: float = 1.0) -> Encoder:
+    if needs_ffmpeg(fmt, speed):
+        return FfmpegEncoder(fmt, emit, speed)
+    return Encoder(fmt, emit)
