@@ -13,9 +13,32 @@ import os
 # the native module loads it, so it must be set first. A user's own setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from engine_native._core import EngineError, ModelFile, ggml_version, system_info  # noqa: E402
-from engine_native.errors import (Cancelled, EmptyTextError, IncompatibleVoiceError, ModelError,  # noqa: E402
-                                  ParameterError, SilentAudioError, VoiceError, VoiceTooShortError)
+
+def _find_native_module() -> None:
+    """Run from a source checkout (the repository root is on sys.path first), this folder has
+    no compiled `_core`: use the installed one of the same distribution, or say what to run."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if any(n.startswith("_core.") for n in os.listdir(here)):
+        return
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        dist = distribution("chatterbox-studio")
+        core = next(f for f in dist.files or () if f.parent.name == "engine_native" and f.name.startswith("_core."))
+        installed = os.path.dirname(os.path.abspath(str(dist.locate_file(core))))
+    except (PackageNotFoundError, StopIteration):
+        raise ImportError("the native engine (engine_native._core) is not built: run `bash scripts/setup.sh app` "
+                          "and use .venv/bin/python") from None
+    if installed != here:
+        __path__.append(installed)  # noqa: F821 - a package's own __path__
+
+
+_find_native_module()
+
+from engine_native.errors import (Cancelled, EmptyTextError, EngineBusyError, EngineError,  # noqa: E402
+                                  IncompatibleVoiceError, ModelError, OutOfMemoryError, ParameterError,
+                                  SilentAudioError, Superseded, VoiceError, VoiceTooShortError)
+from engine_native._core import ModelFile, ggml_version, system_info  # noqa: E402
 
 
 def __getattr__(name: str):  # the engine loads numpy-heavy modules: import it on first use
@@ -36,4 +59,4 @@ def __getattr__(name: str):  # the engine loads numpy-heavy modules: import it o
 
 __all__ = ["Engine", "Voice", "Chunk", "Stream", "Sentence", "split_text", "EngineError", "ModelError", "VoiceError",
            "VoiceTooShortError", "SilentAudioError", "IncompatibleVoiceError", "EmptyTextError", "ParameterError",
-           "Cancelled", "ModelFile", "ggml_version", "system_info", "MIN_VOICE_SECONDS"]
+           "Cancelled", "Superseded", "OutOfMemoryError", "EngineBusyError", "ModelFile", "ggml_version", "system_info", "MIN_VOICE_SECONDS"]

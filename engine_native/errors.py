@@ -2,13 +2,18 @@
 
 Catch `EngineError` for "anything the engine refused"; the subclasses say which input was
 at fault so a caller (the GUI, the CLI) can word its message or offer the right fix.
+
+The native module raises these classes: its exception translator looks them up here when
+an error crosses into Python (so this module must not import `_core` at its top).
 """
 
-from engine_native._core import EngineError
+
+class EngineError(RuntimeError):
+    """Anything the engine refused: bad input, a model it cannot use, a failed computation."""
 
 
 class ModelError(EngineError):
-    """The model file is missing, unreadable, corrupt or not a Chatterbox model."""
+    """The model file is missing, unreadable, corrupt, not a Chatterbox model or inconsistent."""
 
 
 class VoiceError(EngineError):
@@ -37,3 +42,15 @@ class ParameterError(EngineError, ValueError):
 
 class Cancelled(EngineError):
     """A stream was cancelled (raised only by calls made after the cancel)."""
+
+
+class Superseded(Cancelled):
+    """A stream was ended because a newer request took its place."""
+
+
+class OutOfMemoryError(EngineError, MemoryError):
+    """The engine could not allocate the memory a model or a computation needs."""
+
+
+class EngineBusyError(EngineError):
+    """The resource asked for (a KV cache, an engine) is in use by another stream."""

@@ -6,9 +6,56 @@
 #include "core/backend.h"
 #include "core/model_file.h"
 #include "bindings/helpers.h"
+#include "core/options.h"
 #include "core/system_info.h"
 
 namespace py = pybind11;
+
+namespace {
+
+// Raises engine_native.errors.<name>(message); the class is looked up when the error
+// happens (errors.py does not import this module, so there is no import cycle).
+void raise_engine_error(const char* name, const char* message) {
+    try {
+        py::object cls = py::module_::import("engine_native.errors").attr(name);
+        PyErr_SetString(cls.ptr(), message);
+    } catch (py::error_already_set& e) {
+        PyErr_SetString(PyExc_RuntimeError, message);  // engine_native.errors itself is broken
+    }
+}
+
+// Every native exception reaches Python as an engine_native.errors.EngineError subclass.
+void register_errors(py::module_& m) {
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const py::error_already_set&) {
+            throw;  // a Python error raised inside a call: pybind11 restores it
+        } catch (const py::builtin_exception&) {
+            throw;  // pybind11's own (argument conversion and the like)
+        } catch (const cbs::ModelError& e) {
+            raise_engine_error("ModelError", e.what());
+        } catch (const cbs::ParameterError& e) {
+            raise_engine_error("ParameterError", e.what());
+        } catch (const cbs::VoiceError& e) {
+            raise_engine_error("VoiceError", e.what());
+        } catch (const cbs::CancelledError& e) {
+            raise_engine_error("Cancelled", e.what());
+        } catch (const cbs::BusyError& e) {
+            raise_engine_error("EngineBusyError", e.what());
+        } catch (const std::bad_alloc&) {
+            raise_engine_error("OutOfMemoryError", "out of memory");
+        } catch (const std::exception& e) {
+            raise_engine_error("EngineError", e.what());
+        }
+    });
+    try {  // _core.EngineError: the same class, for code that looks for it here
+        m.attr("EngineError") = py::module_::import("engine_native.errors").attr("EngineError");
+    } catch (py::error_already_set&) {
+    }
+}
+
+}  // namespace
 
 void bind_text(pybind11::module_& m);
 
@@ -23,15 +70,14 @@ void bind_campplus(py::module_& m);
 PYBIND11_MODULE(_core, m) {
     m.doc() = "Chatterbox Studio native engine (ggml)";
 
-    // Every bad-input error of the engine arrives in Python as engine_native.EngineError.
-    py::register_exception<cbs::EngineError>(m, "EngineError", PyExc_RuntimeError);
+    register_errors(m);
 
     using Model = cbs::PyModel;
     py::class_<Model>(m, "ModelFile", "A Chatterbox GGUF model loaded into a ggml backend buffer.")
         .def(py::init([](const std::string& path, const std::string& backend, int threads) {
                  auto model = std::make_unique<Model>();
-                 model->backend = cbs::make_backend(backend, threads > 0 ? threads : cbs::default_thread_count());
                  py::gil_scoped_release release;
+                 model->backend = cbs::make_backend(backend, threads > 0 ? threads : cbs::default_thread_count());
                  model->file = std::make_unique<cbs::ModelFile>(path, model->backend.get());
                  return model;
              }),
@@ -66,6 +112,27 @@ PYBIND11_MODULE(_core, m) {
         .def("get_string", [](const Model& m, const std::string& k) { return m.file->get_string(k); })
         .def("get_int_array", [](const Model& m, const std::string& k) { return m.file->get_int_array(k); })
         .def("has_key", [](const Model& m, const std::string& k) { return m.file->has_key(k); });
+
+    m.def("option_specs", [] {
+        py::list out;
+        for (const cbs::OptionSpec& s : cbs::option_specs()) {
+            py::dict d;
+            d["name"] = s.name;
+            d["kind"] = s.kind();
+            if (s.integer) {
+                d["min"] = s.imin;
+                d["max"] = s.imax;
+            } else {
+                d["min"] = s.min;
+                d["max"] = s.max;
+            }
+            d["min_open"] = s.min_open;
+            d["max_open"] = s.max_open;
+            d["doc"] = s.doc;
+            out.append(d);
+        }
+        return out;
+    }, "The engine's options table: [{name, kind ('int'/'float'), min, max, min_open, max_open, doc}].");
 
     m.def("ggml_version", [] { return cbs::system_info().ggml_version; },
           "Version of the ggml library compiled into the engine.");

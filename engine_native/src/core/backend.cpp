@@ -4,7 +4,8 @@
 #include <cctype>
 
 #include "ggml-cpu.h"
-#include "core/model_file.h"
+#include "core/errors.h"
+#include "core/options.h"
 
 namespace cbs {
 
@@ -15,7 +16,7 @@ static std::string lower(std::string s) {
 
 BackendPtr make_backend(const std::string& name, int threads) {
     const std::string want = lower(name);
-    if (threads < 1 || threads > 256) throw EngineError("threads must be between 1 and 256, got " + std::to_string(threads));
+    check_option("threads", threads);
     if (want == "cpu") {
         ggml_backend_t b = ggml_backend_cpu_init();
         if (!b) throw EngineError("could not start the CPU backend");

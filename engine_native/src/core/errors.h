@@ -33,4 +33,9 @@ struct CancelledError : EngineError {
     using EngineError::EngineError;
 };
 
+// A resource (a T3 KV cache) is held by another stream.
+struct BusyError : EngineError {
+    using EngineError::EngineError;
+};
+
 }  // namespace cbs

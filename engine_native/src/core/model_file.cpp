@@ -1,6 +1,7 @@
 #include "core/model_file.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -180,6 +181,31 @@ ggml_tensor* ModelFile::find_tensor(const std::string& name) const {
 ggml_tensor* ModelFile::tensor(const std::string& name) const {
     ggml_tensor* t = find_tensor(name);
     if (!t) throw ModelError(path_ + ": tensor '" + name + "' is missing (a file for another variant?)");
+    return t;
+}
+
+static std::string shape_str(const std::vector<int64_t>& ne) {
+    std::string s = "[";
+    for (size_t i = 0; i < ne.size(); ++i) s += (i ? ", " : "") + (ne[i] < 0 ? std::string("*") : std::to_string(ne[i]));
+    return s + "]";
+}
+
+void ModelFile::check_shape(const ggml_tensor* t, const std::vector<int64_t>& ne) const {
+    if (!t) return;
+    bool ok = ne.size() <= GGML_MAX_DIMS;
+    for (size_t i = 0; ok && i < GGML_MAX_DIMS; ++i) {
+        const int64_t want = i < ne.size() ? ne[i] : 1;
+        ok = want < 0 || t->ne[i] == want;
+    }
+    if (ok) return;
+    std::vector<int64_t> found(t->ne, t->ne + std::max<size_t>(ne.size(), static_cast<size_t>(ggml_n_dims(t))));
+    throw ModelError(path_ + ": tensor '" + ggml_get_name(t) + "' has shape " + shape_str(found) + ", expected " +
+                     shape_str(ne) + " (ggml ne order, fastest dimension first)");
+}
+
+ggml_tensor* ModelFile::tensor(const std::string& name, const std::vector<int64_t>& ne) const {
+    ggml_tensor* t = tensor(name);
+    check_shape(t, ne);
     return t;
 }
 

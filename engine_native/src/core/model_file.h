@@ -39,8 +39,16 @@ public:
     std::vector<int64_t> get_int_array(const std::string& key) const;
     std::vector<std::string> get_string_array(const std::string& key) const;
 
-    // The named tensor; throws EngineError naming the file when it is absent.
+    // The named tensor; throws ModelError naming the file when it is absent.
     ggml_tensor* tensor(const std::string& name) const;
+    // The named tensor, its shape checked against `ne` (ggml's order, fastest dimension
+    // first; dimensions past ne.size() must be 1; -1 accepts any size). Every component
+    // loads its weights through this, with dimensions derived from the metadata, so a
+    // wrong shape is a ModelError naming the tensor, expected and found shape, never a
+    // ggml assertion later.
+    ggml_tensor* tensor(const std::string& name, const std::vector<int64_t>& ne) const;
+    // The same check on a tensor at hand (nullptr is allowed and passes).
+    void check_shape(const ggml_tensor* t, const std::vector<int64_t>& ne) const;
     ggml_tensor* find_tensor(const std::string& name) const;  // nullptr when absent
     const std::map<std::string, ggml_tensor*>& tensors() const { return tensors_; }
     size_t buffer_bytes() const;

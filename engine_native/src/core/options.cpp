@@ -30,7 +30,7 @@ const std::vector<OptionSpec>& option_specs() {
         i("cfm_steps", 1, 100, "Flow-matching solver steps of S3Gen (more: slower, smoother)."),
         i("max_tokens", 1, 100000, "Most speech tokens per sentence (the engine narrows it to the model's context)."),
         i("seed", 0, kSeedMax, "Seed of the sampler and the vocoder's noise."),
-        i("prompt_seconds", 1, 60, "Seconds of a recording kept as the voice prompt."),
+        f("prompt_seconds", 1.0, 60.0, false, false, "Use only the last N seconds of the voice's S3Gen prompt (faster, a little less likeness)."),
         i("first_chunk_tokens", 1, 1000, "Speech tokens in a sentence's first audio chunk (lower: earlier sound)."),
         i("chunk_tokens", 1, 1000, "Speech tokens in each later audio chunk."),
         i("threads", 1, 256, "CPU threads of the engine."),

@@ -6,21 +6,29 @@
 #include <numeric>
 #include <string>
 
-#include "core/model_file.h"
+#include "core/errors.h"
+#include "core/options.h"
 
 namespace cbs {
 
 static constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 void SamplingParams::validate() const {
-    auto bad = [](const std::string& what) { throw EngineError(what); };
-    if (!std::isfinite(temperature) || temperature < 0.0f || temperature > 100.0f)
-        bad("temperature must be between 0 and 100, got " + std::to_string(temperature));
+    check_option("temperature", temperature);
+    check_option("top_k", top_k);
+    check_option("top_p", top_p);
+    check_option("repetition_penalty", repetition_penalty);
+    check_option("min_p", min_p);
+}
+
+void SamplingParams::validate_processors() const {
+    auto bad = [](const std::string& what) { throw ParameterError(what); };
+    if (!std::isfinite(temperature) || temperature < 0.0f) bad("temperature must be >= 0, got " + std::to_string(temperature));
     if (top_k < 0) bad("top_k must be 0 (off) or positive, got " + std::to_string(top_k));
     if (!std::isfinite(top_p) || top_p < 0.0f || top_p > 1.0f) bad("top_p must be within [0, 1], got " + std::to_string(top_p));
-    if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.0f || repetition_penalty > 100.0f)
-        bad("repetition_penalty must be in (0, 100], got " + std::to_string(repetition_penalty));
-    if (!std::isfinite(min_p) || min_p < 0.0f || min_p > 1.0f) bad("min_p must be within [0, 1], got " + std::to_string(min_p));
+    if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.0f)
+        bad("repetition_penalty must be > 0, got " + std::to_string(repetition_penalty));
+    check_option("min_p", min_p);
 }
 
 std::vector<float> softmax(const std::vector<float>& logits) {

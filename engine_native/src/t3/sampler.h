@@ -16,8 +16,11 @@ struct SamplingParams {
     float top_p = 0.95f;
     float repetition_penalty = 1.2f;
     float min_p = 0.0f;
-    // Throws EngineError on values the reference would reject or that mean nothing.
+    // Throws ParameterError for a value outside its range in the options table.
     void validate() const;
+    // The processors' own domain, wider than the options' (0 switches temperature,
+    // top_k and top_p off): for the sampler_process parity seam only.
+    void validate_processors() const;
 };
 
 // Applies the processors in place; -inf marks removed tokens. `history` is what the

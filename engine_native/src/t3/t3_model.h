@@ -1,0 +1,39 @@
+// The interface every T3 implementation offers, chosen by the GGUF key
+// chatterbox.t3.arch (today only "gpt2": Turbo and Nano). The model holds weights
+// only; the KV cache is the caller's (a generation session's), passed to each call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "t3/kv_cache.h"
+#include "t3/t3_hparams.h"
+
+namespace cbs {
+
+class T3Model {
+public:
+    virtual ~T3Model() = default;
+    virtual const T3Hparams& hp() const = 0;
+
+    // An empty cache of the type this model's attention reads.
+    virtual std::unique_ptr<T3Cache> new_cache() const = 0;
+
+    // Runs [cond, text, speech] into `cache` and returns the speech-head logits of the
+    // last `n_out` positions, row-major [n_out][speech_vocab]; the cache is then ready
+    // for step() with room for `reserve_tokens` more. The conditioning prefix does not
+    // depend on the text and attention is causal, so a cache that already holds this
+    // conditioning's prefix only runs [text, speech].
+    virtual std::vector<float> prompt(T3Cache& cache, const T3Conditioning& cond, const std::vector<int32_t>& text,
+                                      const std::vector<int32_t>& speech, int n_out, int reserve_tokens) = 0;
+    // Appends one speech token to `cache` and returns its logits [speech_vocab].
+    virtual std::vector<float> step(T3Cache& cache, int32_t speech_token) = 0;
+};
+
+// The implementation named by the file's chatterbox.t3.arch; ModelError naming an
+// unknown one.
+std::unique_ptr<T3Model> make_t3(const ModelFile& mf, ggml_backend_t backend);
+
+}  // namespace cbs

@@ -1,0 +1,63 @@
+// T3.inference_turbo as a resumable loop over a KV cache the stream holds exclusively.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "t3/sampler.h"
+#include "t3/t3_model.h"
+
+namespace cbs {
+
+// The constructor takes the cache (BusyError when another stream holds it) and prompts
+// with [cond, text, start-of-speech]; next(n) samples up to n more tokens, so a caller
+// can hand tokens on (streaming) and stop between calls. It ends at the stop token (kept
+// in the output), a fully filtered distribution, `max_tokens`, cancel() or close(); the
+// cache is released when it ends, and a stream never steps a cache it does not hold.
+class SpeechTokenStream {
+public:
+    SpeechTokenStream(T3Model& t3, std::shared_ptr<T3Cache> cache, const T3Conditioning& cond,
+                      const std::vector<int32_t>& text, const SamplingParams& params, int max_tokens, uint64_t seed);
+    ~SpeechTokenStream();
+    SpeechTokenStream(const SpeechTokenStream&) = delete;
+    SpeechTokenStream& operator=(const SpeechTokenStream&) = delete;
+
+    // Up to n more tokens; checks for cancel() between token steps and returns what it
+    // has when cancelled.
+    std::vector<int32_t> next(int n);
+    // Any thread, no lock: the running or next next() stops before its next token step.
+    void cancel() { cancel_.store(true); }
+    // Ends the stream and releases its cache; from any thread (a running next() is
+    // cancelled and finishes first).
+    void close();
+    bool done() const { return done_; }
+    bool cancelled() const { return cancelled_; }
+    // Every token so far (a copy: safe while another thread runs next()).
+    std::vector<int32_t> tokens() const;
+    const std::shared_ptr<T3Cache>& cache() const { return cache_; }
+
+private:
+    void finish();
+
+    T3Model& t3_;
+    std::shared_ptr<T3Cache> cache_;
+    bool holds_cache_ = false;
+    SamplingParams params_;
+    int max_tokens_;
+    Sampler sampler_;
+    std::vector<float> logits_;  // for the next draw, already processed
+    std::vector<int32_t> tokens_;
+    std::atomic<bool> done_{false};
+    std::atomic<bool> cancelled_{false};
+    mutable std::mutex mutex_;  // held by next(), close() and tokens()
+    std::atomic<bool> cancel_{false};
+};
+
+// The whole loop at once, on a private cache.
+std::vector<int32_t> generate_speech_tokens(T3Model& t3, const T3Conditioning& cond, const std::vector<int32_t>& text,
+                                            const SamplingParams& params, int max_tokens, uint64_t seed);
+
+}  // namespace cbs
