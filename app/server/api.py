@@ -317,6 +317,7 @@ def create_app(service: SpeechService) -> FastAPI:
         return await asyncio.to_thread(service.voices)
 
     @app.get("/health")
+    @app.get("/v1/health")
     async def health():
         w = service.worker
         return {"status": "ok", "model": service.model_id, "busy": w.busy, "waiting": w.waiting,

@@ -106,7 +106,7 @@ class FfmpegEncoder(Encoder):
         if ffmpeg is None:
             raise EncoderError(f"response_format {fmt!r} (or a speed other than 1) needs ffmpeg, which is not "
                                "installed on the server; use wav or pcm at speed 1")
-        cmd = [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-f", "f32le", "-ar", str(SAMPLE_RATE),
+        cmd = [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-f", "s16le", "-ar", str(SAMPLE_RATE),
                "-ac", "1", "-i", "pipe:0"]
         if speed != 1.0:
             cmd += ["-af", atempo_chain(speed)]
@@ -121,7 +121,7 @@ class FfmpegEncoder(Encoder):
         self._reader.start()
 
     def write(self, samples: np.ndarray) -> None:
-        self._inbox.put(np.asarray(samples, "<f4").tobytes())
+        self._inbox.put(to_s16le(samples))  # the same quantisation as pcm/wav: flac is bit-exact
 
     def end(self) -> None:
         self._inbox.put(None)
