@@ -310,3 +310,67 @@ def test_a_full_queue_answers_503():
             assert [len(h.result()) for h in held] == [1920, 1920]
     finally:
         handle.stop()
+
+
+def test_the_app_runs_the_server_in_process(qtbot, tmp_path, server):
+    """The desktop app's "Local API server": started from its dialog on its own threads (the GUI
+    keeps ticking), its URL in the status bar and on the clipboard, then stopped."""
+    pytest.importorskip("pytestqt")
+    import socket
+
+    from PySide6.QtCore import QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.qt.main_window import MainWindow
+    from app.qt.settings import Settings
+
+    window = MainWindow(Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)),
+                        str(tmp_path / "data"))
+    qtbot.addWidget(window)
+    loaded = []
+    window.client.modelChanged.connect(loaded.append)
+    window.load_model(str(server.config.model))
+    qtbot.waitUntil(lambda: bool(loaded and loaded[-1]), timeout=120_000)
+    panel = window.api_server
+    assert panel.controller.state == "off" and not panel.button.isVisible()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gaps, last = [], [time.perf_counter()]
+
+    def tick():
+        now = time.perf_counter()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    timer = QTimer()
+    timer.timeout.connect(tick)
+    timer.start(10)
+    dialog = panel.open_dialog()
+    dialog.enabled.setChecked(True)
+    dialog.port.setValue(port)
+    dialog.key.setText("gui-key")
+    dialog.apply()
+    qtbot.waitUntil(lambda: panel.controller.state in ("running", "failed"), timeout=120_000)
+    timer.stop()
+    assert panel.controller.state == "running", panel.controller.detail
+    url = f"http://127.0.0.1:{port}/v1"
+    print(f"the app's server started; longest GUI pause while starting: {max(gaps) * 1e3:.0f} ms")
+    assert max(gaps) < 1.0  # GIL bursts of imports and model loading on the server thread, never a wait
+    assert url in panel.button.text() and url in dialog.status.text()
+    panel.copy_url()
+    assert QApplication.clipboard().text() == url
+    c = openai.OpenAI(base_url=url, api_key="gui-key", max_retries=0, timeout=300)
+    assert {v["id"] for v in c.get("/audio/voices", cast_to=object)["data"]} == {"default"}  # an empty library
+    # Generation runs on the server's threads: the GUI stays live meanwhile.
+    result = []
+    t = threading.Thread(target=lambda: result.append(speak(c, response_format="pcm")))
+    t.start()
+    qtbot.waitUntil(lambda: not t.is_alive(), timeout=300_000)
+    assert len(result[0]) == 2 * samples_for(N)
+    dialog.enabled.setChecked(False)
+    dialog.apply()
+    qtbot.waitUntil(lambda: panel.controller.state == "off", timeout=30_000)
+    with pytest.raises(openai.APIConnectionError):
+        c.models.list()
+    window.close()

@@ -33,6 +33,7 @@ from app.qt.playback import PlaybackController, estimate_seconds
 from app.core.player import Player, output_devices
 from app.qt.sampling_panel import PRESETS, SamplingPanel
 from app.qt.script_editor import SAMPLE_SCRIPT, ScriptEditor
+from app.qt.server_panel import ServerPanel
 from app.qt.settings import Settings
 from app.core.take import EXPORT_FORMATS, export_audio
 from app.qt.transport import Transport
@@ -138,6 +139,7 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self._build()
         self._connect()
+        self.api_server = ServerPanel(self)  # the local API server: status-bar button, preferences
         self._drop_filter = _DropFilter(self)
         QApplication.instance().installEventFilter(self._drop_filter)
         self._wave_dirty = False
@@ -258,6 +260,7 @@ class MainWindow(QMainWindow):
         theme_menu = m.addMenu("Appearance")
         for name in ("dark", "light"):
             theme_menu.addAction(name.capitalize(), lambda n=name: self.set_theme(n))
+        m.addAction("Local API server…", lambda: self.api_server.open_dialog())
         m.addSeparator()
         m.addAction("Export take…", lambda: self.export_take())
         return m
@@ -577,6 +580,7 @@ class MainWindow(QMainWindow):
         self.settings.sync()
         self.controller.stop()
         self.player.stop()
+        self.api_server.shutdown()
         QApplication.instance().removeEventFilter(self._drop_filter)
         self.hide()  # gone at once; the engine thread still finishes its current chunk
         QApplication.processEvents()
