@@ -225,6 +225,41 @@ class Engine:
     def split_text(text: str) -> list[Sentence]:
         return split_text(text)
 
+    # ---------------------------------------------------------------- text and likeness (engine_native.script)
+    @property
+    def expression_tags(self) -> list[str]:
+        """The paralinguistic tags this model's tokenizer holds ("[laugh]", ...; see engine_native.tags)."""
+        if getattr(self, "_expression_tags", None) is None:
+            from engine_native.tags import read_expression_tags
+
+            self._expression_tags = read_expression_tags(self._file, self._tokenizer)
+        return list(self._expression_tags)
+
+    def text_tokens(self, text: str) -> list[int]:
+        """T3's text token ids for one sentence, as synthesis makes them (punc_norm, then the tokenizer)."""
+        if not isinstance(text, str) or not text.strip():
+            raise EmptyTextError("there is nothing to tokenize: the text is empty")
+        return self._text_ids(text)
+
+    def speaker_embedding(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
+        """The VoiceEncoder's speaker embedding (L2-normalised) of any audio, made the way
+        voice_from_audio makes a voice's speaker_emb: 24 kHz, loudness to -27 LUFS, 16 kHz."""
+        if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) \
+                or not 1000 <= sample_rate <= 768000:
+            raise ParameterError(f"sample_rate must be a whole number in [1000, 768000]; got {sample_rate!r}")
+        sr = int(sample_rate)
+        try:
+            mono = to_mono(samples)
+        except ValueError as e:
+            raise VoiceError(str(e)) from None
+        if mono.size == 0 or not np.all(np.isfinite(mono)):
+            raise VoiceError("the audio is empty or holds invalid samples")
+        with self._lock:
+            ve = self._voice_encoders()["ve"]
+            wav24 = norm_loudness(resample_soxr(mono, sr, self.sample_rate), self.sample_rate)
+            ref16 = resample_soxr(wav24, self.sample_rate, getattr(self, "_tokenizer_rate", 16000))
+            return np.asarray(ve.embed(ref16, threads=self._threads), np.float32).reshape(-1)
+
     # ---------------------------------------------------------------- voices
     def check_voice(self, voice: Voice) -> None:
         if not isinstance(voice, Voice):

@@ -161,12 +161,14 @@ class Output:
             log(f"wrote     {self.target} ({audio.size / self.rate:.2f} s)")
 
 
-def speak(engine, text: str, voice, opts: dict, seed, out: Output, stop: threading.Event | None = None) -> dict:
+def speak(engine, text: str, voice, opts: dict, seed, out: Output, stop: threading.Event | None = None,
+          script=None) -> dict:
     """Streams one text into `out`; returns totals for the log line."""
     t0 = time.perf_counter()
     first_audio = None
     audio_s = 0.0
-    it = engine.stream(text, voice, seed=seed, **opts)
+    # script: text, seed -> a stream of the script's parts (pauses, cast, lexicon: app.cli.script_cli)
+    it = engine.stream(text, voice, seed=seed, **opts) if script is None else script(text, seed)
     try:
         for chunk in it:
             if first_audio is None:
@@ -278,6 +280,9 @@ def cmd_live(args) -> int:
         engine = load_engine(args)
         voice = resolve_voice(engine, args)
         opts = stream_options(args)
+        from app.cli.script_cli import live_script
+
+        script = live_script(args, engine, voice)
         out = Output(args.output, engine.sample_rate)
         stop = threading.Event()
         todo: queue.Queue = queue.Queue()
@@ -301,7 +306,7 @@ def cmd_live(args) -> int:
         threading.Thread(target=reader, daemon=True).start()
         try:
             while (sentence := todo.get()) is not None:
-                r = speak(engine, sentence, voice, opts, seed, out, stop)
+                r = speak(engine, sentence, voice, opts, seed, out, stop, script=script)
                 log(f"spoke     {sentence!r}: {r['audio_s']:.2f} s, first audio after {r['first_audio_s']:.2f} s")
         except KeyboardInterrupt:
             stop.set()
@@ -333,13 +338,17 @@ def add_parsers(sub) -> None:
     p.add_argument("-o", "--output", help="OUT.wav|.flac|.ogg|.mp3, or - for raw s16le 24 kHz mono PCM on stdout; "
                    "default: play it")
     add_engine_arguments(p)
-    p.set_defaults(func=cmd_say)
+    from app.cli import script_cli
+
+    script_cli.add_script_arguments(p, say=True)
+    p.set_defaults(func=script_cli.cmd_say)  # say runs through engine_native.script
 
     p = sub.add_parser("live", help="type and hear each sentence as soon as it is complete")
     p.add_argument("--input-file", help="follow this file as it grows (like tail -f) instead of reading stdin")
     p.add_argument("--by-line", action="store_true", help="one line is one utterance")
     p.add_argument("-o", "--output", help="a file to write at the end, or - for PCM on stdout; default: play")
     add_engine_arguments(p)
+    script_cli.add_script_arguments(p, say=False)
     p.set_defaults(func=cmd_live)
 
     p = sub.add_parser("bake", help="clone the voice of a recording into a .voice.gguf file")

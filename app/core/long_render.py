@@ -1,0 +1,156 @@
+"""Long renders that survive a crash: finished pieces kept on disk, resumed by the same command.
+
+Design: rendering a script into OUT (say -f BOOK.txt -o BOOK.mp3, or the app's "Export
+script") keeps a sidecar folder `OUT.parts/` beside the output. Every finished piece (a
+sentence, or the part of one between two timed pauses) is written there at once, as a
+float32 WAV named by the SHA-256 of everything its samples depend on: the text actually
+spoken (after the lexicon), the voice's conditioning tensors, the piece's seed, the
+synthesis and streaming options, best-of-N and the model file (name and size). Each file
+is written atomically (engine_native.files), so a crash or Ctrl-C leaves only whole
+pieces. Running the same command again serves the pieces already there, renders the rest,
+and assembles the output (pauses are exact zeros and cost nothing); float32 WAV keeps the
+samples bit for bit, so a resumed render equals an uninterrupted one. The folder is
+removed once the output is written (unless asked to keep it). Editing the script only
+re-renders the pieces whose text (or seed: a piece's seed is seed + its index) changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+PARTS_SUFFIX = ".parts"
+
+
+def parts_dir_for(output: str | os.PathLike) -> Path:
+    return Path(str(output) + PARTS_SUFFIX)
+
+
+def _voice_digest(voice) -> str:
+    if voice is None:
+        return "builtin"
+    h = hashlib.sha256()
+    for name in ("speaker_emb", "cond_prompt_speech_tokens", "embedding", "prompt_token", "prompt_feat"):
+        h.update(np.ascontiguousarray(getattr(voice, name)).tobytes())
+    return h.hexdigest()[:16]
+
+
+class PartsCache:
+    """Finished pieces of one render, on disk (see the module)."""
+
+    def __init__(self, folder: str | os.PathLike, *, model_path: str | os.PathLike | None = None,
+                 stream_options: dict | None = None, rate: int = 24000):
+        self.folder = Path(folder)
+        self.rate = rate
+        self.stream_options = dict(stream_options or {})
+        try:
+            st = os.stat(model_path) if model_path else None
+            self.model_id = f"{Path(model_path).name}:{st.st_size}" if st else ""
+        except OSError:
+            self.model_id = str(model_path)
+        self.hits = 0
+        self.written = 0
+        self._voices: dict[int, str] = {}
+
+    def key(self, text: str, voice, seed: int, options: dict, best_of: int) -> str:
+        vid = self._voices.get(id(voice))
+        if vid is None:
+            vid = self._voices[id(voice)] = _voice_digest(voice)
+        blob = json.dumps({"text": text, "voice": vid, "seed": int(seed), "options": options,
+                           "stream": self.stream_options, "best_of": int(best_of), "model": self.model_id},
+                          sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{key}.wav"
+
+    def get(self, key: str) -> np.ndarray | None:
+        p = self._path(key)
+        if not p.is_file():
+            return None
+        import soundfile as sf
+
+        try:
+            data, rate = sf.read(str(p), dtype="float32", always_2d=False)
+        except Exception:  # a damaged part is rendered again
+            return None
+        if rate != self.rate:
+            return None
+        self.hits += 1
+        return np.asarray(data, np.float32).reshape(-1)
+
+    def put(self, key: str, samples: np.ndarray) -> None:
+        import soundfile as sf
+
+        from engine_native.files import atomic_write
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        x = np.asarray(samples, np.float32).reshape(-1)
+        atomic_write(self._path(key), lambda tmp: sf.write(str(tmp), x, self.rate, format="WAV", subtype="FLOAT"))
+        self.written += 1
+
+    def count(self) -> int:
+        return len(list(self.folder.glob("*.wav"))) if self.folder.is_dir() else 0
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def chapter_files(output: str, n: int) -> list[str]:
+    """BOOK.mp3 -> BOOK-01.mp3, BOOK-02.mp3, ... (two digits at least)."""
+    stem, ext = os.path.splitext(output)
+    width = max(2, len(str(n)))
+    return [f"{stem}-{i + 1:0{width}d}{ext}" for i in range(n)]
+
+
+def ffmetadata(chapters: list[tuple[str, int, int]], rate: int) -> str:
+    """An ffmpeg FFMETADATA1 file with chapter marks: (title, start sample, end sample)."""
+    def esc(s: str) -> str:
+        return "".join("\\" + c if c in "=;#\\\n" else c for c in s)
+
+    lines = [";FFMETADATA1"]
+    for title, a, b in chapters:
+        lines += ["[CHAPTER]", "TIMEBASE=1/1000", f"START={a * 1000 // rate}", f"END={b * 1000 // rate}",
+                  f"title={esc(title)}"]
+    return "\n".join(lines) + "\n"
+
+
+def add_chapter_marks(path: str, chapters: list[tuple[str, int, int]], rate: int) -> None:
+    """Chapter marks into an MP3 (ID3v2 CHAP frames, via ffmpeg; the audio is copied, not
+    re-encoded), atomically."""
+    import subprocess
+    import tempfile
+
+    from engine_native.files import atomic_write
+
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise OSError("chapter marks need ffmpeg")
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
+        f.write(ffmetadata(chapters, rate))
+        meta = f.name
+    try:
+        def write(tmp) -> None:
+            r = subprocess.run([ffmpeg, "-nostdin", "-v", "error", "-y", "-i", path, "-i", meta,
+                                "-map_metadata", "1", "-map_chapters", "1", "-c", "copy", "-id3v2_version", "3",
+                                "-f", "mp3", str(tmp)], capture_output=True)
+            if r.returncode != 0:
+                raise OSError("ffmpeg could not write chapter marks: " + r.stderr.decode("utf-8", "replace")[-300:])
+
+        atomic_write(path, write)
+    finally:
+        os.unlink(meta)
