@@ -67,6 +67,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except OSError as e:
         log(f"chatterbox-studio: error: {e.strerror or e}")
         return 1
+    except KeyboardInterrupt:  # uvicorn shut down gracefully, then re-raised the Ctrl-C
+        pass
+    log("stopped")
     return 0
 
 
