@@ -304,3 +304,23 @@ def test_a_long_render_killed_halfway_resumes_to_the_same_audio(model, tmp_path)
     c2, _ = sf.read(tmp_path / "b" / "book-02.wav", dtype="int16")
     assert np.array_equal(np.concatenate([c1, c2]), a) and c1.size == 3 * piece_samples() + 18000
     assert "resume    6 finished pieces" in r.stderr.decode()              # nothing rendered again
+
+
+def test_bake_into_model_makes_the_clone_the_built_in_voice(model, engine, two_voices, tmp_path):
+    from app.cli.speak import clone_from_file
+
+    folder, _ = two_voices
+    wav = os.path.join(folder, "Alice.wav")
+    r = _cli("bake", wav, "-m", str(model), "--into-model", "baked.gguf", "--name", "Narrator", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr.decode()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]        # atomic: no temp file left
+    info = _cli("info", "baked.gguf", cwd=tmp_path).stdout.decode()
+    assert "built-in voice    Narrator (baked from Alice.wav, sha256 " in info
+    assert "built-in voice    the model's own" in _cli("info", str(model)).stdout.decode()
+    # The baked model's own voice speaks exactly as the clone does with the original model.
+    clone = clone_from_file(engine, wav)
+    baked = Engine(tmp_path / "baked.gguf")
+    assert np.array_equal(baked.synthesize("Hi there.", seed=1, max_tokens=N),
+                          engine.synthesize("Hi there.", clone, seed=1, max_tokens=N))
+    assert not np.array_equal(baked.synthesize("Hi there.", seed=1, max_tokens=N),
+                              engine.synthesize("Hi there.", seed=1, max_tokens=N))

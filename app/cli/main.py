@@ -48,6 +48,16 @@ def _model_info(path: str) -> int:
     for key in ("t3.n_layer", "t3.n_embd", "t3.n_head", "t3.text_vocab", "t3.speech_vocab",
                 "s3gen.cfm.meanflow", "s3gen.cfm.n_timesteps", "s3gen.silence_token"):
         print(f"  {key:<28} {meta.get('chatterbox.' + key)}")
+    from engine_native.bake import baked_voice_info
+
+    baked = baked_voice_info(meta)
+    if baked:
+        source = baked.get("source_file") or "unknown source"
+        print(f"built-in voice    {baked.get('name', '?')} (baked from {source}"
+              f"{', sha256 ' + str(baked['source_sha256'])[:12] if baked.get('source_sha256') else ''}"
+              f"{', ' + str(baked['baked_at']) if baked.get('baked_at') else ''})")
+    else:
+        print("built-in voice    the model's own")
     return 0
 
 

@@ -321,11 +321,22 @@ def cmd_live(args) -> int:
 
 def cmd_bake(args) -> int:
     def body() -> int:
+        if not args.output and not args.into_model:
+            raise UserError("give -o NAME.voice.gguf, --into-model OUT.gguf, or both")
         engine = load_engine(args)
         voice = clone_from_file(engine, args.audio, args.name)
-        path = voice.save(args.output, name=args.name or voice.name)
-        log(f"wrote     {path} ({os.path.getsize(path) / 1024:.0f} KiB, voice '{voice.name}', "
-            f"{voice.meta['duration_s']:.1f} s recording)")
+        if args.output:
+            path = voice.save(args.output, name=args.name or voice.name)
+            log(f"wrote     {path} ({os.path.getsize(path) / 1024:.0f} KiB, voice '{voice.name}', "
+                f"{voice.meta['duration_s']:.1f} s recording)")
+        if args.into_model:   # a copy of the model whose built-in voice is this clone (engine_native.bake)
+            from engine_native.bake import bake_into_model
+
+            if args.name:
+                voice.meta["name"] = args.name
+            path = bake_into_model(args.model, voice, args.into_model)
+            log(f"wrote     {path} ({os.path.getsize(path) / 2**20:.0f} MiB, the model with voice '{voice.name}' "
+                f"built in)")
         return 0
 
     return _guarded(body)
@@ -353,7 +364,9 @@ def add_parsers(sub) -> None:
 
     p = sub.add_parser("bake", help="clone the voice of a recording into a .voice.gguf file")
     p.add_argument("audio", help="the recording (more than 5 s; 10 s or more of clean speech is best)")
-    p.add_argument("-o", "--output", required=True, help="NAME.voice.gguf to write")
+    p.add_argument("-o", "--output", help="NAME.voice.gguf to write")
+    p.add_argument("--into-model", metavar="OUT.gguf",
+                   help="also (or instead) write a copy of the model whose built-in voice is this clone")
     p.add_argument("--name", help="the voice's name (default: the recording's file name)")
     add_engine_arguments(p, sampling=False)
     p.set_defaults(func=cmd_bake)
