@@ -16,10 +16,24 @@ from functools import lru_cache
 import numpy as np
 
 
+# More channels than this is not a recording layout anyone uses (7.1 surround has 8).
+MAX_CHANNELS = 16
+
+
 def to_mono(samples: np.ndarray) -> np.ndarray:
-    """(n,) or (n, channels) -> float32 (n,), channels averaged as librosa.to_mono does."""
-    x = np.asarray(samples, dtype=np.float32)
+    """(n,), (n, channels) or (channels, n) -> float32 (n,), channels averaged as librosa.to_mono
+    does. A 2-D array whose first axis is short (<= MAX_CHANNELS) and second long is taken
+    as channels-first."""
+    try:
+        x = np.asarray(samples, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ValueError("audio must be an array of numbers") from None
+    if x.ndim == 2 and x.shape[0] <= MAX_CHANNELS < x.shape[1]:
+        x = x.T  # channels-first, as torchaudio and some decoders give it: (channels, n)
     if x.ndim == 2:
+        if x.shape[1] > MAX_CHANNELS:
+            raise ValueError(f"audio of shape {x.shape} has neither (samples, channels) nor (channels, samples) "
+                             f"layout with at most {MAX_CHANNELS} channels")
         x = x.mean(axis=1, dtype=np.float32) if x.shape[1] > 1 else x[:, 0]
     elif x.ndim != 1:
         raise ValueError(f"audio must be (samples,) or (samples, channels); got shape {x.shape}")

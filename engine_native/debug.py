@@ -1,4 +1,4 @@
-"""Staged parity seams (DESIGN.md, "Staged parity seams"): each stage of the engine
+"""Staged parity seams (docs/DESIGN.md, "Staged parity seams"): each stage of the engine
 with numpy in/out, so tests can feed the same inputs to the engine and the reference."""
 
 from __future__ import annotations

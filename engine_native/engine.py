@@ -11,7 +11,7 @@ sampling -> speech tokens (+ silence) -> S3Gen encoder -> meanflow CFM from seed
 sentences first; each sentence has its own seed (seed + index), so regenerating one
 sentence reproduces it.
 
-Streaming (seed journal B1): T3 hands tokens on as it samples them; each chunk runs S3Gen
+Streaming: T3 hands tokens on as it samples them; each chunk runs S3Gen
 on the growing token prefix (not final: the encoder's lookahead frames are dropped, as the
 reference's `finalize=False` does) and vocodes only the frames not yet played. The HiFT
 excitation is one continuous, seeded signal per sentence (cached across chunks), and the
@@ -21,13 +21,16 @@ sentence's first chunk. The CFM noise is drawn frame by frame, so a prefix sees 
 noise as the whole. What still differs from `synthesize` is the CFM's view of tokens not
 yet sampled (its attention is bidirectional), which tests bound.
 
-Compute runs with the GIL released; one Engine serves one computation at a time (a lock
-enforces it), and starting a new generation ends any unfinished stream at its next chunk.
+Concurrency: any number of threads may call one Engine. Native computations run with the
+GIL released, one at a time, served in arrival order (a fair lock); every generation has
+its own T3 session (its own KV cache, taken from a small pool so the voice's conditioning
+prefix is reused), so concurrent streams interleave chunk by chunk and each caller gets its
+whole result, never a truncated one. `Stream.cancel()` ends a stream: its consumer's loop
+ends quietly, and the T3 loop in flight stops at its next token.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import secrets
 import threading
@@ -39,9 +42,11 @@ import numpy as np
 
 from engine_native import _core
 from engine_native.audio import norm_loudness, resample_sinc, resample_soxr, to_mono
+from engine_native import options as schema
 from engine_native.errors import (EmptyTextError, EngineError, IncompatibleVoiceError, ModelError, ParameterError,
                                   SilentAudioError, VoiceError, VoiceTooShortError)
-from engine_native.text import Sentence, split_text
+from engine_native.speech import check_speech
+from engine_native.text import MAX_TEXT_CHARS, Sentence, has_speech, iter_sentences, split_text
 from engine_native.voice import Voice
 
 # HiFT's receptive field is about 12 mel frames each way (measured: with 12 frames of
@@ -51,8 +56,14 @@ from engine_native.voice import Voice
 # adding little latency.
 _HIFT_CONTEXT = 12
 _HIFT_HOLDBACK = 4
+# Chatterbox's output rate, for a front end that needs a rate before any model is loaded;
+# a loaded model's own value (`Engine.sample_rate`, from the GGUF) always wins.
+NOMINAL_SAMPLE_RATE = 24000
 # The reference's minimum recording length (prepare_conditionals asserts > 5 s).
 MIN_VOICE_SECONDS = 5.0
+# Speech (above -30 dBFS, ffmpeg silencedetect's sense) a recording must hold to be cloned:
+# -80 dBFS hiss is refused instead of being normalised into a "voice".
+MIN_SPEECH_SECONDS = 1.0
 # An "early stop": T3 ending with fewer speech tokens than this many per text token.
 _MIN_SPEECH_PER_TEXT_TOKEN = 2.0
 _MAX_ATTEMPTS = 3
@@ -80,16 +91,46 @@ class Chunk:
     timings: dict = field(default_factory=dict)
 
 
-def _check_range(name: str, value, lo, hi, *, integer: bool = False, lo_open: bool = False):
-    try:
-        v = int(value) if integer else float(value)
-    except (TypeError, ValueError):
-        raise ParameterError(f"{name} must be a number; got {value!r}") from None
-    if integer and v != value:
-        raise ParameterError(f"{name} must be a whole number; got {value!r}")
-    if not np.isfinite(v) or v < lo or v > hi or (lo_open and v == lo):
-        raise ParameterError(f"{name} must be in {'(' if lo_open else '['}{lo}, {hi}]; got {value!r}")
-    return v
+_SAMPLE_RATE = schema.Option("sample_rate", int, 1000, 768000, False, False, "a recording's sample rate in Hz")
+# Idle T3 sessions kept for reuse (each holds a KV cache; one keeps the last voice's prefix).
+_IDLE_T3_CACHES = 1
+
+
+def _get_or(f, key: str, default: int) -> int:
+    return f.get_int(key) if f.has_key(key) else default
+
+
+class _FairLock:
+    """A re-entrant lock that serves waiting threads in arrival order (a ticket lock), so
+    concurrent callers interleave fairly instead of one starving the others."""
+
+    def __init__(self):
+        self._cv = threading.Condition(threading.Lock())
+        self._next_ticket = 0
+        self._serving = 0
+        self._owner = None
+        self._depth = 0
+
+    def __enter__(self):
+        me = threading.get_ident()
+        with self._cv:
+            if self._owner == me:
+                self._depth += 1
+                return self
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            while self._serving != ticket or self._owner is not None:
+                self._cv.wait()
+            self._owner, self._depth = me, 1
+        return self
+
+    def __exit__(self, *exc):
+        with self._cv:
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+                self._serving += 1
+                self._cv.notify_all()
 
 
 class _StreamVocoder:
@@ -125,7 +166,7 @@ class Stream:
     """The iterator `Engine.stream` returns; `cancel()` may be called from any thread."""
 
     def __init__(self, gen_factory):
-        self._cancel = threading.Event()
+        self._cancel = _CancelToken()
         self._gen = gen_factory(self._cancel)
 
     def __iter__(self):
@@ -138,7 +179,7 @@ class Stream:
         return next(self._gen)
 
     def cancel(self) -> None:
-        """Stop: the iterator ends before its next chunk (the running one finishes first)."""
+        """Stop: the iterator ends before its next chunk; sampling in flight stops at its next token."""
         self._cancel.set()
 
     @property
@@ -156,6 +197,32 @@ class Stream:
         self.close()
 
 
+class _CancelToken:
+    """A cancel flag that also reaches the native T3 loop running for it."""
+
+    def __init__(self):
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._t3 = None
+
+    def set(self) -> None:
+        with self._lock:
+            self._event.set()
+            t3 = self._t3
+        if t3 is not None:
+            t3.cancel()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def watch(self, t3) -> None:
+        """The T3 token stream now running for this generation (None: none)."""
+        with self._lock:
+            self._t3 = t3
+        if t3 is not None and self._event.is_set():
+            t3.cancel()
+
+
 class Engine:
     def __init__(self, model_path: str | os.PathLike, *, backend: str = "cpu", threads: int | None = None):
         t0 = time.perf_counter()
@@ -163,7 +230,7 @@ class Engine:
         if not self.path.is_file():
             raise ModelError(f"model file not found: {self.path}")
         if threads is not None:
-            _check_range("threads", threads, 1, 512, integer=True)
+            schema.check("threads", threads)
         try:
             self._threads = int(threads or 0)  # 0: one per core
             self._file = _core.ModelFile(str(self.path), backend=backend, threads=self._threads)
@@ -184,6 +251,13 @@ class Engine:
         self._trim = f.get_int("chatterbox.hift.trim_fade_samples")
         self._n_ctx = f.get_int("chatterbox.t3.n_ctx")
         self._cond_prompt_len = f.get_int("chatterbox.t3.speech_cond_prompt_len")
+        # The voice recipe's rates and lengths (prepare_conditionals): from the GGUF; files
+        # converted before these keys existed get the Turbo/Nano reference values.
+        self._token_rate = f.get_int("chatterbox.s3gen.token_rate")
+        self._token_mel_ratio = f.get_int("chatterbox.s3gen.token_mel_ratio")
+        self._tokenizer_rate = f.get_int("chatterbox.s3tok.sample_rate")
+        self._s3gen_prompt_seconds = _get_or(f, "chatterbox.s3gen.prompt_seconds", 10)   # DEC_COND_LEN
+        self._t3_prompt_seconds = _get_or(f, "chatterbox.t3.prompt_seconds", 15)         # ENC_COND_LEN
         self.defaults = {
             "temperature": f.get_float("chatterbox.sampling.temperature"),
             "top_k": f.get_int("chatterbox.sampling.top_k"),
@@ -201,9 +275,9 @@ class Engine:
             prompt_token=f.tensor_f32("voice.prompt_token").astype(np.int32).reshape(-1),
             prompt_feat=f.tensor_f32("voice.prompt_feat").reshape(-1, self._hift.in_channels),
             variant=self.variant, meta={"name": "Built-in", "builtin": True})
-        self._lock = threading.RLock()
-        self._generation = itertools.count(1)
-        self._owner = 0              # the generation that may drive T3 now
+        self._lock = _FairLock()     # one native computation at a time, in arrival order
+        self._idle_caches = []       # T3 KV caches of finished sessions, for reuse
+        self._cache_lock = threading.Lock()
         self._cloner = None
         self.load_seconds = time.perf_counter() - t0
 
@@ -262,25 +336,39 @@ class Engine:
 
     # ---------------------------------------------------------------- voices
     def check_voice(self, voice: Voice) -> None:
+        """Does this voice fit this model? VoiceError (naming the file) when it does not."""
         if not isinstance(voice, Voice):
             raise VoiceError(f"voice must be an engine_native.Voice; got {type(voice).__name__}")
         if voice.variant != self.variant:
             raise IncompatibleVoiceError(
-                f"voice '{voice.name}' was made with a Chatterbox {voice.variant or 'unknown'} model; this model is "
+                f"{voice.where()} was made with a Chatterbox {voice.variant or 'unknown'} model; this model is "
                 f"{self.variant}. Clone the voice again with this model.")
+        voice.validate()
         f = self._file
         expect = {"speaker_emb": f.get_int("chatterbox.t3.speaker_embed_size"),
                   "embedding": self._file.tensor_info("voice.embedding")[1][0]}
         for name, n in expect.items():
             if getattr(voice, name).size != n:
-                raise IncompatibleVoiceError(f"voice '{voice.name}': {name} has {getattr(voice, name).size} values; "
+                raise IncompatibleVoiceError(f"{voice.where()}: {name} has {getattr(voice, name).size} values; "
                                              f"this model needs {n}")
-        if voice.prompt_feat.ndim != 2 or voice.prompt_feat.shape[1] != self._hift.in_channels:
-            raise IncompatibleVoiceError(f"voice '{voice.name}': prompt_feat must be [frames, {self._hift.in_channels}]")
+        n_mels = self._hift.in_channels
+        if voice.prompt_feat.shape[1] != n_mels:
+            raise IncompatibleVoiceError(f"{voice.where()}: prompt_feat must be [frames, {n_mels}]")
         for name in ("cond_prompt_speech_tokens", "prompt_token"):
             t = getattr(voice, name)
-            if t.size and (t.min() < 0 or t.max() >= self._speech_codes):
-                raise IncompatibleVoiceError(f"voice '{voice.name}': {name} holds ids outside this model's codebook")
+            if t.max() >= self._speech_codes:
+                raise IncompatibleVoiceError(f"{voice.where()}: {name} holds ids outside this model's codebook")
+        if voice.cond_prompt_speech_tokens.size > self._cond_prompt_len:
+            raise VoiceError(f"{voice.where()}: {voice.cond_prompt_speech_tokens.size} T3 prompt tokens; this model "
+                             f"takes at most {self._cond_prompt_len}")
+        # S3Gen's prompt: mel frames = token_mel_ratio x tokens, and no longer than the recipe makes.
+        n_tok, n_frames = voice.prompt_token.size, voice.prompt_feat.shape[0]
+        if n_frames // self._token_mel_ratio != n_tok:  # (the reference keeps an odd last frame)
+            raise VoiceError(f"{voice.where()}: its S3Gen prompt is inconsistent ({n_tok} tokens but {n_frames} "
+                             f"mel frames; {self._token_mel_ratio} frames per token expected)")
+        if n_tok > self._s3gen_prompt_seconds * self._token_rate:
+            raise VoiceError(f"{voice.where()}: its S3Gen prompt holds {n_tok} tokens; at most "
+                             f"{self._s3gen_prompt_seconds * self._token_rate} expected")
 
     def _voice_encoders(self):
         if self._cloner is None:
@@ -294,35 +382,39 @@ class Engine:
     def voice_from_audio(self, samples: np.ndarray, sample_rate: int, *, name: str | None = None, **meta) -> Voice:
         """A voice from one recording (any rate, mono or (n, channels)), exactly as the
         reference's `prepare_conditionals` makes it from the same samples."""
-        sr = _check_range("sample_rate", sample_rate, 1000, 768000, integer=True)
+        sr = _SAMPLE_RATE.check(sample_rate)
         try:
             mono = to_mono(samples)
         except ValueError as e:
             raise VoiceError(str(e)) from None
         if not np.all(np.isfinite(mono)):
             raise VoiceError("the recording contains invalid samples (NaN or infinity)")
-        S3GEN_SR, S3_SR = self.sample_rate, 16000
+        S3GEN_SR, S3_SR = self.sample_rate, self._tokenizer_rate
         duration = mono.size / sr
         if duration <= MIN_VOICE_SECONDS:
             raise VoiceTooShortError(f"the recording is {duration:.1f} s long; cloning needs more than "
                                      f"{MIN_VOICE_SECONDS:.0f} s of audio (10 s or more is best)")
         if not np.any(np.abs(mono) > 1e-6):
             raise SilentAudioError("the recording is silent: there is no signal to clone")
+        # The Voice Lab's speech detection, before loudness normalisation lifts noise to speech level.
+        check_speech(mono, sr, MIN_SPEECH_SECONDS)
         with self._lock:
             enc = self._voice_encoders()
             t0 = time.perf_counter()
             wav24 = resample_soxr(mono, sr, S3GEN_SR)            # librosa.load(path, sr=24000)
             wav24 = norm_loudness(wav24, S3GEN_SR)                # to -27 LUFS
             ref16 = resample_soxr(wav24, S3GEN_SR, S3_SR)         # librosa.resample -> T3 and the VoiceEncoder
-            dec = wav24[: 10 * S3GEN_SR]                           # DEC_COND_LEN
+            dec = wav24[: self._s3gen_prompt_seconds * S3GEN_SR]  # DEC_COND_LEN
             dec16 = resample_sinc(dec, S3GEN_SR, S3_SR)           # embed_ref's torchaudio Resample
             try:
                 prompt_feat = np.asarray(enc["mel"].compute(dec), np.float32)
                 embedding = np.asarray(enc["campplus"].embed(dec16), np.float32)
                 prompt_token = np.asarray(enc["s3tok"].tokens(dec16), np.int32)
-                if prompt_feat.shape[0] != 2 * prompt_token.size:
-                    prompt_token = prompt_token[: prompt_feat.shape[0] // 2]
-                cond_tokens = np.asarray(enc["s3tok"].tokens(ref16[: 15 * S3_SR], max_len=self._cond_prompt_len),
+                ratio = self._token_mel_ratio
+                if prompt_feat.shape[0] != ratio * prompt_token.size:
+                    prompt_token = prompt_token[: prompt_feat.shape[0] // ratio]
+                cond_tokens = np.asarray(enc["s3tok"].tokens(ref16[: self._t3_prompt_seconds * S3_SR],
+                                                             max_len=self._cond_prompt_len),
                                          np.int32)                 # ENC_COND_LEN, capped to the prompt length
                 speaker_emb = np.asarray(enc["ve"].embed(ref16, threads=self._threads), np.float32)
             except EngineError as e:
@@ -341,38 +433,71 @@ class Engine:
     def _options(self, seed, opts: dict) -> tuple[int, dict]:
         unknown = set(opts) - set(self.defaults)
         if unknown:
-            raise ParameterError(f"unknown option(s): {', '.join(sorted(unknown))}")
+            raise ParameterError(f"unknown option(s): {', '.join(sorted(map(str, unknown)))}; the options are "
+                                 f"{', '.join(sorted(self.defaults))}")
         p = {**self.defaults, **{k: v for k, v in opts.items() if v is not None}}
-        p["temperature"] = _check_range("temperature", p["temperature"], 0.0, 5.0, lo_open=True)
-        p["top_k"] = _check_range("top_k", p["top_k"], 1, 100000, integer=True)
-        p["top_p"] = _check_range("top_p", p["top_p"], 0.0, 1.0, lo_open=True)
-        p["repetition_penalty"] = _check_range("repetition_penalty", p["repetition_penalty"], 0.0, 10.0, lo_open=True)
-        p["min_p"] = _check_range("min_p", p["min_p"], 0.0, 1.0)
-        p["cfm_steps"] = _check_range("cfm_steps", p["cfm_steps"], 1, 100, integer=True)
-        limit = self._n_ctx - self._cond_prompt_len - 1 - 300
-        p["max_tokens"] = _check_range("max_tokens", p["max_tokens"], 1, limit, integer=True)
-        if p["prompt_seconds"] is not None:
-            p["prompt_seconds"] = _check_range("prompt_seconds", p["prompt_seconds"], 1.0, 60.0)
-        if seed is None:
-            seed = secrets.randbelow(2**31)
-        seed = _check_range("seed", seed, 0, 2**63 - 1000, integer=True)
+        for name in p:
+            if name == "max_tokens":
+                # T3's context holds the voice's prompt, the text (up to 300 tokens) and the speech.
+                p[name] = schema.check(name, p[name], upper=self._n_ctx - self._cond_prompt_len - 1 - 300)
+            elif p[name] is not None:
+                p[name] = schema.check(name, p[name])
+        seed = secrets.randbelow(2**31) if seed is None else schema.check("seed", seed)
         return seed, p
 
-    def _sentences(self, text) -> list[Sentence]:
+    def _sentences(self, text, cancel) -> list[Sentence] | None:
+        """The text's sentences (None when cancelled while splitting: a huge paste can be stopped)."""
+        out = []
+        for i, s in enumerate(iter_sentences(text)):
+            out.append(s)
+            if i % 1024 == 1023 and cancel.is_set():
+                return None
+        return out
+
+    @staticmethod
+    def _check_text(text) -> None:
         if not isinstance(text, str):
             raise EmptyTextError(f"text must be a string; got {type(text).__name__}")
-        sentences = split_text(text)
-        if not sentences:
+        if len(text) > MAX_TEXT_CHARS:
+            raise ParameterError(f"the text is {len(text):,} characters long; one call takes at most "
+                                 f"{MAX_TEXT_CHARS:,} (split it into parts)")
+        if not has_speech(text):
             raise EmptyTextError("there is nothing to say: the text is empty or only punctuation")
-        return sentences
 
     def _text_ids(self, sentence: str) -> list[int]:
         return self._tokenizer.encode(_core.punc_norm(sentence)).astype(np.int32).tolist()
 
-    def _t3_stream(self, ids, seed, p, voice):
-        return self._t3.stream(ids, p["max_tokens"], seed, temperature=p["temperature"], top_k=p["top_k"],
-                               top_p=p["top_p"], repetition_penalty=p["repetition_penalty"], min_p=p["min_p"],
-                               speaker_emb=voice.speaker_emb, prompt_tokens=voice.cond_prompt_speech_tokens)
+    def _t3_session(self, ids, seed, p, voice, cancel):
+        """A T3 token stream with a KV cache of its own (a pooled one when free)."""
+        # T3's context holds [speaker, voice prompt, text, start-of-speech, speech]; say which
+        # part does not fit instead of letting the cache refuse it.
+        fixed = 1 + voice.cond_prompt_speech_tokens.size + len(ids) + 1
+        if fixed + p["max_tokens"] > self._n_ctx:
+            room = self._n_ctx - fixed
+            if room < 1:
+                raise ParameterError(f"a sentence of {len(ids)} text tokens does not fit T3's context of "
+                                     f"{self._n_ctx} positions with this voice; shorten the sentence")
+            raise ParameterError(f"max_tokens must be in [1, {room}] for this sentence and voice (T3's context "
+                                 f"holds {self._n_ctx} positions: {fixed} for the voice and text); got "
+                                 f"{p['max_tokens']}")
+        with self._cache_lock:
+            cache = self._idle_caches.pop() if self._idle_caches else None
+        with self._lock:
+            if cache is None:
+                cache = _core.T3Cache(self._t3)
+            t3 = self._t3.stream(ids, p["max_tokens"], seed, temperature=p["temperature"], top_k=p["top_k"],
+                                 top_p=p["top_p"], repetition_penalty=p["repetition_penalty"], min_p=p["min_p"],
+                                 speaker_emb=voice.speaker_emb, prompt_tokens=voice.cond_prompt_speech_tokens,
+                                 cache=cache)
+        cancel.watch(t3)
+        return t3, cache
+
+    def _end_session(self, t3, cache, cancel) -> None:
+        cancel.watch(None)
+        t3.close()
+        with self._cache_lock:
+            if len(self._idle_caches) < _IDLE_T3_CACHES:
+                self._idle_caches.append(cache)
 
     def _early_stop(self, tokens, n_text: int, done: bool) -> bool:
         speech = sum(1 for t in tokens if t < self._speech_codes)
@@ -382,16 +507,16 @@ class Engine:
         speech = [t for t in tokens if t < self._speech_codes]
         return speech + self._silence if final else speech
 
-    @staticmethod
-    def _s3gen_prompt(voice: Voice, seconds: float | None) -> tuple[np.ndarray, np.ndarray]:
-        """The voice's S3Gen prompt, or only its last `seconds` (25 tokens, 50 mel frames a
-        second). A shorter prompt makes every S3Gen pass cheaper (the encoder and the CFM
-        attend over prompt + speech) at some cost in likeness: the low-latency preset's trade."""
+    def _s3gen_prompt(self, voice: Voice, seconds: float | None) -> tuple[np.ndarray, np.ndarray]:
+        """The voice's S3Gen prompt, or only its last `seconds` (token_rate tokens, token_rate x
+        token_mel_ratio mel frames a second). A shorter prompt makes every S3Gen pass cheaper
+        (the encoder and the CFM attend over prompt + speech) at some cost in likeness: the
+        low-latency preset's trade."""
         tokens, feat = voice.prompt_token, voice.prompt_feat
-        if seconds is None or seconds * 25 >= tokens.size:
+        if seconds is None or seconds * self._token_rate >= tokens.size:
             return tokens, feat
-        n = max(1, int(round(seconds * 25)))
-        return tokens[-n:], np.ascontiguousarray(feat[feat.shape[0] - 2 * n:])
+        n = max(1, int(round(seconds * self._token_rate)))
+        return tokens[-n:], np.ascontiguousarray(feat[feat.shape[0] - self._token_mel_ratio * n:])
 
     def _mel(self, speech: list[int], voice: Voice, seed: int, final: bool, p: dict) -> np.ndarray:
         """S3Gen's flow: [80, frames] for the speech tokens (prompt frames removed)."""
@@ -414,46 +539,40 @@ class Engine:
         wav[: fade.size] *= fade
         return wav
 
-    def _claim(self) -> int:
-        """A new generation takes T3 over; any older unfinished stream ends."""
-        gen = next(self._generation)
-        self._owner = gen
-        return gen
-
     def synthesize(self, text: str, voice: Voice | None = None, *, seed: int | None = None, **options) -> np.ndarray:
         """The whole text as one float32 array at `sample_rate` (sentence by sentence)."""
-        return np.concatenate([c.samples for c in self._run(text, voice, seed, options, streaming=False)])
+        voice, seed, p = self._request(text, voice, seed, options)
+        chunks = [c.samples for c in self._chunks(text, voice, seed, p, False, 0, 0, _CancelToken())]
+        return np.concatenate(chunks)
 
     def stream(self, text: str, voice: Voice | None = None, *, first_chunk_tokens: int = 10, chunk_tokens: int = 25,
                seed: int | None = None, **options) -> Stream:
-        first = _check_range("first_chunk_tokens", first_chunk_tokens, 1, 1000, integer=True)
-        every = _check_range("chunk_tokens", chunk_tokens, 1, 1000, integer=True)
+        """A Stream of Chunks; returns at once (the text is split as the stream runs)."""
+        first = schema.check("first_chunk_tokens", first_chunk_tokens)
+        every = schema.check("chunk_tokens", chunk_tokens)
         # Validate everything now, so a bad request fails here and not at the first next().
-        sentences, voice, seed, p = self._request(text, voice, seed, options)
-        return Stream(lambda cancel: self._chunks(text, sentences, voice, seed, p, True, first, every, cancel))
+        voice, seed, p = self._request(text, voice, seed, options)
+        return Stream(lambda cancel: self._chunks(text, voice, seed, p, True, first, every, cancel))
 
     def _request(self, text, voice, seed, options):
-        sentences = self._sentences(text)
+        self._check_text(text)
         voice = self.builtin_voice if voice is None else voice
         self.check_voice(voice)
         seed, p = self._options(seed, options)
-        return sentences, voice, seed, p
+        return voice, seed, p
 
-    def _run(self, text, voice, seed, options, streaming):
-        sentences, voice, seed, p = self._request(text, voice, seed, options)
-        return self._chunks(text, sentences, voice, seed, p, streaming, 0, 0, threading.Event())
-
-    def _chunks(self, text, sentences, voice, seed, p, streaming, first_tokens, chunk_tokens, cancel):
-        with self._lock:
-            gen = self._claim()
+    def _chunks(self, text, voice, seed, p, streaming, first_tokens, chunk_tokens, cancel):
+        sentences = self._sentences(text, cancel)
+        if sentences is None:
+            return
         index = 0
         for si, sentence in enumerate(sentences):
             s_seed = seed + si
             ids = self._text_ids(sentence.text)
             for chunk in (self._sentence_stream if streaming else self._sentence_whole)(
-                    ids, voice, s_seed, p, gen, cancel, first_tokens, chunk_tokens):
+                    ids, voice, s_seed, p, cancel, first_tokens, chunk_tokens):
                 wav, final, timings = chunk
-                if cancel.is_set() or self._owner != gen:
+                if cancel.is_set():
                     return
                 timings["seed"] = s_seed
                 yield Chunk(samples=wav, sample_rate=self.sample_rate, index=index,
@@ -462,18 +581,24 @@ class Engine:
                             timings=timings)
                 index += 1
 
-    def _sentence_whole(self, ids, voice, seed, p, gen, cancel, *_):
+    def _sentence_whole(self, ids, voice, seed, p, cancel, *_):
         """One sentence: T3 to the end (early stops retried, the longest kept), then S3Gen once."""
         timings = {}
         t0 = time.perf_counter()
         best = None
         for attempt in range(_MAX_ATTEMPTS):
-            with self._lock:
-                tokens = self._t3_stream(ids, seed + attempt * 1_000_003, p, voice).next(p["max_tokens"])
+            t3, cache = self._t3_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
+            try:
+                with self._lock:
+                    tokens = t3.next(p["max_tokens"])
+            finally:
+                self._end_session(t3, cache, cancel)
             if best is None or len(tokens) > len(best):
                 best = tokens
             if not self._early_stop(tokens, len(ids), True) or cancel.is_set():
                 break
+        if cancel.is_set():
+            return
         timings["t3_ms"] = (time.perf_counter() - t0) * 1e3
         timings["attempts"] = attempt + 1
         speech = self._speech_tokens(best, final=True)
@@ -486,41 +611,50 @@ class Engine:
         timings["audio_s"] = wav.size / self.sample_rate
         yield self._fade_in(wav), True, timings
 
-    def _sentence_stream(self, ids, voice, seed, p, gen, cancel, first_tokens, chunk_tokens):
+    def _sentence_stream(self, ids, voice, seed, p, cancel, first_tokens, chunk_tokens):
         """One sentence in chunks: S3Gen on each growing token prefix, new frames vocoded."""
         attempt = 0
-        with self._lock:
-            t0 = time.perf_counter()
-            t3 = self._t3_stream(ids, seed, p, voice)
-            prompt_ms = (time.perf_counter() - t0) * 1e3
-        vocoder = _StreamVocoder(self._hift, seed)
-        tokens: list[int] = []
-        started = False
-        while True:
-            if cancel.is_set() or self._owner != gen:
-                return
-            with self._lock:
-                t0 = time.perf_counter()
-                tokens += t3.next(chunk_tokens if started or tokens else first_tokens)
+        t0 = time.perf_counter()
+        t3, cache = self._t3_session(ids, seed, p, voice, cancel)
+        prompt_ms = (time.perf_counter() - t0) * 1e3
+        try:
+            vocoder = _StreamVocoder(self._hift, seed)
+            tokens: list[int] = []
+            started = False
+            while True:
+                if cancel.is_set():
+                    return
+                with self._lock:
+                    t0 = time.perf_counter()
+                    tokens += t3.next(chunk_tokens if started or tokens else first_tokens)
+                if cancel.is_set():
+                    return
                 if not started and self._early_stop(tokens, len(ids), t3.done) and attempt + 1 < _MAX_ATTEMPTS:
                     # Nothing has played yet: an early stop can still be retried, as synthesize() does.
                     attempt += 1
-                    t3 = self._t3_stream(ids, seed + attempt * 1_000_003, p, voice)
+                    self._end_session(t3, cache, cancel)
+                    t3 = None
+                    t3, cache = self._t3_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
                     tokens = []
                     continue
                 t3_ms = (time.perf_counter() - t0) * 1e3 + prompt_ms
                 prompt_ms = 0.0
                 final = t3.done
-                t0 = time.perf_counter()
-                mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p)
-                s3gen_ms = (time.perf_counter() - t0) * 1e3
-                wav, hift_ms = vocoder.push(mel, final)
-            if wav.size == 0 and not final:
-                continue
-            if not started:
-                wav = self._fade_in(wav)
-                started = True
-            yield wav, final, {"t3_ms": t3_ms, "s3gen_ms": s3gen_ms, "hift_ms": hift_ms, "attempts": attempt + 1,
-                               "speech_tokens": len(tokens), "audio_s": wav.size / self.sample_rate}
-            if final:
-                return
+                with self._lock:
+                    t0 = time.perf_counter()
+                    mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p)
+                    s3gen_ms = (time.perf_counter() - t0) * 1e3
+                    wav, hift_ms = vocoder.push(mel, final)
+                if wav.size == 0 and not final:
+                    continue
+                if not started:
+                    wav = self._fade_in(wav)
+                    started = True
+                yield wav, final, {"t3_ms": t3_ms, "s3gen_ms": s3gen_ms, "hift_ms": hift_ms,
+                                   "attempts": attempt + 1, "speech_tokens": len(tokens),
+                                   "audio_s": wav.size / self.sample_rate}
+                if final:
+                    return
+        finally:
+            if t3 is not None:
+                self._end_session(t3, cache, cancel)

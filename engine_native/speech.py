@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: The journal's settings for speech recordings: `silencedetect=noise=-30dB:d=0.3`.
+#: Settings for speech recordings (speech vs pauses between phrases): `silencedetect=noise=-30dB:d=0.3`.
 DEFAULT_NOISE_DB = -30.0
 DEFAULT_MIN_SILENCE = 0.3
 

@@ -33,6 +33,31 @@ class Voice:
     prompt_feat: np.ndarray                 # float32 [2n, n_mels]
     variant: str
     meta: dict = field(default_factory=dict)
+    path: str | None = None                 # the file it was loaded from, for messages
+
+    def where(self) -> str:
+        return f"voice file {self.path}" if self.path else f"voice '{self.name}'"
+
+    def validate(self) -> None:
+        """Checks what any model needs of a voice: finite numbers, whole non-negative token
+        ids, 2-D prompt features and non-empty prompts. VoiceError names the file and the
+        problem (a hand-edited or damaged file must not become NaN or endless audio)."""
+        for name in ("speaker_emb", "embedding", "prompt_feat"):
+            a = np.asarray(getattr(self, name))
+            if a.size == 0:
+                raise VoiceError(f"{self.where()}: {name} is empty")
+            if not np.all(np.isfinite(a)):
+                raise VoiceError(f"{self.where()}: {name} holds invalid numbers (NaN or infinity)")
+        if not np.any(self.speaker_emb) or not np.any(self.embedding):
+            raise VoiceError(f"{self.where()}: the speaker embedding is all zeros")
+        for name in ("cond_prompt_speech_tokens", "prompt_token"):
+            t = np.asarray(getattr(self, name))
+            if t.ndim != 1 or t.size == 0:
+                raise VoiceError(f"{self.where()}: {name} must be a non-empty list of token ids")
+            if t.min() < 0:
+                raise VoiceError(f"{self.where()}: {name} holds negative token ids")
+        if np.asarray(self.prompt_feat).ndim != 2:
+            raise VoiceError(f"{self.where()}: prompt_feat must be [frames, mel bins]")
 
     @property
     def name(self) -> str:
@@ -46,6 +71,7 @@ class Voice:
     def save(self, path: str | os.PathLike, name: str | None = None, **meta) -> Path:
         """Write atomically (temp file + rename): an interrupted save never leaves half a voice."""
         from engine_native.convert.model import add_kv, write_gguf_atomically
+        from engine_native.files import WriteFailed
 
         if name is not None:
             self.meta["name"] = str(name)
@@ -66,8 +92,8 @@ class Voice:
 
         try:
             write_gguf_atomically(path, fill, arch=VOICE_ARCH)
-        except OSError as e:
-            raise VoiceError(f"cannot write voice file {path}: {e.strerror or e}") from None
+        except WriteFailed as e:
+            raise VoiceError(str(e)) from None
         return path
 
     @classmethod
@@ -91,15 +117,25 @@ class Voice:
             raise VoiceError(f"{path}: not a Chatterbox voice file (architecture "
                              f"{kv.get('general.architecture')!r}; a model file is not a voice)")
         tensors = {t.name: np.array(t.data) for t in r.tensors}
+        for name in ("voice.cond_prompt_speech_tokens", "voice.prompt_token"):  # ids stored as floats must be whole
+            if name in tensors and tensors[name].dtype.kind == "f":
+                t = tensors[name]
+                if not np.all(np.isfinite(t)) or np.any(t != np.round(t)) or np.any(np.abs(t) > 2**31 - 1):
+                    raise VoiceError(f"voice file {path}: {name.removeprefix('voice.')} holds values that are not "
+                                     f"token ids")
         missing = [t for t in TENSORS if f"voice.{t}" not in tensors]
         if missing:
             raise VoiceError(f"{path}: voice file lacks {', '.join(missing)}")
         meta = {k.removeprefix("voice.meta."): v for k, v in kv.items() if k.startswith("voice.meta.")}
         get = lambda t: tensors[f"voice.{t}"]  # noqa: E731
-        n_mels = int(np.asarray(get("prompt_feat")).shape[-1])
-        return cls(speaker_emb=get("speaker_emb").astype(np.float32).reshape(-1),
+        n_mels = int(np.asarray(get("prompt_feat")).shape[-1]) if np.asarray(get("prompt_feat")).ndim else 0
+        if n_mels == 0:
+            raise VoiceError(f"voice file {path}: prompt_feat is empty")
+        voice = cls(speaker_emb=get("speaker_emb").astype(np.float32).reshape(-1),
                    cond_prompt_speech_tokens=get("cond_prompt_speech_tokens").astype(np.int32).reshape(-1),
                    embedding=get("embedding").astype(np.float32).reshape(-1),
                    prompt_token=get("prompt_token").astype(np.int32).reshape(-1),
                    prompt_feat=get("prompt_feat").astype(np.float32).reshape(-1, n_mels),
-                   variant=str(kv.get("voice.variant", "")), meta=meta)
+                   variant=str(kv.get("voice.variant", "")), meta=meta, path=str(path))
+        voice.validate()
+        return voice

@@ -17,7 +17,8 @@ def test_settings_are_typed_and_persist(tmp_path):
 
     path = str(tmp_path / "s.ini")
     s = Settings(QSettings(path, QSettings.IniFormat))
-    assert s.temperature == 0.8 and s.threads == 0 and s.model_choice_made is False
+    # sampling options default to None: the loaded model's own defaults (engine_native.options)
+    assert s.temperature is None and s.threads == 0 and s.model_choice_made is False
     s.temperature, s.threads, s.model_choice_made = 0.55, 3, True
     s.model_path, s.geometry = "/m/x.gguf", QByteArray(b"\x01\x02")
     s.sync()
@@ -26,7 +27,11 @@ def test_settings_are_typed_and_persist(tmp_path):
     assert isinstance(t.temperature, float) and isinstance(t.threads, int) and isinstance(t.model_choice_made, bool)
     assert bytes(t.geometry) == b"\x01\x02"
     t.qsettings.setValue("sampling/top_k", "garbage")  # junk on disk falls back to the default
-    assert t.top_k == 1000
+    assert t.top_k is None
+    t.qsettings.setValue("sampling/top_k", "1e30")  # so does a value outside the schema's range
+    assert t.top_k is None
+    t.top_k = 50
+    assert t.top_k == 50 and isinstance(t.top_k, int)
     assert t.sampling()["temperature"] == 0.55
 
 

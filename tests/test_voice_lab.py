@@ -185,7 +185,7 @@ def test_window_errors():
 
 # ---------------------------------------------------------------- chains
 
-def test_presets_render_to_the_journal_chains():
+def test_presets_render_to_their_documented_chains():
     assert vchain.preset("clean").to_ffmpeg_filter() == "highpass=f=60,alimiter=limit=0.85:level=disabled:latency=1"
     lossy = vchain.preset("lossy").to_ffmpeg_filter()
     assert lossy == (

@@ -3,8 +3,8 @@
 A chain is a list of steps (highpass, lowpass, peaking equalizer, denoise, loudness
 normalisation, limiter, gain); each has parameters and an `enabled` switch. Chains
 serialise to JSON (and so into a voice's metadata) and render through ffmpeg's filter
-graph. Two presets come from the journal (section 3.18): "clean" trusts the source,
-"lossy" repairs low-bitrate codecs; `choose_preset` picks one from the probe.
+graph. Two presets: "clean" trusts the source, "lossy" repairs low-bitrate codecs
+(a gentle high-pass, presence EQ, denoise, loudness, limiter); `choose_preset` picks one from the probe.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Step:
             return f"highpass=f={p['f']}"
         if self.kind == "lowpass":
             return f"lowpass=f={p['f']}"
-        if self.kind == "equalizer":  # widths are in Hz (t=h), as the journal's chain means them
+        if self.kind == "equalizer":  # widths are in Hz (t=h), as the presets give them
             return f"equalizer=f={p['f']}:t=h:w={p['w']}:g={p['g']}"
         if self.kind == "denoise":
             return f"afftdn=nr={p['nr']}:nf={p['nf']}:nt=w"
@@ -205,13 +205,18 @@ def resolve(chain, probe) -> tuple[Chain, str]:
 _JSON_BLOCK = re.compile(r"\{[^{}]*\"input_i\"[^{}]*\}", re.S)
 
 
-def render(samples: np.ndarray, rate: int, chain: Chain, out_rate: int = 24000) -> tuple[np.ndarray, str]:
+def render(samples: np.ndarray, rate: int, chain: Chain, out_rate: int | None = None) -> tuple[np.ndarray, str]:
     """Run mono float32 `samples` through the chain with ffmpeg; returns (out_rate mono float32, filter).
 
-    The signal is resampled to `out_rate` first, so every step sees the output rate.
+    The signal is resampled to `out_rate` (default: the lab's OUTPUT_RATE) first, so every step
+    sees the output rate.
     A loudnorm step runs in two passes (measure, then linear normalisation), which
     lands the integrated loudness on its target.
     """
+    if out_rate is None:
+        from voice_lab import OUTPUT_RATE
+
+        out_rate = OUTPUT_RATE
     x = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
     steps = chain.enabled_steps()
     measured = None

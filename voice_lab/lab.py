@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -115,25 +114,13 @@ def prepare_clip(path, target: float = DEFAULT_TARGET_SECONDS, chain="auto",
 
 
 def _atomic_write(path: str, write) -> None:
-    """Write through `write(tmp_path)` into a temp file beside `path`, then os.replace it."""
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        raise VoiceLabError(f"cannot write {path}: the folder {folder} does not exist")
+    """engine_native's one atomic writer; its failure is a VoiceLabError naming the file."""
+    from engine_native.files import WriteFailed, atomic_write
+
     try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, path) from None
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        atomic_write(path, lambda tmp: write(str(tmp)))
+    except WriteFailed as e:
+        raise VoiceLabError(str(e)) from None
 
 
 def write_clip(path: str, samples: np.ndarray, rate: int = OUTPUT_RATE) -> None:

@@ -63,6 +63,7 @@ def _model_info(path: str) -> int:
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     from engine_native.convert import ConvertError, convert, download_and_convert
+    from engine_native.files import WriteFailed
 
     try:
         if args.download:
@@ -74,6 +75,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         else:
             return _fail("give a snapshot folder or --download REPO")
     except ConvertError as e:
+        return _fail(str(e))
+    except WriteFailed as e:
         return _fail(str(e))
     return 0
 

@@ -16,10 +16,10 @@ import time
 
 import numpy as np
 
+from engine_native import options as schema
 from engine_native.engine import PRESETS
 
-SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens",
-                    "prompt_seconds")
+SAMPLING_OPTIONS = schema.SAMPLING
 
 
 def log(message: str) -> None:
@@ -35,29 +35,45 @@ class UserError(Exception):
     """A problem with what the user asked for: reported in one line, exit status 1."""
 
 
+class PipeClosed(Exception):
+    """The reader of our standard output went away (`| head -c 100`): stop quietly."""
+
+
+def check_output_target(target: str | None) -> None:
+    """A file target's format and folder are checked before any synthesis."""
+    if target in (None, "-"):
+        return
+    from app.core.take import ExportError, check_export_path
+
+    try:
+        check_export_path(target)
+    except ExportError as e:
+        raise UserError(str(e)) from None
+
+
 def add_engine_arguments(p: argparse.ArgumentParser, *, sampling: bool = True) -> None:
     p.add_argument("-m", "--model", required=True, help="the model .gguf")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    add_option_argument(p, "threads", default=None, help="CPU threads (default: all cores)")
     if not sampling:
         return
     g = p.add_argument_group("voice and sampling")
     g.add_argument("--voice", metavar="V.voice.gguf", help="speak with this voice (default: the model's own)")
     g.add_argument("--ref", metavar="AUDIO", help="clone the voice of this recording first (any format ffmpeg reads)")
-    g.add_argument("--seed", type=int, default=None, help="same seed, same audio (default: random, printed)")
+    add_option_argument(g, "seed", default=None, help="same seed, same audio (default: random, printed)")
     g.add_argument("--preset", choices=sorted(PRESETS), default="quality",
                    help="low-latency: small first chunk, 1 CFM step, 4 s of voice prompt (first audio sooner, "
                    "a little less detail and likeness)")
-    g.add_argument("--temperature", type=float)
-    g.add_argument("--top-k", type=int, dest="top_k")
-    g.add_argument("--top-p", type=float, dest="top_p")
-    g.add_argument("--repetition-penalty", type=float, dest="repetition_penalty")
-    g.add_argument("--min-p", type=float, dest="min_p")
-    g.add_argument("--cfm-steps", type=int, dest="cfm_steps")
-    g.add_argument("--prompt-seconds", type=float, dest="prompt_seconds",
-                   help="use only the last N s of the voice's S3Gen prompt (faster, less likeness)")
-    g.add_argument("--max-tokens", type=int, dest="max_tokens", help="speech token budget per sentence (25 per second)")
-    g.add_argument("--first-chunk-tokens", type=int, dest="first_chunk_tokens")
-    g.add_argument("--chunk-tokens", type=int, dest="chunk_tokens")
+    for name in schema.SAMPLING + schema.STREAMING:
+        add_option_argument(g, name)
+
+
+def add_option_argument(group, name: str, **kw) -> None:
+    """A flag for one option of the engine's schema: its help and range come from there. The
+    value is parsed as a number of any size here and range-checked by the engine, which
+    names the option and its range in one line."""
+    opt = schema.option(name)
+    kw.setdefault("help", f"{opt.doc} {opt.range_text()}")
+    group.add_argument(opt.flag, dest=name, type=opt.kind, metavar="N" if opt.kind is int else "X", **kw)
 
 
 def load_engine(args):
@@ -113,12 +129,12 @@ def stream_options(args) -> dict:
     return opts
 
 
-def to_s16le(samples: np.ndarray) -> bytes:
+def to_s16le(samples: np.ndarray, rate: int) -> bytes:
     """Through libsndfile, the same conversion as a 16-bit WAV file gets."""
     import soundfile as sf
 
     buf = io.BytesIO()
-    sf.write(buf, np.clip(samples, -1.0, 1.0), 24000, format="RAW", subtype="PCM_16", endian="LITTLE")
+    sf.write(buf, np.clip(samples, -1.0, 1.0), rate, format="RAW", subtype="PCM_16", endian="LITTLE")
     return buf.getvalue()
 
 
@@ -139,8 +155,15 @@ class Output:
 
     def write(self, samples: np.ndarray) -> None:
         if self.target == "-":
-            sys.stdout.buffer.write(to_s16le(samples))
-            sys.stdout.buffer.flush()
+            try:
+                sys.stdout.buffer.write(to_s16le(samples, self.rate))
+                sys.stdout.buffer.flush()
+            except BrokenPipeError:
+                raise PipeClosed() from None
+            except OSError as e:
+                from engine_native.files import describe_error
+
+                raise UserError(f"cannot write to standard output: {describe_error(e)}") from None
         elif self._stream is not None:
             self._stream.write(np.ascontiguousarray(samples, np.float32).reshape(-1, 1))
         else:
@@ -199,6 +222,7 @@ def _read_text(args) -> str:
 
 def _guarded(body) -> int:
     from engine_native import EngineError
+    from engine_native.files import WriteFailed
 
     try:
         return body()
@@ -206,6 +230,13 @@ def _guarded(body) -> int:
         return fail(str(e))
     except EngineError as e:
         return fail(str(e))
+    except WriteFailed as e:  # the one atomic writer's error already names the file and the cause
+        return fail(str(e))
+    except PipeClosed:
+        # Like any Unix filter whose reader quit: no message; stdout goes to /dev/null so the
+        # interpreter's final flush cannot complain either. 141 = 128 + SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         log("stopped")
         return 130
@@ -216,6 +247,7 @@ def cmd_say(args) -> int:
         text = _read_text(args)
         if not text.strip():
             raise UserError("nothing to say: give TEXT or -f FILE with some text")
+        check_output_target(args.output)
         engine = load_engine(args)
         voice = resolve_voice(engine, args)
         opts = stream_options(args)
@@ -244,18 +276,20 @@ def _follow(path: str, stop: threading.Event):
 
 def sentences_from(chunks, by_line: bool):
     """Complete utterances out of a stream of typed text: whole lines with --by-line, else
-    each sentence once its terminator is followed by a space or newline. What is left at
-    the end of input is spoken too."""
-    import re
+    each sentence by the engine's own rule (engine_native.text: not after "Mr.", CJK full
+    stops, newlines). What is left at the end of input is spoken too."""
+    from engine_native.text import split_completed
 
-    end = re.compile(r"\n" if by_line else r"[.!?…]+[\"'”’)\]]*[ \t\n]|\n")
     buf = ""
     for data in chunks:
         buf += data
-        while m := end.search(buf):
-            piece, buf = buf[: m.end()], buf[m.end():]
-            if piece.strip():
-                yield piece.strip()
+        if by_line:
+            *lines, buf = buf.split("\n")
+            done = [line.strip() for line in lines]
+        else:
+            sentences, mark = split_completed(buf)
+            done, buf = [s.text for s in sentences], buf[mark:]
+        yield from (d for d in done if d)
     if buf.strip():
         yield buf.strip()
 
@@ -277,6 +311,7 @@ def cmd_live(args) -> int:
     import queue
 
     def body() -> int:
+        check_output_target(args.output)
         engine = load_engine(args)
         voice = resolve_voice(engine, args)
         opts = stream_options(args)

@@ -108,7 +108,7 @@ def output_devices() -> list[str]:
 
 
 class Player:
-    def __init__(self, sample_rate: int = 24000, device: str | None = None, warm_up: bool = True):
+    def __init__(self, sample_rate: int, device: str | None = None, warm_up: bool = True):
         self.rate = sample_rate
         self.device = device or None
         self.buffer = RingBuffer()

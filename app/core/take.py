@@ -5,14 +5,17 @@ Audio is kept per sentence so that one sentence can be regenerated and swapped i
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from engine_native.engine import NOMINAL_SAMPLE_RATE
+from engine_native.files import WriteFailed, atomic_write
 
 EXPORT_FORMATS = {  # extension -> (label, soundfile format and subtype, or None for ffmpeg)
     "wav": ("WAV (16-bit PCM)", ("WAV", "PCM_16")),
@@ -42,7 +45,7 @@ class TakeSentence:
 class Take:
     text: str
     voice_name: str
-    sample_rate: int = 24000
+    sample_rate: int = NOMINAL_SAMPLE_RATE  # the engine's rate, set by whoever makes the take
     seed: int | None = None
     text_offset: int = 0  # where `text` starts in the editor (playing a selection)
     in_history: bool = True  # voice samples and test sentences are not kept
@@ -109,34 +112,64 @@ class Take:
         return f"{time.strftime('%H:%M:%S', time.localtime(self.created))}  {short}"
 
 
-def export_audio(samples: np.ndarray, rate: int, path: str) -> None:
-    """Write `samples` to `path`; the format comes from the extension. Atomic: never half a file."""
+def check_export_path(path: str) -> str:
+    """The format of `path` (its extension), or ExportError before any work is done."""
     ext = os.path.splitext(path)[1].lower().lstrip(".")
     if ext not in EXPORT_FORMATS:
         raise ExportError(f"cannot export to .{ext or '?'}: choose one of "
                           f"{', '.join('.' + e for e in EXPORT_FORMATS)}")
-    x = np.clip(np.asarray(samples, np.float32).reshape(-1), -1.0, 1.0)
-    if x.size == 0:
-        raise ExportError("the take is empty: nothing to export")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ExportError(f"cannot write {path}: the folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".export-", suffix="." + ext, dir=folder)
-    os.close(fd)
-    try:
+    if not os.access(folder, os.W_OK):
+        raise ExportError(f"cannot write {path}: the folder {folder} is read-only")
+    return ext
+
+
+def export_audio(samples: np.ndarray, rate: int, path: str) -> None:
+    """Write `samples` to `path`; the format comes from the extension. Atomic: the file is
+    complete (decoded back and its length checked) or the target is untouched."""
+    ext = check_export_path(path)
+    x = np.clip(np.asarray(samples, np.float32).reshape(-1), -1.0, 1.0)
+    if x.size == 0:
+        raise ExportError("the take is empty: nothing to export")
+
+    def write(tmp) -> None:
         spec = EXPORT_FORMATS[ext][1]
         if spec is None:
-            _write_mp3(x, rate, tmp)
+            _write_mp3(x, rate, str(tmp))
         else:
             import soundfile as sf
 
-            sf.write(tmp, x, rate, format=spec[0], subtype=spec[1])
-        os.replace(tmp, path)
-    except OSError as e:
-        raise ExportError(f"cannot write {path}: {e.strerror or e}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+            sf.write(str(tmp), x, rate, format=spec[0], subtype=spec[1])
+        _check_written(str(tmp), x.size, rate, ext)
+
+    try:
+        atomic_write(path, write)
+    except WriteFailed as e:
+        raise ExportError(str(e)) from None
+
+
+def _check_written(path: str, frames: int, rate: int, ext: str) -> None:
+    """Encoders do not always report a full disk (ffmpeg exits 0 after "No space left on
+    device"): decode the file back and check its length."""
+    if ext == "mp3":
+        got = _decoded_frames_ffmpeg(path)
+    else:
+        import soundfile as sf
+
+        got = sf.info(path).frames
+    if abs(got - frames) > rate // 20:  # MP3 may differ by a frame of padding; truncation is far more
+        raise OSError(errno.EIO, f"the written file is incomplete ({got} of {frames} samples)")
+
+
+def _decoded_frames_ffmpeg(path: str) -> int:
+    ffmpeg = shutil.which("ffmpeg")
+    r = subprocess.run([ffmpeg, "-nostdin", "-v", "error", "-i", path, "-f", "f32le", "-ac", "1", "pipe:"],
+                       capture_output=True)
+    if r.returncode != 0:
+        raise OSError(errno.EIO, "the written MP3 does not decode: " + r.stderr.decode("utf-8", "replace")[-200:])
+    return len(r.stdout) // 4
 
 
 def _write_mp3(x: np.ndarray, rate: int, path: str) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
+from engine_native.engine import NOMINAL_SAMPLE_RATE
 
 _ids = itertools.count(1)
 
@@ -171,7 +172,7 @@ class EngineClient(QObject):
         self.pending: list[EngineJob] = []
         self.info: dict | None = None
         self.defaults: dict = {}
-        self.sample_rate = 24000
+        self.sample_rate = NOMINAL_SAMPLE_RATE  # the loaded model's rate replaces it
         self.builtin_voice_name = "Built-in"
 
     # requests

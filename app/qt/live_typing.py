@@ -1,35 +1,25 @@
 """Live typing: each sentence is handed over for speaking as soon as it is typed.
 
-A sentence is complete when a terminator (. ! ? …, optionally followed by closing quotes
-or brackets) is followed by whitespace, or when Enter ends a line. Everything before
+A sentence is complete by the engine's own rule (engine_native.text.sentence_boundaries:
+a terminator followed by whitespace or a capital, not after "Mr." and the like; a CJK full
+stop; Enter). Everything before
 `committed` has been handed over exactly once; edits there do not re-speak anything
 (the mark moves with the text), and text after it is spoken when its sentence completes.
 """
 
 from __future__ import annotations
 
-import re
-
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QPlainTextEdit
 
-# terminator run, optional closers, then the whitespace that confirms it; or a newline.
-_BOUNDARY = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s)|\n")
+from engine_native.text import split_completed as _split_completed
 
 
 def split_completed(text: str, start: int) -> tuple[list[tuple[str, int, int]], int]:
-    """Complete sentences in text[start:] as (sentence, begin, end) and the new commit mark."""
-    out = []
-    pos = start
-    for m in _BOUNDARY.finditer(text, start):
-        end = m.end()
-        piece = text[pos:end]
-        stripped = piece.strip()
-        if stripped:
-            lead = len(piece) - len(piece.lstrip())
-            out.append((stripped, pos + lead, pos + lead + len(stripped)))
-        pos = end
-    return out, pos
+    """Complete sentences in text[start:] as (sentence, begin, end) and the new commit mark
+    (engine_native.text's rule, the same one the engine splits by)."""
+    sentences, mark = _split_completed(text, start)
+    return [(s.text, s.start, s.end) for s in sentences], mark
 
 
 class LiveTyping(QObject):

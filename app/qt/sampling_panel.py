@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.qt.settings import Settings
+from engine_native import options as schema
 
 #: Toolbar presets -> the engine's stream presets (engine_native.engine.PRESETS): "Quality" is the
 #: reference model; "Low latency" speaks sooner (small first chunk, one CFM step, a shorter
@@ -35,17 +36,26 @@ def engine_preset(name: str) -> dict:
 PRESETS = list(PRESET_KEYS)
 
 
-FIELDS = [  # key, label, kind, lo, hi, step, decimals, tooltip
-    ("temperature", "Temperature", float, 0.05, 2.0, 0.05, 2, "Higher: livelier, less predictable"),
-    ("top_k", "Top-k", int, 1, 10000, 10, 0, "Sample only from the k most likely tokens"),
-    ("top_p", "Top-p", float, 0.05, 1.0, 0.01, 2, "Nucleus sampling: keep tokens up to this probability mass"),
-    ("min_p", "Min-p", float, 0.0, 1.0, 0.01, 2, "Drop tokens below this fraction of the best one"),
-    ("repetition_penalty", "Repetition penalty", float, 1.0, 3.0, 0.05, 2, "Discourage repeated speech tokens"),
-    ("cfm_steps", "CFM steps", int, 1, 16, 1, 0, "Flow-matching steps in the vocoder front end: quality vs speed"),
-    ("max_tokens", "Max tokens", int, 1, 4000, 50, 0, "Speech token budget per sentence (25 per second)"),
-    ("prompt_seconds", "Voice prompt", float, 0.0, 60.0, 1.0, 1,
+FIELDS = [  # key, label, step, decimals, tooltip; type and range come from the engine's options schema
+    ("temperature", "Temperature", 0.05, 2, "Higher: livelier, less predictable"),
+    ("top_k", "Top-k", 10, 0, "Sample only from the k most likely tokens"),
+    ("top_p", "Top-p", 0.01, 2, "Nucleus sampling: keep tokens up to this probability mass"),
+    ("min_p", "Min-p", 0.01, 2, "Drop tokens below this fraction of the best one"),
+    ("repetition_penalty", "Repetition penalty", 0.05, 2, "Discourage repeated speech tokens"),
+    ("cfm_steps", "CFM steps", 1, 0, "Flow-matching steps in the vocoder front end: quality vs speed"),
+    ("max_tokens", "Max tokens", 50, 0, "Speech token budget per sentence (25 per second)"),
+    ("prompt_seconds", "Voice prompt", 1.0, 1,
      "Seconds of the voice's reference S3Gen attends to (whole: the reference; shorter: faster)"),
 ]
+
+
+def spin_range(key: str, step: float) -> tuple[float, float]:
+    """The schema's range as a spin box can hold it (an open end moves in by one step);
+    the voice prompt also offers 0, shown as "whole"."""
+    opt = schema.option(key)
+    lo = opt.min + (step if opt.min_open else 0)
+    hi = opt.max - (step if opt.max_open else 0)
+    return (0.0 if key == "prompt_seconds" else lo), hi
 
 
 class SamplingPanel(QFrame):
@@ -62,13 +72,16 @@ class SamplingPanel(QFrame):
         grid.setHorizontalSpacing(12)
         grid.setVerticalSpacing(6)
         self.spins = {}
-        for i, (key, label, kind, lo, hi, step, dec, tip) in enumerate(FIELDS):
+        for i, (key, label, step, dec, tip) in enumerate(FIELDS):
+            kind = schema.option(key).kind
             spin = QDoubleSpinBox() if kind is float else QSpinBox()
-            spin.setRange(lo, hi)
+            lo, hi = spin_range(key, step)
+            spin.setRange(kind(lo), kind(min(hi, 2**31 - 1)))
             spin.setSingleStep(step)
             if kind is float:
                 spin.setDecimals(dec)
-            spin.setValue(getattr(settings, key))
+            if getattr(settings, key) is not None:
+                spin.setValue(getattr(settings, key))
             if key == "prompt_seconds":
                 spin.setSpecialValueText("whole")  # 0 shows as "whole": the voice's full prompt
                 spin.setSuffix(" s")
@@ -111,6 +124,8 @@ class SamplingPanel(QFrame):
         if not self.settings.sampling_customised:
             self._fill(self.defaults)
             self.apply_preset(self.settings.preset, announce=False)
+        else:  # customised: keep the user's values, fill what was never set
+            self._fill({k: v for k, v in self.defaults.items() if getattr(self.settings, k, 0) is None})
 
     def reset_to_defaults(self) -> None:
         self.settings.sampling_customised = False
@@ -123,7 +138,7 @@ class SamplingPanel(QFrame):
                 spin.blockSignals(True)
                 spin.setValue(values[key])
                 spin.blockSignals(False)
-                setattr(self.settings, key, spin.value())
+                self._store(key)
 
     def apply_preset(self, name: str, announce: bool = True) -> None:
         """Quality / Low latency: set the CFM steps and the prompt length the engine preset names."""
@@ -131,7 +146,7 @@ class SamplingPanel(QFrame):
             return
         self.settings.preset = name
         preset = engine_preset(name)
-        values = {"cfm_steps": preset.get("cfm_steps", self.defaults.get("cfm_steps", self.settings.cfm_steps)),
+        values = {"cfm_steps": preset.get("cfm_steps", self.defaults.get("cfm_steps", self.spins["cfm_steps"].value())),
                   "prompt_seconds": preset.get("prompt_seconds") or 0.0}
         self._fill(values)
         if announce:
@@ -142,8 +157,12 @@ class SamplingPanel(QFrame):
         preset = engine_preset(self.settings.preset)
         return {k: preset[k] for k in STREAM_KEYS if k in preset}
 
+    def _store(self, key: str) -> None:
+        value = self.spins[key].value()
+        setattr(self.settings, key, None if key == "prompt_seconds" and value == 0 else value)
+
     def _edited(self, key: str) -> None:
-        setattr(self.settings, key, self.spins[key].value())
+        self._store(key)
         self.settings.sampling_customised = True
         if key in ("cfm_steps", "prompt_seconds"):
             self.settings.preset = "Custom"

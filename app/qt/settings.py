@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from engine_native import options as schema
+from engine_native.errors import ParameterError
+
 
 class Setting:
     """A typed QSettings key; used as a class attribute of `Settings`."""
@@ -56,6 +59,34 @@ class Setting:
         return self.type(raw)
 
 
+class OptionSetting(Setting):
+    """A synthesis option of the engine's schema (engine_native.options): its type and range
+    come from there, and its default is None, meaning "the loaded model's default". A value
+    outside the range (an older version's, or edited by hand) reads as None too."""
+
+    def __init__(self, key: str, option: str):
+        super().__init__(key, float, None)
+        self.option = option
+
+    def convert(self, raw):
+        if raw is None:
+            return None
+        if isinstance(raw, str):
+            raw = float(raw)
+        if isinstance(raw, bool):
+            raise TypeError("a boolean is not a number")
+        try:
+            return schema.check(self.option, raw)
+        except ParameterError as e:
+            raise ValueError(str(e)) from None
+
+    def __set__(self, obj, value):
+        if value is None:
+            obj.qsettings.remove(self.key)
+        else:
+            obj.qsettings.setValue(self.key, self.convert(value))
+
+
 class Settings:
     """Everything the app remembers between runs."""
 
@@ -68,14 +99,14 @@ class Settings:
     output_device = Setting("audio/output_device", str, "")  # "" = the system default
     preset = Setting("synthesis/preset", str, "Quality")
     seed = Setting("synthesis/seed", int, -1)  # -1: a new random seed per take
-    temperature = Setting("sampling/temperature", float, 0.8)
-    top_k = Setting("sampling/top_k", int, 1000)
-    top_p = Setting("sampling/top_p", float, 0.95)
-    repetition_penalty = Setting("sampling/repetition_penalty", float, 1.2)
-    min_p = Setting("sampling/min_p", float, 0.0)
-    cfm_steps = Setting("sampling/cfm_steps", int, 2)
-    max_tokens = Setting("sampling/max_tokens", int, 1000)
-    prompt_seconds = Setting("sampling/prompt_seconds", float, 0.0)  # 0: the voice's whole prompt
+    temperature = OptionSetting("sampling/temperature", "temperature")
+    top_k = OptionSetting("sampling/top_k", "top_k")
+    top_p = OptionSetting("sampling/top_p", "top_p")
+    repetition_penalty = OptionSetting("sampling/repetition_penalty", "repetition_penalty")
+    min_p = OptionSetting("sampling/min_p", "min_p")
+    cfm_steps = OptionSetting("sampling/cfm_steps", "cfm_steps")
+    max_tokens = OptionSetting("sampling/max_tokens", "max_tokens")
+    prompt_seconds = OptionSetting("sampling/prompt_seconds", "prompt_seconds")
     sampling_customised = Setting("sampling/customised", bool, False)  # False: use the model's defaults
     sampling_panel_open = Setting("ui/sampling_panel_open", bool, False)
     theme = Setting("ui/theme", str, "dark")
@@ -84,8 +115,7 @@ class Settings:
     last_open_dir = Setting("ui/last_open_dir", str, "")
     script = Setting("editor/script", str, "")
 
-    SAMPLING_KEYS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens",
-                     "prompt_seconds")
+    SAMPLING_KEYS = schema.SAMPLING  # None: the model's default (prompt_seconds: the voice's whole prompt)
 
     def __init__(self, qsettings: QSettings | None = None):
         self.qsettings = qsettings if qsettings is not None else QSettings()

@@ -10,6 +10,7 @@ from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen, QPixmap
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app.qt import theme
+from engine_native.engine import NOMINAL_SAMPLE_RATE
 
 EDGE_GRAB_PX = 7
 MIN_SPAN_S = 0.5
@@ -23,7 +24,7 @@ class WaveformView(QWidget):
         super().__init__(parent)
         self.editable = editable
         self._samples = np.zeros(0, np.float32)
-        self._rate = 24000
+        self._rate = NOMINAL_SAMPLE_RATE  # until set_audio() gives the take's rate
         self._span_s = 0.0  # the x axis covers max(audio, expected) seconds
         self._expected_s = 0.0
         self._peaks: tuple[np.ndarray, np.ndarray] | None = None

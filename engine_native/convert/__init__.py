@@ -4,7 +4,7 @@
     report = convert("snapshots/chatterbox-turbo", "chatterbox-turbo-q4_0.gguf", quant="q4_0")
 
 Reads safetensors through numpy and `conds.pt` through a restricted unpickler that
-only rebuilds tensors. See DESIGN.md ("Model files") for the format.
+only rebuilds tensors. See docs/DESIGN.md ("Model files") for the format.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each ``*_filterbank()`` function reproduces, in float32, the exact matrix the
 PyTorch reference builds at run time, so the converter can store it in the GGUF
-(``DESIGN.md`` "Model files": filterbanks stay F32) and the C++ feature code never
+(``docs/DESIGN.md`` "Model files": filterbanks stay F32) and the C++ feature code never
 has to re-derive a mel scale.  The companion constants (``MEL_24K``, ``VE_MEL``,
 ``KALDI_FBANK``) record every framing / windowing / scaling convention the C++
 side needs next to the matrix; the converter writes them as GGUF metadata.

@@ -46,6 +46,7 @@ def t3_hparams(t3: dict[str, np.ndarray], source: str) -> dict:
         "t3.start_speech_token": 6561,
         "t3.stop_speech_token": 6562,
         "t3.speech_cond_prompt_len": 375,
+        "t3.prompt_seconds": 15,   # ENC_COND_LEN: seconds of a recording that give T3's prompt tokens
         "t3.max_text_tokens": 2048,
         "t3.max_speech_tokens": 4096,
         # ChatterboxTurboTTS.generate() / T3.inference_turbo() defaults
@@ -65,6 +66,7 @@ def s3gen_hparams(s3: dict[str, np.ndarray], meanflow: bool, source: str) -> dic
             "s3gen.sample_rate": 24000,
             "s3gen.token_rate": 25,
             "s3gen.token_mel_ratio": 2,
+            "s3gen.prompt_seconds": 10,  # DEC_COND_LEN: seconds of a recording that give S3Gen's prompt
             "s3gen.n_mels": 80,
             "s3gen.speech_vocab": s3["flow.input_embedding.weight"].shape[0],
             "s3gen.silence_token": 4299,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -130,27 +129,30 @@ def add_kv(writer: GGUFWriter, key: str, value) -> None:
 
 
 def write_gguf_atomically(out_path: Path, fill: Callable[[GGUFWriter], None], arch: str = ARCH) -> None:
-    """Write through a temporary file in the target folder, renamed into place only when
-    complete: a failed or interrupted conversion leaves no partial model behind."""
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".partial", dir=out_path.parent)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a model file is an ordinary file
-    try:
-        writer = GGUFWriter(tmp, arch)
+    """Write through engine_native.files.atomic_write: a failed or interrupted conversion
+    leaves no partial model behind (raises WriteFailed naming the file)."""
+    from engine_native.files import atomic_write
+
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp: Path) -> None:
+        writer = GGUFWriter(str(tmp), arch)
         fill(writer)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, out_path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(out_path, write)
+
+
+def _write_model(out_path, fill) -> None:
+    from engine_native.files import WriteFailed
+
+    try:
+        write_gguf_atomically(Path(out_path), fill)
+    except WriteFailed as e:
+        raise ConvertError(str(e)) from None
 
 
 def _add_tensor(writer: GGUFWriter, report: ConvertReport, name: str, arr: np.ndarray) -> None:
@@ -248,7 +250,7 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
             for name, arr in source:
                 _add_tensor(w, report, name, arr)
 
-    write_gguf_atomically(out_path, fill)
+    _write_model(out_path, fill)
     report.seconds = time.perf_counter() - started
     log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
     log(report.summary())
@@ -306,7 +308,7 @@ def requantize(in_path: str | os.PathLike, out_path: str | os.PathLike, quant: s
                 arr = arr.astype(np.int32)
             _add_tensor(w, report, t.name, arr.astype(np.float32) if arr.dtype == np.float16 else arr)
 
-    write_gguf_atomically(out_path, fill)
+    _write_model(out_path, fill)
     report.seconds = time.perf_counter() - started
     log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
     log(report.summary())
