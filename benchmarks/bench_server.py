@@ -1,7 +1,7 @@
 """The local speech server under load: time to first byte and throughput, 1 and 8 clients.
 
     .venv/bin/python benchmarks/bench_server.py [-m MODEL.gguf] [--url http://127.0.0.1:8000/v1 --api-key K]
-                                                [--max-tokens 24] [--requests 3] [--format pcm]
+                                                [--max-tokens 24] [--requests 3] [--format pcm] [--parallel 1]
 
 Without --url it starts the server in this process (its own thread, a free port on
 127.0.0.1) on MODEL (default: the tests' random Nano Q4_0). Clients are the official
@@ -64,6 +64,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--max-tokens", type=int, default=24, help="speech tokens per sentence (2 sentences a request)")
     ap.add_argument("--preset", default="low-latency", choices=["quality", "low-latency"])
+    ap.add_argument("--parallel", type=int, default=1, help="the server's --parallel (generations advanced in turn)")
     ap.add_argument("--requests", type=int, default=3, help="requests per client")
     ap.add_argument("--format", default="pcm", choices=["pcm", "wav", "mp3", "opus", "aac", "flac"])
     args = ap.parse_args()
@@ -79,12 +80,12 @@ def main() -> int:
 
             model = str(model_path("nano", "q4_0"))
         handle = ServerHandle(ServerConfig(model=model, port=0, api_key=args.api_key, threads=args.threads,
-                                           voices_dir=None, queue=64)).start()
+                                           voices_dir=None, queue=64, parallel=args.parallel)).start()
         if not handle.wait_ready(300):
             print(f"the server did not start: {handle.error}", file=sys.stderr)
             return 1
         url = handle.url
-        print(f"server {url} on {Path(model).name}")
+        print(f"server {url} on {Path(model).name}, parallel {args.parallel}")
     print(f"request: 2 sentences x {args.max_tokens} tokens ({2 * (args.max_tokens + 3) * 0.04:.2f} s of audio), "
           f"preset {args.preset}, {args.format}")
     try:

@@ -32,12 +32,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         log(f"chatterbox-studio: error: --port must be 0-65535; got {args.port}")
         return 1
+    if not 1 <= args.parallel <= 64:
+        log(f"chatterbox-studio: error: --parallel must be 1-64; got {args.parallel}")
+        return 1
     if args.queue < 1:
         log(f"chatterbox-studio: error: --queue must be at least 1; got {args.queue}")
         return 1
     api_key = args.api_key or os.environ.get("CHATTERBOX_API_KEY") or None
     config = ServerConfig(model=args.model, host=args.host, port=args.port, api_key=api_key,
                           voices_dir=args.voices or library_dir(), threads=args.threads, queue=args.queue,
+                          parallel=args.parallel,
                           log_level="info" if args.verbose else "warning")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -89,6 +93,9 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--queue", type=int, default=DEFAULT_QUEUE,
                    help=f"requests that may wait for the engine; more get 503 (default {DEFAULT_QUEUE})")
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="generate up to N requests at once, a chunk of each in turn, so every client hears "
+                   "audio early (default 1: one request at a time, first come first served)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
     p.epilog = (f"Inputs longer than {MAX_INPUT_CHARS:,} characters get 413. The CPU engine only: a --device "
                 "option comes with GPU support.")

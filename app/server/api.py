@@ -79,7 +79,7 @@ class SpeechService:
         self.engine, self.config = engine, config
         self.presets = PRESETS
         self.catalog = VoiceCatalog(config.voices_dir, config.exposed_voices, config.expose_builtin)
-        self.worker = EngineWorker(engine, config.queue)
+        self.worker = EngineWorker(engine, config.queue, parallel=config.parallel)
         self.model_id = f"chatterbox-{engine.variant}"
         self.created = int(os.path.getmtime(engine.path)) if os.path.exists(engine.path) else int(time.time())
         self._ids = itertools.count(1)
@@ -320,7 +320,7 @@ def create_app(service: SpeechService) -> FastAPI:
     @app.get("/v1/health")
     async def health():
         w = service.worker
-        return {"status": "ok", "model": service.model_id, "busy": w.busy, "waiting": w.waiting,
-                "served": w.served, "cancelled": w.cancelled}
+        return {"status": "ok", "model": service.model_id, "busy": w.busy, "active": w.active, "waiting": w.waiting,
+                "parallel": w.parallel, "served": w.served, "cancelled": w.cancelled}
 
     return app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -35,9 +35,9 @@ class ServerConfig:
     expose_builtin: bool = True
     threads: int | None = None
     queue: int = DEFAULT_QUEUE
+    parallel: int = 1                   # generations advanced in turn (round robin); 1: one at a time
     max_input_chars: int = MAX_INPUT_CHARS
     log_level: str = "warning"
-    extra: dict = field(default_factory=dict)
 
     @property
     def url(self) -> str:

@@ -39,6 +39,8 @@ class Job:
         self.cancelled = threading.Event()
         self.done = threading.Event()
         self.submitted = time.perf_counter()
+        self.started = 0.0
+        self.chunks = None   # the stream's iterator, once the worker took the job
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -46,10 +48,16 @@ class Job:
 
 
 class EngineWorker:
-    def __init__(self, engine, queue_size: int):
+    """`parallel` = 1 (the default): jobs run one after another, first come first served.
+    `parallel` = N > 1: up to N jobs are active at once and the one thread advances them a chunk
+    each in turn (round robin), so every client hears its first audio early; this needs an
+    engine whose streams may interleave (each generation with its own T3 session)."""
+
+    def __init__(self, engine, queue_size: int, parallel: int = 1):
         self.engine = engine
+        self.parallel = max(1, int(parallel))
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(queue_size)))
-        self._current: Job | None = None
+        self._active: list[Job] = []
         self._thread = threading.Thread(target=self._run, name="speech-engine", daemon=True)
         self._stopping = False
         self.served = 0
@@ -62,7 +70,11 @@ class EngineWorker:
 
     @property
     def busy(self) -> bool:
-        return self._current is not None
+        return bool(self._active)
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
 
     def submit(self, job: Job) -> None:
         if self._stopping:
@@ -72,43 +84,66 @@ class EngineWorker:
         except queue.Full:
             raise Busy(f"the server is busy: {self._queue.maxsize} requests are already waiting") from None
 
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
+    def _admit(self) -> bool:
+        """Take waiting jobs while there is room (blocking only when nothing is active).
+        False when told to stop."""
+        while len(self._active) < self.parallel:
+            try:
+                job = self._queue.get(block=not self._active)
+            except queue.Empty:
+                return True
             if job is None:
-                break
+                return False
             if job.cancelled.is_set():
                 self.cancelled += 1
                 _tell(job, JobCancelled("cancelled before it started"))
                 job.done.set()
                 continue
-            self._current = job
-            t0 = time.perf_counter()
-            try:
-                for chunk in job.stream:
-                    if job.cancelled.is_set():
-                        break
+            job.started = time.perf_counter()
+            job.chunks = iter(job.stream)
+            self._active.append(job)
+        return True
+
+    def _step(self, job: Job) -> bool:
+        """One chunk of `job`; True when the job is over."""
+        try:
+            if not job.cancelled.is_set():
+                try:
+                    chunk = next(job.chunks)
+                except StopIteration:
+                    chunk = None
+                if chunk is not None and not job.cancelled.is_set():
                     job.on_chunk(chunk)
-                if job.cancelled.is_set():
-                    self.cancelled += 1
-                    log.info("request %s cancelled after %.2f s", job.label, time.perf_counter() - t0)
-                    _tell(job, JobCancelled("cancelled"))
-                else:
-                    job.on_end()
-                    self.served += 1
-            except Exception as e:  # an engine failure ends this request only
-                log.exception("request %s failed", job.label)
-                _tell(job, e)
-            finally:
-                self._current = None
-                job.done.set()
+                    return False
+            if job.cancelled.is_set():
+                self.cancelled += 1
+                log.info("request %s cancelled after %.2f s", job.label, time.perf_counter() - job.started)
+                _tell(job, JobCancelled("cancelled"))
+            else:
+                job.on_end()
+                self.served += 1
+        except Exception as e:  # an engine failure ends this request only
+            log.exception("request %s failed", job.label)
+            _tell(job, e)
+        job.done.set()
+        return True
+
+    def _run(self) -> None:
+        while self._admit():
+            for job in list(self._active):
+                if self._step(job):
+                    self._active.remove(job)
+        for job in self._active:
+            job.cancel()
+            _tell(job, JobCancelled("the server is shutting down"))
+            job.done.set()
+        self._active = []
 
     def stop(self, timeout: float = 10.0) -> None:
         """Cancel everything (running and waiting) and end the thread."""
         self._stopping = True
-        cur = self._current
-        if cur is not None:
-            cur.cancel()
+        for job in list(self._active):
+            job.cancel()
         while True:
             try:
                 job = self._queue.get_nowait()
