@@ -51,3 +51,23 @@ def canonical_tags(text: str, tags) -> str:
         pos = end
     out.append(text[pos:])
     return "".join(out)
+
+
+def model_expression_tags(path) -> list[str]:
+    """The tags of a model file, from its metadata only (no weights loaded): for a front end
+    that knows the model's path but not its Engine."""
+    from engine_native import _core
+
+    class _Meta:
+        def __init__(self, reader):
+            self.r = reader
+
+        def has_key(self, k):
+            return self.r.get_field(k) is not None
+
+        def get_int_array(self, k):
+            return [int(x) for x in self.r.get_field(k).contents()]
+
+    from gguf import GGUFReader
+
+    return read_expression_tags(_Meta(GGUFReader(str(path))), _core.Gpt2Tokenizer(str(path)))

@@ -92,6 +92,10 @@ class ScriptEditor(QWidget):
                                     "or Enter)")
         self.live_button.toggled.connect(self._live_toggled)
         head.addWidget(self.live_button)
+        from app.qt.script_tools import ExpressionTags
+
+        self.tags = ExpressionTags(self.edit)   # the model's expression tags and timed pauses
+        head.insertWidget(head.count() - 1, self.tags.button)
         buttons = QHBoxLayout()
         buttons.setSpacing(8)
         self.play_button = QPushButton(" Play script")
