@@ -274,7 +274,9 @@ class Engine:
             embedding=f.tensor_f32("voice.embedding").reshape(-1),
             prompt_token=f.tensor_f32("voice.prompt_token").astype(np.int32).reshape(-1),
             prompt_feat=f.tensor_f32("voice.prompt_feat").reshape(-1, self._hift.in_channels),
-            variant=self.variant, meta={"name": "Built-in", "builtin": True})
+            variant=self.variant, meta={"name": (f.get_string("chatterbox.builtin_voice.name")  # a baked voice's
+                                                 if f.has_key("chatterbox.builtin_voice.name") else "Built-in"),
+                                        "builtin": True})
         self._lock = _FairLock()     # one native computation at a time, in arrival order
         self._idle_caches = []       # T3 KV caches of finished sessions, for reuse
         self._cache_lock = threading.Lock()
@@ -318,10 +320,7 @@ class Engine:
     def speaker_embedding(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
         """The VoiceEncoder's speaker embedding (L2-normalised) of any audio, made the way
         voice_from_audio makes a voice's speaker_emb: 24 kHz, loudness to -27 LUFS, 16 kHz."""
-        if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) \
-                or not 1000 <= sample_rate <= 768000:
-            raise ParameterError(f"sample_rate must be a whole number in [1000, 768000]; got {sample_rate!r}")
-        sr = int(sample_rate)
+        sr = _SAMPLE_RATE.check(sample_rate)
         try:
             mono = to_mono(samples)
         except ValueError as e:
@@ -331,7 +330,7 @@ class Engine:
         with self._lock:
             ve = self._voice_encoders()["ve"]
             wav24 = norm_loudness(resample_soxr(mono, sr, self.sample_rate), self.sample_rate)
-            ref16 = resample_soxr(wav24, self.sample_rate, getattr(self, "_tokenizer_rate", 16000))
+            ref16 = resample_soxr(wav24, self.sample_rate, self._tokenizer_rate)
             return np.asarray(ve.embed(ref16, threads=self._threads), np.float32).reshape(-1)
 
     # ---------------------------------------------------------------- voices
