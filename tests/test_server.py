@@ -290,7 +290,7 @@ class _FakeStream:
         from engine_native.engine import Chunk
 
         for i in range(2):
-            self.gate.wait(10)
+            self.gate.wait(120)
             if self._cancel.is_set():
                 return
             yield Chunk(np.zeros(480, np.float32), RATE, i, i == 1, "x", (0, 1), 0, 1, {"speech_tokens": 1})
@@ -322,9 +322,10 @@ def test_a_full_queue_answers_503():
         with ThreadPoolExecutor(2) as pool:  # one running, one waiting: the queue is full
             held = [pool.submit(lambda: c.audio.speech.create(model="tts-1", voice="default", input="Hi.",
                                                                response_format="pcm").read()) for _ in range(2)]
-            deadline = time.time() + 10
-            while handle.service.worker.waiting < 1 and time.time() < deadline:
+            deadline = time.time() + 60
+            while (handle.service.worker.waiting < 1 or handle.service.worker.active < 1) and time.time() < deadline:
                 time.sleep(0.02)
+            assert handle.service.worker.active == 1 and handle.service.worker.waiting == 1
             with pytest.raises(openai.APIStatusError) as e:
                 c.audio.speech.create(model="tts-1", voice="default", input="Hi.", response_format="pcm")
             assert e.value.status_code == 503 and "busy" in e.value.message
