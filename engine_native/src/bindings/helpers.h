@@ -21,6 +21,7 @@
 #include "core/backend.h"
 #include "core/errors.h"
 #include "core/model_file.h"
+#include "core/options.h"
 
 namespace cbs {
 

@@ -58,6 +58,7 @@ void register_errors(py::module_& m) {
 }  // namespace
 
 void bind_text(pybind11::module_& m);
+void bind_mtl(pybind11::module_& m);
 
 void bind_t3(py::module_& m);
 void bind_hift(py::module_& m);
@@ -164,6 +165,7 @@ PYBIND11_MODULE(_core, m) {
     bind_campplus(m);
 
     bind_text(m);
+    bind_mtl(m);
 
 #ifdef CBS_VERSION
     m.attr("__version__") = CBS_VERSION;

@@ -1,5 +1,7 @@
 #include "cloning/audio_features.h"
 
+#include "core/window.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -38,12 +40,10 @@ Mel24k::Mel24k(const ModelFile& mf) {
     n_freq_ = n_fft_ / 2 + 1;
     mag_eps_ = f("magnitude_eps");
     log_clip_ = f("log_clip");
-    const ggml_tensor* filterbank = mf.tensor("fb.mel_24k");  // ne [n_freq, n_mels]
+    const ggml_tensor* filterbank = mf.tensor("fb.mel_24k", {n_freq_, n_mels_});  // ne [n_freq, n_mels]
     if (win_ != n_fft_ || n_fft_ < 2 || n_fft_ % 2 != 0 || filterbank->ne[0] != n_freq_ || filterbank->ne[1] != n_mels_)
-        throw EngineError(mf.path() + ": fb.mel_24k does not match its STFT parameters");
-    window_.resize(win_);
-    for (int n = 0; n < win_; ++n)  // torch.hann_window(periodic=True)
-        window_[n] = static_cast<float>(0.5 - 0.5 * std::cos(2.0 * M_PI * n / win_));
+        throw ModelError(mf.path() + ": fb.mel_24k does not match its STFT parameters");
+    window_ = hann_window(win_, /*periodic=*/true);
 
     fb_ = MelBank(mf.read_f32(filterbank), n_mels_, n_freq_);
     fft_ = RealFft(n_fft_);
@@ -83,16 +83,14 @@ KaldiFbank::KaldiFbank(const ModelFile& mf) {
     preemph_ = f("preemphasis");
     log_floor_ = f("log_floor");
     remove_dc_ = mf.get_bool("chatterbox.fb.kaldi_80.remove_dc_offset");
-    const ggml_tensor* fb = mf.tensor("fb.kaldi_80");
+    const ggml_tensor* fb = mf.tensor("fb.kaldi_80", {n_freq_, n_mels_});
     if (fb->ne[0] != n_freq_ || fb->ne[1] != n_mels_ || win_ > n_fft_ || n_fft_ < 2 || n_fft_ % 2 != 0)
-        throw EngineError(mf.path() + ": fb.kaldi_80 does not match its frame parameters");
+        throw ModelError(mf.path() + ": fb.kaldi_80 does not match its frame parameters");
     fb_ = MelBank(mf.read_f32(fb), n_mels_, n_freq_);
     fft_ = RealFft(n_fft_);
     const double exponent = mf.get_float("chatterbox.fb.kaldi_80.window_povey_exponent");
-    window_.resize(win_);
-    for (int n = 0; n < win_; ++n)  // torch.hann_window(win, periodic=False) ** 0.85, in float32
-        window_[n] = std::pow(static_cast<float>(0.5 - 0.5 * std::cos(2.0 * M_PI * n / (win_ - 1))),
-                              static_cast<float>(exponent));
+    window_ = hann_window(win_, /*periodic=*/false);  // ** window_povey_exponent, in float32
+    for (float& w : window_) w = std::pow(w, static_cast<float>(exponent));
 }
 
 std::vector<float> KaldiFbank::compute(const float* wav, int64_t n) const {
@@ -132,11 +130,11 @@ S3TokLogMel::S3TokLogMel(const ModelFile& mf) {
     hop_ = static_cast<int>(mf.get_int("chatterbox.s3tok.hop"));
     n_mels_ = static_cast<int>(mf.get_int("chatterbox.s3tok.n_mels"));
     n_freq_ = n_fft_ / 2 + 1;
-    std::vector<float> fb = mf.read_f32(mf.tensor("s3tok._mel_filters"));
-    window_ = mf.read_f32(mf.tensor("s3tok.window"));
+    std::vector<float> fb = mf.read_f32(mf.tensor("s3tok._mel_filters", {n_freq_, n_mels_}));
+    window_ = mf.read_f32(mf.tensor("s3tok.window", {n_fft_}));
     if (static_cast<int>(fb.size()) != n_mels_ * n_freq_ || static_cast<int>(window_.size()) != n_fft_ || n_fft_ < 2 ||
         n_fft_ % 2 != 0)
-        throw EngineError(mf.path() + ": S3Tokenizer mel filters or window have the wrong size");
+        throw ModelError(mf.path() + ": S3Tokenizer mel filters or window have the wrong size");
     fb_ = MelBank(std::move(fb), n_mels_, n_freq_);
     fft_ = RealFft(n_fft_);
 }

@@ -50,7 +50,11 @@ CampPlus::CampPlus(const ModelFile& mf, ggml_backend_t backend) : fbank_(mf), ru
     };
     const std::string p = "campplus.";
     auto t = [&](const std::string& n) { return mf.tensor(p + n); };
-    auto bn = [&](const std::string& n) { return Bn{t(n + ".scale"), t(n + ".shift")}; };
+    auto ts = [&](const std::string& n, std::vector<int64_t> ne) { return mf.tensor(p + n, ne); };
+    auto bn = [&](const std::string& n, int64_t c = -1) {
+        ggml_tensor* scale = ts(n + ".scale", {c});
+        return Bn{scale, ts(n + ".shift", {scale->ne[0]})};
+    };
     const std::string bad = mf.path() + ": CAMPPlus weights do not fit together (";
 
     n_mels_ = fbank_.n_mels();
@@ -84,45 +88,49 @@ CampPlus::CampPlus(const ModelFile& mf, ggml_backend_t backend) : fbank_(mf), ru
     head_bn2_ = bn("head.bn2");
     freq = conv_out(freq, static_cast<int>(head_conv2_->ne[1]), head_out_stride_);
 
-    tdnn_w_ = t("xvector.tdnn.linear.weight");  // ne [K, C_head * F', C]
-    tdnn_bn_ = bn("xvector.tdnn.nonlinear.batchnorm");
+    tdnn_w_ = ts("xvector.tdnn.linear.weight", {-1, head_conv2_->ne[3] * freq, -1});  // ne [K, C_head * F', C]
+    tdnn_bn_ = bn("xvector.tdnn.nonlinear.batchnorm", tdnn_w_->ne[2]);
     tdnn_pad_ = static_cast<int>((tdnn_w_->ne[0] - 1) / 2);
     if (tdnn_w_->ne[1] != head_conv2_->ne[3] * freq)
-        throw EngineError(bad + "head output " + std::to_string(head_conv2_->ne[3] * freq) + " channels, TDNN input " +
+        throw ModelError(bad + "head output " + std::to_string(head_conv2_->ne[3] * freq) + " channels, TDNN input " +
                           std::to_string(tdnn_w_->ne[1]) + ")");
     int64_t channels = tdnn_w_->ne[2];
 
     for (int b = 1; mf.find_tensor(p + "xvector.block" + std::to_string(b) + ".tdnnd1.linear1.weight"); ++b) {
-        if (b > static_cast<int>(dilations.size())) throw EngineError(bad + "more dense blocks than dilations)");
+        if (b > static_cast<int>(dilations.size())) throw ModelError(bad + "more dense blocks than dilations)");
         Block blk;
         blk.dilation = static_cast<int>(dilations[b - 1]);
         const std::string bp = "xvector.block" + std::to_string(b) + ".";
         for (int l = 1;; ++l) {
             const std::string lp = bp + "tdnnd" + std::to_string(l) + ".";
             if (!mf.find_tensor(p + lp + "linear1.weight")) break;
-            DenseLayer d{bn(lp + "nonlinear1.batchnorm"), bn(lp + "nonlinear2.batchnorm"), t(lp + "linear1.weight"),
-                         t(lp + "cam_layer.linear_local.weight"), t(lp + "cam_layer.linear1.weight"),
-                         t(lp + "cam_layer.linear1.bias"), t(lp + "cam_layer.linear2.weight"),
-                         t(lp + "cam_layer.linear2.bias")};
+            ggml_tensor* lin1 = ts(lp + "linear1.weight", {1, channels, -1});
+            const int64_t mid = lin1->ne[2];
+            ggml_tensor* local = ts(lp + "cam_layer.linear_local.weight", {-1, mid, -1});
+            ggml_tensor* cam1 = ts(lp + "cam_layer.linear1.weight", {1, mid, -1});
+            DenseLayer d{bn(lp + "nonlinear1.batchnorm", channels), bn(lp + "nonlinear2.batchnorm", mid), lin1, local,
+                         cam1, ts(lp + "cam_layer.linear1.bias", {cam1->ne[2]}),
+                         ts(lp + "cam_layer.linear2.weight", {1, cam1->ne[2], local->ne[2]}),
+                         ts(lp + "cam_layer.linear2.bias", {local->ne[2]})};
             if (d.lin1->ne[1] != channels || d.local->ne[0] % 2 != 1)
-                throw EngineError(bad + lp + "linear1 expects " + std::to_string(d.lin1->ne[1]) + " channels, has " +
+                throw ModelError(bad + lp + "linear1 expects " + std::to_string(d.lin1->ne[1]) + " channels, has " +
                                   std::to_string(channels) + ")");
             channels += d.local->ne[2];
             blk.layers.push_back(d);
         }
-        blk.transit_bn = bn("xvector.transit" + std::to_string(b) + ".nonlinear.batchnorm");
-        blk.transit_w = t("xvector.transit" + std::to_string(b) + ".linear.weight");
-        if (blk.transit_w->ne[1] != channels) throw EngineError(bad + "transit" + std::to_string(b) + ")");
+        blk.transit_bn = bn("xvector.transit" + std::to_string(b) + ".nonlinear.batchnorm", channels);
+        blk.transit_w = ts("xvector.transit" + std::to_string(b) + ".linear.weight", {1, channels, -1});
+        if (blk.transit_w->ne[1] != channels) throw ModelError(bad + "transit" + std::to_string(b) + ")");
         channels = blk.transit_w->ne[2];
         blocks_.push_back(std::move(blk));
     }
-    if (blocks_.empty()) throw EngineError(mf.path() + ": no CAMPPlus dense blocks in the model file");
-    out_bn_ = bn("xvector.out_nonlinear.batchnorm");
-    dense_w_ = t("xvector.dense.linear.weight");  // ne [1, 2C, E]
-    dense_bn_ = bn("xvector.dense.nonlinear.batchnorm");
+    if (blocks_.empty()) throw ModelError(mf.path() + ": no CAMPPlus dense blocks in the model file");
+    out_bn_ = bn("xvector.out_nonlinear.batchnorm", channels);
+    dense_w_ = ts("xvector.dense.linear.weight", {1, 2 * channels, mf.get_int("chatterbox.campplus.embed_dim")});
+    dense_bn_ = bn("xvector.dense.nonlinear.batchnorm", dense_w_->ne[2]);
     embed_dim_ = static_cast<int>(dense_w_->ne[2]);
     if (dense_w_->ne[1] != 2 * channels || embed_dim_ != mf.get_int("chatterbox.campplus.embed_dim"))
-        throw EngineError(bad + "dense layer)");
+        throw ModelError(bad + "dense layer)");
 
     // The unbiased std of the statistics pooling needs two frames after the TDNN.
     min_frames_ = tdnn_stride_ + static_cast<int>(tdnn_w_->ne[0]) - 2 * tdnn_pad_;

@@ -24,7 +24,7 @@ S3TokenizerV2::S3TokenizerV2(const ModelFile& mf, ggml_backend_t backend) : logm
     codebook_size_ = i("codebook_size");
     const int sr = i("sample_rate"), hop = i("hop"), token_rate = i("token_rate");
     if (n_head_ <= 0 || n_state_ % n_head_ != 0 || (n_state_ / n_head_) % 2 != 0 || hop <= 0)
-        throw EngineError(mf.path() + ": inconsistent S3Tokenizer dimensions");
+        throw ModelError(mf.path() + ": inconsistent S3Tokenizer dimensions");
     head_dim_ = n_state_ / n_head_;
     window_frames_ = kWindowSeconds * sr / hop;
     stride_frames_ = window_frames_ - kOverlapSeconds * sr / hop;
@@ -32,34 +32,38 @@ S3TokenizerV2::S3TokenizerV2(const ModelFile& mf, ggml_backend_t backend) : logm
 
     auto t = [&](const std::string& n) { return mf.tensor("s3tok." + n); };
     auto f32 = [&](ggml_tensor* w) {  // the f32 convolutions reshape their kernels
-        if (w->type != GGML_TYPE_F32) throw EngineError(mf.path() + ": " + ggml_get_name(w) + " must be F32");
+        if (w->type != GGML_TYPE_F32) throw ModelError(mf.path() + ": " + ggml_get_name(w) + " must be F32");
         return w;
     };
-    conv1_w_ = f32(t("encoder.conv1.weight"));
-    conv1_b_ = t("encoder.conv1.bias");
-    conv2_w_ = f32(t("encoder.conv2.weight"));
-    conv2_b_ = t("encoder.conv2.bias");
-    proj_w_ = t("quantizer._codebook.project_down.weight");
-    proj_b_ = t("quantizer._codebook.project_down.bias");
+    auto ts = [&](const std::string& n, std::vector<int64_t> ne) { return mf.tensor("s3tok." + n, ne); };
+    const int64_t S = n_state_;
+    conv1_w_ = f32(ts("encoder.conv1.weight", {3, n_mels_, S}));
+    conv1_b_ = ts("encoder.conv1.bias", {S});
+    conv2_w_ = f32(ts("encoder.conv2.weight", {3, S, S}));
+    conv2_b_ = ts("encoder.conv2.bias", {S});
+    proj_w_ = ts("quantizer._codebook.project_down.weight", {S, -1});
+    proj_b_ = ts("quantizer._codebook.project_down.bias", {proj_w_->ne[1]});
     if (conv1_w_->ne[0] != 3 || conv2_w_->ne[0] != 3 || conv1_w_->ne[1] != n_mels_ || conv1_w_->ne[2] != n_state_ ||
         proj_w_->ne[0] != n_state_)
-        throw EngineError(mf.path() + ": S3Tokenizer tensor shapes do not match its metadata");
+        throw ModelError(mf.path() + ": S3Tokenizer tensor shapes do not match its metadata");
     n_digits_ = static_cast<int>(proj_w_->ne[1]);
     // tanh * 0.999 rounds to {-1, 0, 1}: three levels per digit.
     level_ = 3;
     if (std::pow(3.0, n_digits_) != static_cast<double>(codebook_size_))
-        throw EngineError(mf.path() + ": S3Tokenizer codebook size is not 3^" + std::to_string(n_digits_));
+        throw ModelError(mf.path() + ": S3Tokenizer codebook size is not 3^" + std::to_string(n_digits_));
 
     const int n_layer = i("n_layer");
     for (int l = 0; l < n_layer; ++l) {
         const std::string p = "encoder.blocks." + std::to_string(l) + ".";
-        Block b{t(p + "attn_ln.weight"), t(p + "attn_ln.bias"), t(p + "attn.query.weight"), t(p + "attn.query.bias"),
-                t(p + "attn.key.weight"), t(p + "attn.value.weight"), t(p + "attn.value.bias"),
-                t(p + "attn.out.weight"), t(p + "attn.out.bias"), f32(t(p + "attn.fsmn_block.weight")),
-                t(p + "mlp_ln.weight"), t(p + "mlp_ln.bias"), t(p + "mlp.0.weight"), t(p + "mlp.0.bias"),
-                t(p + "mlp.2.weight"), t(p + "mlp.2.bias")};
+        const int64_t M = ts(p + "mlp.0.weight", {S, -1})->ne[1];
+        Block b{ts(p + "attn_ln.weight", {S}), ts(p + "attn_ln.bias", {S}), ts(p + "attn.query.weight", {S, S}),
+                ts(p + "attn.query.bias", {S}), ts(p + "attn.key.weight", {S, S}), ts(p + "attn.value.weight", {S, S}),
+                ts(p + "attn.value.bias", {S}), ts(p + "attn.out.weight", {S, S}), ts(p + "attn.out.bias", {S}),
+                f32(ts(p + "attn.fsmn_block.weight", {fsmn_kernel_, 1, S})), ts(p + "mlp_ln.weight", {S}),
+                ts(p + "mlp_ln.bias", {S}), ts(p + "mlp.0.weight", {S, M}), ts(p + "mlp.0.bias", {M}),
+                ts(p + "mlp.2.weight", {M, S}), ts(p + "mlp.2.bias", {S})};
         if (b.fsmn_w->ne[0] != fsmn_kernel_ || b.fsmn_w->ne[2] != n_state_)
-            throw EngineError(mf.path() + ": S3Tokenizer FSMN kernel does not match its metadata");
+            throw ModelError(mf.path() + ": S3Tokenizer FSMN kernel does not match its metadata");
         blocks_.push_back(b);
     }
 }

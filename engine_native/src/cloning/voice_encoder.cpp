@@ -1,5 +1,7 @@
 #include "cloning/voice_encoder.h"
 
+#include "core/window.h"
+
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -61,38 +63,38 @@ VoiceEncoder::VoiceEncoder(const ModelFile& mf) {
     rate_ = f("rate");
     min_coverage_ = f("min_coverage");
     trim_top_db_ = f("trim_top_db");
-    std::vector<float> fb = mf.read_f32(mf.tensor("fb.ve_mel"));
+    std::vector<float> fb = mf.read_f32(mf.tensor("fb.ve_mel", {n_freq_, n_mels_}));
     if (static_cast<int>(fb.size()) != n_mels_ * n_freq_ || n_fft_ < 2 || n_fft_ % 2 != 0 || i("win") != n_fft_)
-        throw EngineError(mf.path() + ": fb.ve_mel has the wrong size");
+        throw ModelError(mf.path() + ": fb.ve_mel has the wrong size");
     fb_ = MelBank(std::move(fb), n_mels_, n_freq_);
     fft_ = RealFft(n_fft_);
-    window_.resize(i("win"));
-    for (size_t n = 0; n < window_.size(); ++n)  // scipy get_window("hann", fftbins=True)
-        window_[n] = static_cast<float>(0.5 - 0.5 * std::cos(2.0 * M_PI * n / window_.size()));
+    window_ = hann_window(i("win"), /*periodic=*/true);  // scipy get_window("hann", fftbins=True)
     hidden_ = static_cast<int>(mf.get_int("chatterbox.ve.n_hidden"));
     for (int l = 0; l < mf.get_int("chatterbox.ve.n_layer"); ++l) {
         const std::string s = std::to_string(l);
         Layer L;
-        const std::vector<float> w_ih = mf.read_f32(mf.tensor("ve.lstm.weight_ih_l" + s));
-        const std::vector<float> w_hh = mf.read_f32(mf.tensor("ve.lstm.weight_hh_l" + s));
-        std::vector<float> b_ih = mf.read_f32(mf.tensor("ve.lstm.bias_ih_l" + s));
-        std::vector<float> b_hh = mf.read_f32(mf.tensor("ve.lstm.bias_hh_l" + s));
+        const int64_t H4 = 4 * int64_t{hidden_};
+        const std::vector<float> w_ih = mf.read_f32(mf.tensor("ve.lstm.weight_ih_l" + s, {l == 0 ? n_mels_ : hidden_, H4}));
+        const std::vector<float> w_hh = mf.read_f32(mf.tensor("ve.lstm.weight_hh_l" + s, {hidden_, H4}));
+        std::vector<float> b_ih = mf.read_f32(mf.tensor("ve.lstm.bias_ih_l" + s, {H4}));
+        std::vector<float> b_hh = mf.read_f32(mf.tensor("ve.lstm.bias_hh_l" + s, {H4}));
         L.in = static_cast<int>(w_ih.size() / (4 * hidden_));
         if (L.in != (l == 0 ? n_mels_ : hidden_) || w_ih.size() != static_cast<size_t>(4 * hidden_) * L.in ||
             w_hh.size() != static_cast<size_t>(4 * hidden_) * hidden_ || b_ih.size() != static_cast<size_t>(4 * hidden_) ||
             b_hh.size() != b_ih.size())
-            throw EngineError(mf.path() + ": ve.lstm layer " + s + " has the wrong shape");
+            throw ModelError(mf.path() + ": ve.lstm layer " + s + " has the wrong shape");
         L.w_ih_t = transpose(w_ih, 4 * hidden_, L.in);
         L.w_hh_t = transpose(w_hh, 4 * hidden_, hidden_);
         L.b.resize(b_ih.size());
         for (size_t k = 0; k < b_ih.size(); ++k) L.b[k] = b_ih[k] + b_hh[k];
         layers_.push_back(std::move(L));
     }
-    proj_w_ = mf.read_f32(mf.tensor("ve.proj.weight"));
-    proj_b_ = mf.read_f32(mf.tensor("ve.proj.bias"));
+    const int64_t E = mf.get_int("chatterbox.ve.embed_dim");
+    proj_w_ = mf.read_f32(mf.tensor("ve.proj.weight", {hidden_, E}));
+    proj_b_ = mf.read_f32(mf.tensor("ve.proj.bias", {E}));
     embed_dim_ = static_cast<int>(proj_b_.size());
     if (layers_.empty() || proj_w_.size() != static_cast<size_t>(embed_dim_) * hidden_)
-        throw EngineError(mf.path() + ": ve.proj does not match the LSTM");
+        throw ModelError(mf.path() + ": ve.proj does not match the LSTM");
 }
 
 // librosa.effects.trim(y, top_db): RMS of centred, zero-padded frames; keep from the first

@@ -4,7 +4,8 @@
 // already folded into `hift.<module>.weight` by the converter.
 //
 // Layout: a signal of C channels and L frames is a ggml tensor ne [C, L] (channel
-// fastest). The graph runs on CPU kernels of ours (ggml custom ops, hift.cpp): the
+// fastest). The graph (hift_graph.cpp) runs on CPU kernels of ours (ggml custom ops,
+// hift/kernels.h): the
 // resblock convolutions through the DFT, the others as "columns" (for each output
 // frame, the K input frames it reads, side by side) times the re-ordered weight, with
 // Snake and the other activations fused into the kernels that read the signal.
@@ -16,6 +17,7 @@
 
 #include "ggml-backend.h"
 #include "core/ggml_ops.h"
+#include "hift/stft.h"
 #include "core/model_file.h"
 
 namespace cbs {
@@ -75,9 +77,12 @@ private:
 
     ggml_tensor* f32_weight(const ModelFile& mf, const std::string& name);
     ggml_tensor* upload(std::vector<float> data, int64_t ne0, int64_t ne1 = 1);
-    Conv conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil, bool allow_fft = false);
-    Snake snake(const ModelFile& mf, const std::string& name);
-    ResBlock resblock(const ModelFile& mf, const std::string& prefix, int kernel, const std::vector<int>& dilations);
+    // ne: the weight's expected shape [K, Cin, Cout] (-1: any), checked first.
+    Conv conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil,
+              const std::vector<int64_t>& ne, bool allow_fft = false);
+    Snake snake(const ModelFile& mf, const std::string& name, int64_t channels);
+    ResBlock resblock(const ModelFile& mf, const std::string& prefix, int kernel, const std::vector<int>& dilations,
+                      int64_t channels);
 
     void check_mel(int64_t T) const;
 
@@ -96,7 +101,7 @@ private:
     std::vector<Up> ups_;
     std::vector<Conv> source_downs_;
     std::vector<ResBlock> source_resblocks_, resblocks_;
-    std::vector<float> window_;     // periodic Hann, n_fft values
+    HiftStft stft_;                 // the host STFT of the source and ISTFT of the output
     std::vector<float> post_bias_;  // conv_post's bias, added on the host with the ISTFT
 
     GraphRunner runner_;

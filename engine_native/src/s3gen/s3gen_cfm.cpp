@@ -23,28 +23,37 @@ ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x) {
 // Estimator
 // ---------------------------------------------------------------------------
 
-CfmEstimator::Resnet CfmEstimator::load_resnet(const ModelFile& mf, const std::string& p) const {
-    auto t = [&](const std::string& n) { return mf.tensor(p + n); };
-    return {t("block1.block.0.weight"), t("block1.block.0.bias"), t("block1.block.2.weight"), t("block1.block.2.bias"),
-            t("block2.block.0.weight"), t("block2.block.0.bias"), t("block2.block.2.weight"), t("block2.block.2.bias"),
-            t("mlp.1.weight"),          t("mlp.1.bias"),          t("res_conv.weight"),       t("res_conv.bias")};
+// Every weight's shape is checked: channels C, input channels cin of the level, the
+// time embedding width time_dim_, attention width n_head * head_dim and the
+// feed-forward width of the first transformer (ff_ once known).
+CfmEstimator::Resnet CfmEstimator::load_resnet(const ModelFile& mf, const std::string& p, int64_t cin) const {
+    const int64_t C = channels_;
+    auto t = [&](const std::string& n, std::vector<int64_t> ne) { return mf.tensor(p + n, ne); };
+    return {t("block1.block.0.weight", {-1, cin, C}), t("block1.block.0.bias", {C}), t("block1.block.2.weight", {C}),
+            t("block1.block.2.bias", {C}),           t("block2.block.0.weight", {-1, C, C}), t("block2.block.0.bias", {C}),
+            t("block2.block.2.weight", {C}),          t("block2.block.2.bias", {C}),  t("mlp.1.weight", {time_dim_, C}),
+            t("mlp.1.bias", {C}),                     t("res_conv.weight", {1, cin, C}), t("res_conv.bias", {C})};
 }
 
-CfmEstimator::Stage CfmEstimator::load_stage(const ModelFile& mf, const std::string& p, bool with_conv) const {
+CfmEstimator::Stage CfmEstimator::load_stage(const ModelFile& mf, const std::string& p, int64_t cin, bool with_conv) {
+    const int64_t C = channels_, A = int64_t{n_head_} * head_dim_;
     Stage s;
-    s.res = load_resnet(mf, p + "0.");
+    s.res = load_resnet(mf, p + "0.", cin);
     for (int j = 0;; ++j) {
         const std::string q = p + "1." + std::to_string(j) + ".";
         if (!mf.find_tensor(q + "norm1.weight")) break;
-        auto t = [&](const std::string& n) { return mf.tensor(q + n); };
-        s.tfm.push_back({t("norm1.weight"), t("norm1.bias"), t("attn1.to_q.weight"), t("attn1.to_k.weight"),
-                         t("attn1.to_v.weight"), t("attn1.to_out.0.weight"), t("attn1.to_out.0.bias"), t("norm3.weight"),
-                         t("norm3.bias"), t("ff.net.0.proj.weight"), t("ff.net.0.proj.bias"), t("ff.net.2.weight"),
-                         t("ff.net.2.bias")});
+        if (ff_ < 0) ff_ = mf.tensor(q + "ff.net.0.proj.weight", {C, -1})->ne[1];
+        const int64_t F = ff_;
+        auto t = [&](const std::string& n, std::vector<int64_t> ne) { return mf.tensor(q + n, ne); };
+        s.tfm.push_back({t("norm1.weight", {C}), t("norm1.bias", {C}), t("attn1.to_q.weight", {C, A}),
+                         t("attn1.to_k.weight", {C, A}), t("attn1.to_v.weight", {C, A}),
+                         t("attn1.to_out.0.weight", {A, C}), t("attn1.to_out.0.bias", {C}), t("norm3.weight", {C}),
+                         t("norm3.bias", {C}), t("ff.net.0.proj.weight", {C, F}), t("ff.net.0.proj.bias", {F}),
+                         t("ff.net.2.weight", {F, C}), t("ff.net.2.bias", {C})});
     }
     if (with_conv) {
-        s.conv_w = mf.tensor(p + "2.weight");
-        s.conv_b = mf.tensor(p + "2.bias");
+        s.conv_w = mf.tensor(p + "2.weight", {-1, C, C});
+        s.conv_b = mf.tensor(p + "2.bias", {C});
     }
     return s;
 }
@@ -58,32 +67,34 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend) : runner
     head_dim_ = i("head_dim");
     meanflow_ = mf.get_bool("chatterbox.s3gen.cfm.meanflow");
     const int n_blocks = i("n_blocks"), n_mid = i("n_mid_blocks");
-    if (in_channels_ <= 0 || in_channels_ % 2 != 0 || n_head_ <= 0 || head_dim_ <= 0 || n_mid < 0)
-        throw EngineError(mf.path() + ": inconsistent S3Gen CFM dimensions");
+    if (in_channels_ <= 0 || in_channels_ % 2 != 0 || n_head_ <= 0 || head_dim_ <= 0 || n_mid < 0 || channels_ <= 0 ||
+        in_channels_ != 4 * out_channels_)
+        throw ModelError(mf.path() + ": inconsistent S3Gen CFM dimensions");
+    const int64_t C = channels_;
 
-    auto t = [&](const std::string& n) { return mf.tensor("s3gen.cfm." + n); };
-    t_l1_w_ = t("time_mlp.linear_1.weight");
-    t_l1_b_ = t("time_mlp.linear_1.bias");
-    t_l2_w_ = t("time_mlp.linear_2.weight");
-    t_l2_b_ = t("time_mlp.linear_2.bias");
+    auto t = [&](const std::string& n, std::vector<int64_t> ne) { return mf.tensor("s3gen.cfm." + n, ne); };
+    t_l2_w_ = t("time_mlp.linear_2.weight", {-1, -1});
     time_dim_ = static_cast<int>(t_l2_w_->ne[1]);
-    if (meanflow_) mixer_w_ = t("time_embed_mixer.weight");
-    down_ = load_stage(mf, "s3gen.cfm.down_blocks.0.", true);
-    for (int m = 0; m < n_mid; ++m) mid_.push_back(load_stage(mf, "s3gen.cfm.mid_blocks." + std::to_string(m) + ".", false));
-    up_ = load_stage(mf, "s3gen.cfm.up_blocks.0.", true);
+    t_l2_w_ = t("time_mlp.linear_2.weight", {time_dim_, time_dim_});
+    t_l2_b_ = t("time_mlp.linear_2.bias", {time_dim_});
+    t_l1_w_ = t("time_mlp.linear_1.weight", {in_channels_, time_dim_});
+    t_l1_b_ = t("time_mlp.linear_1.bias", {time_dim_});
+    if (meanflow_) mixer_w_ = t("time_embed_mixer.weight", {2 * time_dim_, time_dim_});
+    down_ = load_stage(mf, "s3gen.cfm.down_blocks.0.", in_channels_, true);
+    for (int m = 0; m < n_mid; ++m)
+        mid_.push_back(load_stage(mf, "s3gen.cfm.mid_blocks." + std::to_string(m) + ".", C, false));
+    up_ = load_stage(mf, "s3gen.cfm.up_blocks.0.", 2 * C, true);
     if (mf.find_tensor("s3gen.cfm.down_blocks.1.0.block1.block.0.weight"))
-        throw EngineError(mf.path() + ": S3Gen CFM with more than one U-Net level is not supported");
+        throw ModelError(mf.path() + ": S3Gen CFM with more than one U-Net level is not supported");
     for (const Stage* s : {&down_, &up_})
         if (static_cast<int>(s->tfm.size()) != n_blocks)
-            throw EngineError(mf.path() + ": S3Gen CFM transformer count differs from s3gen.cfm.n_blocks");
-    final_c_w_ = t("final_block.block.0.weight");
-    final_c_b_ = t("final_block.block.0.bias");
-    final_ln_w_ = t("final_block.block.2.weight");
-    final_ln_b_ = t("final_block.block.2.bias");
-    proj_w_ = t("final_proj.weight");
-    proj_b_ = t("final_proj.bias");
-    if (down_.res.c1_w->ne[1] != in_channels_ || proj_w_->ne[2] != out_channels_ || in_channels_ != 4 * out_channels_)
-        throw EngineError(mf.path() + ": S3Gen CFM channel counts do not match its tensors");
+            throw ModelError(mf.path() + ": S3Gen CFM transformer count differs from s3gen.cfm.n_blocks");
+    final_c_w_ = t("final_block.block.0.weight", {-1, C, C});
+    final_c_b_ = t("final_block.block.0.bias", {C});
+    final_ln_w_ = t("final_block.block.2.weight", {C});
+    final_ln_b_ = t("final_block.block.2.bias", {C});
+    proj_w_ = t("final_proj.weight", {1, C, out_channels_});
+    proj_b_ = t("final_proj.bias", {out_channels_});
 }
 
 // SinusoidalPosEmb(dim=in_channels)(t, scale=1000), in float32 as torch computes it.
@@ -194,13 +205,12 @@ std::vector<float> CfmEstimator::forward(const std::vector<float>& x, const std:
 S3GenCfm::S3GenCfm(const ModelFile& mf, ggml_backend_t backend) : est_(mf, backend) {
     n_timesteps_ = static_cast<int>(mf.get_int("chatterbox.s3gen.cfm.n_timesteps"));
     meanflow_ = mf.get_bool("chatterbox.s3gen.cfm.meanflow");
-    if (n_timesteps_ <= 0) throw EngineError(mf.path() + ": s3gen.cfm.n_timesteps must be positive");
-    const ggml_tensor* w = mf.tensor("s3gen.flow.spk_embed_affine_layer.weight");
+    if (n_timesteps_ <= 0) throw ModelError(mf.path() + ": s3gen.cfm.n_timesteps must be positive");
+    const ggml_tensor* w = mf.tensor("s3gen.flow.spk_embed_affine_layer.weight", {-1, est_.n_mels()});
     spk_in_ = static_cast<int>(w->ne[0]);
     spk_out_ = static_cast<int>(w->ne[1]);
-    if (spk_out_ != est_.n_mels()) throw EngineError(mf.path() + ": spk_embed_affine_layer does not project to n_mels");
     spk_w_ = mf.read_f32(w);
-    spk_b_ = mf.read_f32(mf.tensor("s3gen.flow.spk_embed_affine_layer.bias"));
+    spk_b_ = mf.read_f32(mf.tensor("s3gen.flow.spk_embed_affine_layer.bias", {spk_out_}));
 }
 
 // torch.linspace(0, 1, n + 1) in float32 (meanflow uses it as is; no cosine schedule).

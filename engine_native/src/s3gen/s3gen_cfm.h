@@ -50,8 +50,8 @@ private:
         ggml_tensor *conv_w = nullptr, *conv_b = nullptr;
     };
 
-    Resnet load_resnet(const ModelFile& mf, const std::string& p) const;
-    Stage load_stage(const ModelFile& mf, const std::string& p, bool with_conv) const;
+    Resnet load_resnet(const ModelFile& mf, const std::string& p, int64_t cin) const;
+    Stage load_stage(const ModelFile& mf, const std::string& p, int64_t cin, bool with_conv);
     std::vector<float> time_sinusoid(float t) const;  // SinusoidalPosEmb(in_channels), scale 1000
 
     ggml_tensor* time_mlp(ggml_context* ctx, ggml_tensor* s) const;
@@ -62,6 +62,7 @@ private:
     ggml_tensor* run_stage(ggml_context* ctx, ggml_tensor* x, ggml_tensor* temb, const Stage& s) const;
 
     int in_channels_, out_channels_, channels_, n_head_, head_dim_, time_dim_;
+    int64_t ff_ = -1;  // transformer feed-forward width (from the first one)
     bool meanflow_;
     float ln_eps_ = 1e-5f;  // torch.nn.LayerNorm's default, as the reference builds every LayerNorm
     ggml_tensor *t_l1_w_, *t_l1_b_, *t_l2_w_, *t_l2_b_, *mixer_w_ = nullptr;

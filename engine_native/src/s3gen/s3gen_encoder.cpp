@@ -5,14 +5,20 @@
 
 namespace cbs {
 
-S3GenEncoder::Block S3GenEncoder::load_block(const ModelFile& mf, const std::string& p) const {
-    auto t = [&](const std::string& n) { return mf.tensor(p + n); };
-    return {t("norm_mha.weight"), t("norm_mha.bias"), t("self_attn.linear_q.weight"), t("self_attn.linear_q.bias"),
-            t("self_attn.linear_k.weight"), t("self_attn.linear_k.bias"), t("self_attn.linear_v.weight"),
-            t("self_attn.linear_v.bias"), t("self_attn.linear_out.weight"), t("self_attn.linear_out.bias"),
-            t("self_attn.linear_pos.weight"), t("self_attn.pos_bias_u"), t("self_attn.pos_bias_v"),
-            t("norm_ff.weight"), t("norm_ff.bias"), t("feed_forward.w_1.weight"), t("feed_forward.w_1.bias"),
-            t("feed_forward.w_2.weight"), t("feed_forward.w_2.bias")};
+// One conformer block's weights, every shape checked: d_model D, n_head H, and the
+// feed-forward width F of the first block (every block must have the same).
+S3GenEncoder::Block S3GenEncoder::load_block(const ModelFile& mf, const std::string& p, int64_t& F) const {
+    const int64_t D = d_model_, H = n_head_;
+    if (F < 0) F = mf.tensor(p + "feed_forward.w_1.weight", {D, -1})->ne[1];
+    auto t = [&](const std::string& n, std::vector<int64_t> ne) { return mf.tensor(p + n, ne); };
+    return {t("norm_mha.weight", {D}), t("norm_mha.bias", {D}), t("self_attn.linear_q.weight", {D, D}),
+            t("self_attn.linear_q.bias", {D}), t("self_attn.linear_k.weight", {D, D}), t("self_attn.linear_k.bias", {D}),
+            t("self_attn.linear_v.weight", {D, D}), t("self_attn.linear_v.bias", {D}),
+            t("self_attn.linear_out.weight", {D, D}), t("self_attn.linear_out.bias", {D}),
+            t("self_attn.linear_pos.weight", {D, D}), t("self_attn.pos_bias_u", {D / H, H}),
+            t("self_attn.pos_bias_v", {D / H, H}), t("norm_ff.weight", {D}), t("norm_ff.bias", {D}),
+            t("feed_forward.w_1.weight", {D, F}), t("feed_forward.w_1.bias", {F}), t("feed_forward.w_2.weight", {F, D}),
+            t("feed_forward.w_2.bias", {D})};
 }
 
 S3GenEncoder::S3GenEncoder(const ModelFile& mf, ggml_backend_t backend) : runner_(backend) {
@@ -28,26 +34,33 @@ S3GenEncoder::S3GenEncoder(const ModelFile& mf, ggml_backend_t backend) : runner
     embed_eps_ = f("s3gen.enc.embed_eps");
     after_eps_ = f("s3gen.enc.after_norm_eps");
     lookahead_slope_ = f("s3gen.enc.lookahead_lrelu_slope");
-    if (n_head_ <= 0 || d_model_ % n_head_ != 0) throw EngineError(mf.path() + ": inconsistent S3Gen encoder dimensions");
+    if (n_head_ <= 0 || d_model_ % n_head_ != 0) throw ModelError(mf.path() + ": inconsistent S3Gen encoder dimensions");
 
-    auto t = [&](const std::string& n) { return mf.tensor("s3gen." + n); };
-    tok_emb_ = t("flow.input_embedding.weight");
-    embed_ = {t("enc.embed.out.0.weight"), t("enc.embed.out.0.bias"), t("enc.embed.out.1.weight"), t("enc.embed.out.1.bias")};
-    up_embed_ = {t("enc.up_embed.out.0.weight"), t("enc.up_embed.out.0.bias"), t("enc.up_embed.out.1.weight"),
-                 t("enc.up_embed.out.1.bias")};
-    la_conv1_w_ = t("enc.pre_lookahead_layer.conv1.weight");
-    la_conv1_b_ = t("enc.pre_lookahead_layer.conv1.bias");
-    la_conv2_w_ = t("enc.pre_lookahead_layer.conv2.weight");
-    la_conv2_b_ = t("enc.pre_lookahead_layer.conv2.bias");
-    up_w_ = t("enc.up_layer.conv.weight");
-    up_b_ = t("enc.up_layer.conv.bias");
-    after_w_ = t("enc.after_norm.weight");
-    after_b_ = t("enc.after_norm.bias");
-    proj_w_ = t("flow.encoder_proj.weight");
-    proj_b_ = t("flow.encoder_proj.bias");
-    for (int b = 0; b < i("s3gen.enc.n_blocks"); ++b) blocks_.push_back(load_block(mf, "s3gen.enc.encoders." + std::to_string(b) + "."));
+    if (vocab_ <= 0 || n_mels_ <= 0 || lookahead_ < 0 || up_stride_ < 1)
+        throw ModelError(mf.path() + ": inconsistent S3Gen encoder metadata");
+    const int64_t D = d_model_;
+    auto t = [&](const std::string& n, std::vector<int64_t> ne) { return mf.tensor("s3gen." + n, ne); };
+    tok_emb_ = t("flow.input_embedding.weight", {-1, vocab_});
+    const int64_t in = tok_emb_->ne[0];
+    embed_ = {t("enc.embed.out.0.weight", {in, D}), t("enc.embed.out.0.bias", {D}), t("enc.embed.out.1.weight", {D}),
+              t("enc.embed.out.1.bias", {D})};
+    up_embed_ = {t("enc.up_embed.out.0.weight", {D, D}), t("enc.up_embed.out.0.bias", {D}),
+                 t("enc.up_embed.out.1.weight", {D}), t("enc.up_embed.out.1.bias", {D})};
+    la_conv1_w_ = t("enc.pre_lookahead_layer.conv1.weight", {lookahead_ + 1, D, D});
+    la_conv1_b_ = t("enc.pre_lookahead_layer.conv1.bias", {D});
+    la_conv2_w_ = t("enc.pre_lookahead_layer.conv2.weight", {-1, D, D});
+    la_conv2_b_ = t("enc.pre_lookahead_layer.conv2.bias", {D});
+    up_w_ = t("enc.up_layer.conv.weight", {-1, D, D});
+    up_b_ = t("enc.up_layer.conv.bias", {D});
+    after_w_ = t("enc.after_norm.weight", {D});
+    after_b_ = t("enc.after_norm.bias", {D});
+    proj_w_ = t("flow.encoder_proj.weight", {D, n_mels_});
+    proj_b_ = t("flow.encoder_proj.bias", {n_mels_});
+    int64_t F = -1;
+    for (int b = 0; b < i("s3gen.enc.n_blocks"); ++b)
+        blocks_.push_back(load_block(mf, "s3gen.enc.encoders." + std::to_string(b) + ".", F));
     for (int b = 0; b < i("s3gen.enc.n_up_blocks"); ++b)
-        up_blocks_.push_back(load_block(mf, "s3gen.enc.up_encoders." + std::to_string(b) + "."));
+        up_blocks_.push_back(load_block(mf, "s3gen.enc.up_encoders." + std::to_string(b) + ".", F));
 }
 
 // ESPnet relative positional encoding rows for relative positions n-1 down to -(n-1),

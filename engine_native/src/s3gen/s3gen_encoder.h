@@ -29,7 +29,7 @@ private:
         ggml_tensor *w, *b, *ln_w, *ln_b;
     };
 
-    Block load_block(const ModelFile& mf, const std::string& prefix) const;
+    Block load_block(const ModelFile& mf, const std::string& prefix, int64_t& ff_width) const;
     ggml_tensor* embed(ggml_context* ctx, ggml_tensor* x, const Embed& e) const;
     ggml_tensor* block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* pos, const Block& b) const;
     std::vector<float> rel_positions(int n) const;  // [d_model, 2n-1], relative positions n-1 .. -(n-1)

@@ -1,0 +1,153 @@
+// HiFT's direct kernels: columns (pad + activation), finish, the register-blocked
+// rgemm and ConvTranspose1d's overlap-add (see hift/kernels.h).
+#include "hift/kernels.h"
+
+namespace cbs::hiftk {
+
+template <bool kWide>
+CBS_INL void cols_body(ggml_tensor* dst, const ColsOp& p) {
+    const ggml_tensor* x = dst->src[0];
+    int si = 1;
+    const float* bias = p.has_bias ? data_f32(dst->src[si++]) : nullptr;
+    const float* alpha = p.act == Act::snake ? data_f32(dst->src[si++]) : nullptr;
+    const float* inv = p.act == Act::snake ? data_f32(dst->src[si++]) : nullptr;
+    const int64_t C = x->ne[0], L = x->ne[1], kc = dst->ne[0], out_len = dst->ne[1];
+    const size_t x_row = x->nb[1] / sizeof(float);
+    const float* xd = data_f32(x);
+    float* out = static_cast<float*>(dst->data);
+
+    // Frames are activated once per block of output frames into a small buffer that
+    // stays in cache, then copied K times.
+    thread_local std::vector<float> buf;
+    for (int64_t tb, te; p.work->take(out_len, 256, tb, te);) {
+        const int64_t r0 = tb * p.stride - p.pad, r1 = (te - 1) * p.stride - p.pad + int64_t(p.K - 1) * p.dil + 1;
+        buf.resize(static_cast<size_t>((r1 - r0) * C));
+        for (int64_t r = r0; r < r1; ++r) {
+            float* row = buf.data() + (r - r0) * C;
+            if (r < 0 || r >= L)
+                std::fill(row, row + C, 0.0f);
+            else
+                act_row<Vec<kWide>>(row, xd + r * x_row, bias, p.act, p.slope, alpha, inv, C);
+        }
+        for (int64_t t = tb; t < te; ++t) {
+            float* col = out + t * kc;
+            for (int k = 0; k < p.K; ++k)
+                std::memcpy(col + k * C, buf.data() + (t * p.stride - p.pad + int64_t(k) * p.dil - r0) * C,
+                            C * sizeof(float));
+            std::fill(col + p.K * C, col + kc, 0.0f);
+        }
+    }
+}
+
+template <bool kWide>
+CBS_INL void finish_body(ggml_tensor* dst, const FinishOp& p) {
+    const ggml_tensor* y = dst->src[0];
+    const FinishArgs a = finish_args(p, dst, 1);
+    const int64_t C = y->ne[0];
+    const float* yd = data_f32(y);
+    float* out = static_cast<float*>(dst->data);
+    for (int64_t t0, t1; p.work->take(y->ne[1], 64, t0, t1);)
+        for (int64_t t = t0; t < t1; ++t) finish_row<Vec<kWide>>(out + t * C, yd + t * C, p, a, t, C);
+}
+
+template <bool kWide>
+CBS_INL void rgemm_body(ggml_tensor* dst, const RgemmOp& p) {
+    using V = Vec<kWide>;
+    const float* a = data_f32(dst->src[0]);
+    const float* b = data_f32(dst->src[1]);
+    const int64_t n = dst->ne[0], rows = dst->ne[1], kc = p.kc, as = p.a_step;
+    float* y = static_cast<float*>(dst->data);
+    for (int64_t r0, r1; p.work->take(rows, 48, r0, r1);)
+        for (int64_t co = 0; co < n; co += 16) {
+            const float* panel = b + co * kc;
+            int64_t t = r0;
+            // The compiler barriers keep each row's broadcast next to its multiply-adds.
+#define CBS_RGEMM_ROW(i)                   \
+    {                                      \
+        const float s = a##i[j];           \
+        c##i##0 += w0 * s;                 \
+        c##i##1 += w1 * s;                 \
+        asm volatile("" ::: "memory");     \
+    }
+#define CBS_RGEMM_STORE(i)                           \
+    vstore(y + (t + i) * n + co, c##i##0);           \
+    vstore(y + (t + i) * n + co + 8, c##i##1);
+            for (; kWide && t + 6 <= r1; t += 6) {
+                const float *a0 = a + t * as, *a1 = a0 + as, *a2 = a1 + as, *a3 = a2 + as, *a4 = a3 + as, *a5 = a4 + as;
+                V c00 = {}, c01 = {}, c10 = {}, c11 = {}, c20 = {}, c21 = {}, c30 = {}, c31 = {}, c40 = {}, c41 = {},
+                  c50 = {}, c51 = {};
+                for (int64_t j = 0; j < kc; ++j) {
+                    const V w0 = vload<V>(panel + j * 16), w1 = vload<V>(panel + j * 16 + 8);
+                    CBS_RGEMM_ROW(0)
+                    CBS_RGEMM_ROW(1)
+                    CBS_RGEMM_ROW(2)
+                    CBS_RGEMM_ROW(3)
+                    CBS_RGEMM_ROW(4)
+                    CBS_RGEMM_ROW(5)
+                }
+                CBS_RGEMM_STORE(0)
+                CBS_RGEMM_STORE(1)
+                CBS_RGEMM_STORE(2)
+                CBS_RGEMM_STORE(3)
+                CBS_RGEMM_STORE(4)
+                CBS_RGEMM_STORE(5)
+            }
+            for (; !kWide && t + 2 <= r1; t += 2) {
+                const float *a0 = a + t * as, *a1 = a0 + as;
+                V c00 = {}, c01 = {}, c10 = {}, c11 = {};
+                for (int64_t j = 0; j < kc; ++j) {
+                    const V w0 = vload<V>(panel + j * 16), w1 = vload<V>(panel + j * 16 + 8);
+                    CBS_RGEMM_ROW(0)
+                    CBS_RGEMM_ROW(1)
+                }
+                CBS_RGEMM_STORE(0)
+                CBS_RGEMM_STORE(1)
+            }
+            for (; t < r1; ++t) {
+                const float* a0 = a + t * as;
+                V c00 = {}, c01 = {};
+                for (int64_t j = 0; j < kc; ++j) {
+                    const V w0 = vload<V>(panel + j * 16), w1 = vload<V>(panel + j * 16 + 8);
+                    CBS_RGEMM_ROW(0)
+                }
+                CBS_RGEMM_STORE(0)
+            }
+#undef CBS_RGEMM_ROW
+#undef CBS_RGEMM_STORE
+        }
+}
+
+template <bool kWide>
+CBS_INL void up_body(ggml_tensor* dst, const UpOp& p) {
+    const ggml_tensor* cols = dst->src[0];
+    const float* b = data_f32(dst->src[1]);
+    const float* add = data_f32(dst->src[2]);
+    const int64_t C = dst->ne[0], T = dst->ne[1], L_in = cols->ne[1], kc = cols->ne[0];
+    const float* cd = data_f32(cols);
+    float* out = static_cast<float*>(dst->data);
+    auto frame = [&](int64_t t) {
+        const int64_t u = p.reflect_first ? (t == 0 ? 1 : t - 1) : t;  // frame of the unpadded output
+        const int64_t a = u + p.pad;
+        const int64_t i_min = std::max<int64_t>(0, (a - p.K + p.stride) / p.stride);
+        const int64_t i_max = std::min<int64_t>(L_in - 1, a / p.stride);
+        float* o = out + t * C;
+        std::fill(o, o + C, 0.0f);
+        for (int64_t i = i_min; i <= i_max; ++i) {
+            const int64_t k = a - i * p.stride;
+            if (k < 0 || k >= p.K) continue;
+            const float* src = cd + i * kc + k * C;
+            for (int64_t c = 0; c < C; ++c) o[c] += src[c];
+        }
+        const float* ad = add + t * C;
+        for (int64_t c = 0; c < C; ++c) o[c] = (o[c] + b[c]) + ad[c];
+    };
+    for (int64_t t0, t1; p.work->take(T, 64, t0, t1);)
+        for (int64_t t = t0; t < t1; ++t) frame(t);
+}
+
+CBS_KERNEL(cols, ColsOp)
+CBS_KERNEL(rgemm, RgemmOp)
+CBS_KERNEL(finish, FinishOp)
+CBS_KERNEL(up, UpOp)
+
+}  // namespace cbs::hiftk
