@@ -104,8 +104,9 @@ def test_every_format_decodes_to_24khz_of_the_right_length(client):
         assert rate == RATE
         assert expected <= x.size <= expected + slack, fmt
         if fmt == "wav":
-            import soundfile as sf
             import io
+
+            import soundfile as sf
 
             y, sr = sf.read(io.BytesIO(data), dtype="int16")
             assert sr == RATE and np.array_equal(y, np.frombuffer(pcm, "<i2"))  # same seed, same samples

@@ -16,10 +16,9 @@ def log(message: str) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if not all(importlib.util.find_spec(m) for m in ("fastapi", "uvicorn")):
         log("chatterbox-studio: error: serve needs FastAPI and uvicorn: pip install 'chatterbox-studio[server]' "
             "(or: pip install fastapi uvicorn)")
         return 1
@@ -45,9 +44,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                           log_level="info" if args.verbose else "warning")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from engine_native import EngineError
-
     from app.server.runner import load_engine, serve_forever
+    from engine_native import EngineError
 
     t0 = time.perf_counter()
     try:

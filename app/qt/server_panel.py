@@ -56,10 +56,9 @@ class ServerPrefs:
 
 def server_available() -> str | None:
     """None when FastAPI and uvicorn are installed; else what to install."""
-    try:
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if not all(importlib.util.find_spec(m) for m in ("fastapi", "uvicorn")):
         return "The local API server needs FastAPI and uvicorn: pip install 'chatterbox-studio[server]'."
     return None
 
