@@ -67,8 +67,15 @@ EXPORT_EXTS = ("wav", "flac", "ogg", "mp3")
 # --- helpers ---------------------------------------------------------------------------------------
 
 
-def rss_mb() -> float:
+def rss_mb(trim: bool = False) -> float:
+    """Resident memory after gc.collect(); with `trim`, after glibc's malloc_trim(0) too, which
+    hands back the free memory the allocator's per-thread arenas keep (not live memory)."""
     gc.collect()
+    if trim:
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -521,11 +528,17 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
             soak.pump(0.3)
             with soak.probe.paused():
                 rss0 = rss_mb()
+                rss0_trim = rss_mb(trim=True)
             warm_actions, warm_worst = soak.n, soak.probe.worst
             t_warm = time.perf_counter()
 
-            for name in soak.order:
+            for i, name in enumerate(soak.order, 1):
                 soak.step(name)
+                if i % 25 == 0:
+                    with soak.probe.paused():
+                        print(f"\n  {i} actions, {time.perf_counter() - t_warm:.0f} s, worst stall "
+                              f"{soak.probe.worst * 1000:.0f} ms, RSS {rss_mb():.1f} MB, trimmed "
+                              f"{rss_mb(trim=True):.1f} MB", flush=True)
 
             # the end: the same state as at the baseline (the model, nothing running)
             soak.probe.action = "end"
@@ -538,6 +551,7 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
             soak.pump(0.3)
             soak.probe.stop()
             rss1 = rss_mb()
+            rss1_trim = rss_mb(trim=True)
             t_end = time.perf_counter()
         failures += [f"{e[0].__name__}: {e[1]}" for e in exceptions]
     finally:
@@ -555,7 +569,8 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
     print(f"GUI soak: worst GUI-thread stall {worst_ms:.1f} ms (at {soak.probe.worst_action}; "
           f"{warm_worst * 1000:.1f} ms in the warm-up) over {soak.probe.ticks} ticks; "
           f"stalls over {STALL_LIMIT_S * 1000:.0f} ms: {len(soak.probe.stalls)}")
-    print(f"GUI soak: RSS {rss0:.1f} MB after the warm-up -> {rss1:.1f} MB at the end ({growth * 100:+.2f} %)")
+    print(f"GUI soak: RSS {rss0:.1f} MB after the warm-up -> {rss1:.1f} MB at the end ({growth * 100:+.2f} %); "
+          f"after malloc_trim {rss0_trim:.1f} -> {rss1_trim:.1f} MB")
     for gap, cpu, action in sorted(soak.probe.stalls, reverse=True)[:10]:
         print(f"  stall {gap * 1000:.0f} ms during {action} (GUI thread on CPU {cpu * 1000:.0f} ms of it)")
     print(f"GUI soak: load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
