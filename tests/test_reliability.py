@@ -169,8 +169,8 @@ def test_a_write_that_fails_midway_leaves_nothing_and_says_so(model, tmp_path, e
     """A full disk, simulated by a file size limit: every encoder's failure is caught (MP3's
     ffmpeg exits 0 after a failed write, so the result is decoded back and measured)."""
     out = tmp_path / f"out.{ext}"
-    r = subprocess.run([sys.executable, "-m", "app", "say", "One. Two. Three. Four.", "-m", model, "-o", str(out),
-                        "--max-tokens", "30", "--seed", "1"], capture_output=True, timeout=600, cwd=tmp_path,
+    r = subprocess.run([sys.executable, "-m", "app", "say", "One. Two. Three.", "-m", model, "-o", str(out),
+                        "--max-tokens", "20", "--seed", "1"], capture_output=True, timeout=600, cwd=tmp_path,
                        preexec_fn=_limit_file_size(4096))
     err = r.stderr.decode()
     assert r.returncode == 1 and "Traceback" not in err and str(out) in err, err
