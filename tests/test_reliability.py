@@ -179,6 +179,27 @@ def test_a_write_that_fails_midway_leaves_nothing_and_says_so(model, tmp_path, e
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".parts")] == [], list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("ext", ["wav", "flac", "ogg", "mp3"])
+def test_every_encoder_failing_on_a_full_disk_is_an_export_error(tmp_path, ext):
+    """The encoders themselves (libsndfile, ffmpeg) hitting a full disk, simulated by a file
+    size limit: an ExportError naming the file, nothing under the target name, no temp file.
+    ffmpeg exits 0 after a failed write: the decode-back check is what catches it."""
+    code = ("import sys, numpy as np\n"
+            "from app.core.take import ExportError, export_audio\n"
+            "x = (0.3 * np.sin(np.arange(24000 * 20) * 0.05)).astype(np.float32)\n"
+            "try:\n"
+            "    export_audio(x, 24000, sys.argv[1])\n"
+            "except ExportError as e:\n"
+            "    print(e, file=sys.stderr)\n"
+            "    sys.exit(1)\n")
+    out = tmp_path / f"take.{ext}"
+    r = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, timeout=300,
+                       preexec_fn=_limit_file_size(20_000))
+    err = r.stderr.decode()
+    assert r.returncode == 1 and str(out) in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_export_errors_stale_temps_and_umask(tmp_path):
     from app.core.take import ExportError, export_audio
 
