@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
+#include "core/errors.h"
 
 namespace cbs {
 
@@ -27,7 +27,7 @@ inline cdouble mul(cdouble a, cdouble b) {
 }  // namespace
 
 FftPlan::FftPlan(int n) : n_(n) {
-    if (n < 1) throw std::invalid_argument("FFT length must be positive");
+    if (n < 1) throw EngineError("FFT length must be positive");
     int rest = n;
     while (rest % 4 == 0) radices_.push_back(4), rest /= 4;
     for (int p = 2; rest > 1; ++p) {
@@ -127,7 +127,7 @@ void FftPlan::forward(const cdouble* x, cdouble* out, cdouble* scratch) const {
 }
 
 RealFft::RealFft(int n) : n_(n), half_(std::max(1, n / 2)) {
-    if (n < 2 || n % 2 != 0) throw std::invalid_argument("real FFT length must be even");
+    if (n < 2 || n % 2 != 0) throw EngineError("real FFT length must be even");
     w_ = unit_roots(n, n / 2 + 1);
 }
 

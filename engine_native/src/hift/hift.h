@@ -73,7 +73,7 @@ private:
         ggml_tensor *wt = nullptr, *b = nullptr;  // b ne [Cout]
         int K = 1, stride = 1, pad = 0, cout = 0;
     };
-    struct Graph;  // graph-building helpers (hift.cpp)
+    struct Graph;  // graph-building helpers (hift_graph.cpp)
 
     ggml_tensor* f32_weight(const ModelFile& mf, const std::string& name);
     ggml_tensor* upload(std::vector<float> data, int64_t ne0, int64_t ne1 = 1);

@@ -45,22 +45,6 @@ struct Hift::Graph {
                       const Snake* s = nullptr, float slope = 0.0f) {
         const int64_t out_len = (x->ne[1] + 2 * c.pad - int64_t(c.dil) * (c.K - 1) - 1) / c.stride + 1;
         if (out_len < 1) throw EngineError("HiFT input is too short for its convolutions");
-        if (c.panels) {
-            // the activated signal, zero-padded, read by rgemm in overlapping windows
-            const int64_t rows = (out_len - 1) * c.stride + c.K;
-            cols_ops.push_back({1, 1, c.pad, 1, pre_bias != nullptr, act, slope, work()});
-            ggml_tensor* args[4] = {x};
-            int n = 1;
-            if (pre_bias) args[n++] = pre_bias;
-            if (act == Act::snake) {
-                args[n++] = s->alpha;
-                args[n++] = s->inv_alpha;
-            }
-            ggml_tensor* xp = ggml_custom_4d(ctx, GGML_TYPE_F32, c.cin, rows, 1, 1, args, n, cols_kernel,
-                                             GGML_N_TASKS_MAX, &cols_ops.back());
-            return rgemm(xp, c.w, int64_t{c.K} * c.cin, int64_t{c.stride} * c.cin, out_len);
-        }
-        cols_ops.push_back({c.K, c.stride, c.pad, c.dil, pre_bias != nullptr, act, slope, work()});
         ggml_tensor* args[4] = {x};
         int n = 1;
         if (pre_bias) args[n++] = pre_bias;
@@ -68,6 +52,15 @@ struct Hift::Graph {
             args[n++] = s->alpha;
             args[n++] = s->inv_alpha;
         }
+        if (c.panels) {
+            // the activated signal, zero-padded, read by rgemm in overlapping windows
+            const int64_t rows = (out_len - 1) * c.stride + c.K;
+            cols_ops.push_back({1, 1, c.pad, 1, pre_bias != nullptr, act, slope, work()});
+            ggml_tensor* xp = ggml_custom_4d(ctx, GGML_TYPE_F32, c.cin, rows, 1, 1, args, n, cols_kernel,
+                                             GGML_N_TASKS_MAX, &cols_ops.back());
+            return rgemm(xp, c.w, int64_t{c.K} * c.cin, int64_t{c.stride} * c.cin, out_len);
+        }
+        cols_ops.push_back({c.K, c.stride, c.pad, c.dil, pre_bias != nullptr, act, slope, work()});
         ggml_tensor* cols = ggml_custom_4d(ctx, GGML_TYPE_F32, c.w->ne[0], out_len, 1, 1, args, n, cols_kernel,
                                            GGML_N_TASKS_MAX, &cols_ops.back());
         return ggml_mul_mat(ctx, c.w, cols);
