@@ -31,9 +31,40 @@ def _tokenizer(model) -> "_core.Gpt2Tokenizer":
         return tok
 
 
-def punc_norm(text: str) -> str:
-    """`chatterbox.tts_turbo.punc_norm`."""
+def punc_norm(text: str, variant: str = "turbo") -> str:
+    """`chatterbox.tts_turbo.punc_norm`; with variant="mtl", `chatterbox.mtl_tts.punc_norm`."""
+    if variant == "mtl":
+        return _core.punc_norm_mtl(text)
     return _core.punc_norm(text)
+
+
+_mtl_tokenizers: dict[tuple, object] = {}
+
+
+def _mtl_tokenizer(model):
+    from engine_native.text_mtl import MtlTokenizer
+    path = Path(os.fspath(model)).resolve()
+    try:
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = (str(path), None, None)
+    with _tokenizers_lock:
+        tok = _mtl_tokenizers.get(key)
+        if tok is None:
+            tok = _mtl_tokenizers[key] = MtlTokenizer(path)
+        return tok
+
+
+def mtl_normalize(model, text: str, lang: str | None = None) -> str:
+    """lower + NFKD + the language step of the Multilingual tokenizer (the model holds the
+    Cangjie table; Japanese through pykakasi when installed)."""
+    return _mtl_tokenizer(model).normalize(text, lang)
+
+
+def mtl_tokenize(model, text: str, lang: str | None = None) -> np.ndarray:
+    """`MTLTokenizer.text_to_tokens(text, language_id=lang)` (no punc_norm, no SOT/EOT): int32."""
+    return _mtl_tokenizer(model).tokenize(text, lang)
 
 
 def tokenize(model, text: str) -> np.ndarray:

@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 from gguf import quants as gguf_quants
 
-from engine_native.convert import filterbanks, hparams, tensors
+from engine_native.convert import filterbanks, hparams, mtl, tensors
 from engine_native.convert.errors import ConvertError
 from engine_native.convert.quant import QUANT_TYPES, storage_type
 from engine_native.convert.tokenizer import read_tokenizer
@@ -36,10 +36,13 @@ class Variant:
 VARIANTS = {
     "turbo": Variant("turbo", "t3_turbo_v1.safetensors", "s3gen_meanflow.safetensors", meanflow=True),
     "nano": Variant("nano", "t3_nano_v1.safetensors", "s3gen_meanflow.safetensors", meanflow=True),
+    "mtl": Variant("mtl", mtl.T3_FILE, mtl.S3GEN_FILE, meanflow=False),
 }
 VE_FILE = "ve.safetensors"
 CONDS_FILE = "conds.pt"
-MULTILINGUAL_MARKERS = ("t3_mtl23ls_v2.safetensors", "t3_cfg.safetensors", "grapheme_mtl_merged_expanded_v1.json")
+ENGLISH_MARKERS = ("t3_cfg.safetensors", "tokenizer.json")   # ChatterboxTTS (English, Llama 520M)
+# exactly the files ChatterboxMultilingualTTS.from_pretrained fetches
+MTL_DOWNLOAD = [mtl.VE_FILE, mtl.T3_FILE, mtl.S3GEN_FILE, mtl.TOKENIZER_FILE, CONDS_FILE, mtl.CANGJIE_FILE]
 
 
 @dataclass
@@ -71,8 +74,11 @@ def detect_variant(snapshot: str | os.PathLike) -> str:
         return found[0]
     if len(found) > 1:
         raise ConvertError(f"{snapshot}: holds several T3 checkpoints ({', '.join(found)}); pass --variant")
-    if any((snapshot / m).exists() for m in MULTILINGUAL_MARKERS):
-        raise ConvertError(f"{snapshot}: a Multilingual Chatterbox snapshot; only Turbo and Nano convert so far")
+    if (snapshot / mtl.TOKENIZER_FILE).exists():
+        raise ConvertError(f"{snapshot}: a Multilingual Chatterbox snapshot without its T3 ({mtl.T3_FILE})")
+    if (snapshot / ENGLISH_MARKERS[0]).exists():
+        raise ConvertError(f"{snapshot}: an English Chatterbox (ChatterboxTTS, t3_cfg.safetensors) snapshot; "
+                           "this converter reads Turbo, Nano and Multilingual")
     wanted = " or ".join(v.t3_file for v in VARIANTS.values())
     raise ConvertError(f"{snapshot}: no Chatterbox T3 checkpoint found (looked for {wanted})")
 
@@ -209,6 +215,8 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
         raise ConvertError(f"{snapshot}: holds a {detected} checkpoint, not {variant}")
     spec = VARIANTS[variant]
     log = log or (lambda _msg: None)
+    if variant == "mtl":
+        return _convert_mtl(snapshot, out_path, spec, quant, log, started)
 
     # Read and validate every input before writing a byte.
     t3 = load_safetensors(snapshot / spec.t3_file)
@@ -247,6 +255,74 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
         add_kv(w, f"{ARCH}.added_tokens.id", [t.id for t in tok.added])
         for source in (tensors.t3_tensors(t3, spec.t3_file), tensors.s3gen_tensors(s3, spec.s3gen_file),
                        tensors.ve_tensors(ve, VE_FILE), iter(voice.items()), _filterbank_tensors()):
+            for name, arr in source:
+                _add_tensor(w, report, name, arr)
+
+    _write_model(out_path, fill)
+    report.seconds = time.perf_counter() - started
+    log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
+    log(report.summary())
+    return report
+
+
+def load_pt_state(path: Path) -> dict[str, np.ndarray]:
+    """A `torch.save(state_dict)` file (s3gen.pt, ve.pt) -> {name: array}."""
+    try:
+        state = load_pt(path)
+    except FileNotFoundError:
+        raise ConvertError(f"{path}: missing from the snapshot") from None
+    except TorchPickleError as e:
+        raise ConvertError(str(e)) from None
+    if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
+        raise ConvertError(f"{path}: not a state dict of tensors")
+    return dict(state)
+
+
+def _convert_mtl(snapshot: Path, out_path: Path, spec: Variant, quant: str, log, started: float) -> ConvertReport:
+    """The Multilingual snapshot: Llama T3 + standard-CFM S3Gen + grapheme tokenizer + Cangjie."""
+    t3 = load_safetensors(snapshot / spec.t3_file)
+    s3 = load_pt_state(snapshot / spec.s3gen_file)
+    ve = load_pt_state(snapshot / mtl.VE_FILE)
+    voice = load_builtin_voice(snapshot / CONDS_FILE)
+    tok = mtl.read_grapheme_tokenizer(snapshot)
+    glyphs, codes = mtl.read_cangjie(snapshot)
+    meta = {
+        "variant": "mtl",
+        "format_version": FORMAT_VERSION,
+        "quant": quant,
+        **mtl.t3_llama_hparams(t3, str(snapshot / spec.t3_file)),
+        **hparams.s3gen_hparams(s3, spec.meanflow, str(snapshot / spec.s3gen_file)),
+        **hparams.ve_hparams(ve, str(snapshot / mtl.VE_FILE)),
+        **_filterbank_metadata(),
+        **mtl.tokenizer_metadata(tok, glyphs, codes),
+    }
+    meta["s3gen.n_silence_tokens"] = 0          # generate() appends no silence tail
+    if meta["t3.text_vocab"] != len(tok.tokens):
+        raise ConvertError(f"{snapshot}: tokenizer has {len(tok.tokens)} tokens but T3 expects {meta['t3.text_vocab']}")
+    try:
+        emotion = np.asarray(load_pt(snapshot / CONDS_FILE)["t3"].get("emotion_adv", 0.5), np.float32).reshape(-1)
+        meta["voice.builtin_exaggeration"] = float(emotion[0]) if emotion.size else 0.5
+    except (TorchPickleError, AttributeError, KeyError) as e:
+        raise ConvertError(f"{snapshot / CONDS_FILE}: unreadable emotion_adv ({e!r})") from None
+    report = ConvertReport(path=out_path, variant="mtl", quant=quant)
+    log(f"converting {snapshot} (mtl) -> {out_path} [{quant}]")
+    if not glyphs:
+        log(f"note: no {mtl.CANGJIE_FILE} in {snapshot}: Chinese glyphs will pass through unconverted, "
+            "as the reference does without the table")
+
+    def fill(w: GGUFWriter) -> None:
+        w.add_name("Chatterbox Multilingual")
+        w.add_file_type(int(QUANT_TYPES[quant]) if quant != "f32" else 0)
+        for key, value in meta.items():
+            add_kv(w, f"{ARCH}.{key}", value)
+        w.add_tokenizer_model("chatterbox-grapheme")
+        w.add_token_list(tok.tokens)
+        w.add_token_types(tok.token_types)
+        w.add_bos_token_id(tok.start_id)
+        w.add_eos_token_id(tok.stop_id)
+        w.add_unk_token_id(tok.unk_id)
+        for source in (mtl.t3_llama_tensors(t3, spec.t3_file), tensors.s3gen_tensors(s3, spec.s3gen_file),
+                       tensors.ve_tensors(ve, mtl.VE_FILE), iter(voice.items()), _filterbank_tensors()):
             for name, arr in source:
                 _add_tensor(w, report, name, arr)
 
@@ -355,7 +431,9 @@ def download_and_convert(repo_id: str, out_path: str | os.PathLike, *, quant: st
     except ImportError:
         raise ConvertError("downloading needs huggingface_hub: pip install 'chatterbox-studio[download]'") from None
     try:
-        local = snapshot_download(repo_id=repo_id, allow_patterns=["*.safetensors", "*.json", "*.txt", "*.pt"])
+        mtl_repo = variant == "mtl" or (variant == "auto" and repo_id == "ResembleAI/chatterbox")
+        patterns = MTL_DOWNLOAD if mtl_repo else ["*.safetensors", "*.json", "*.txt", "*.pt"]
+        local = snapshot_download(repo_id=repo_id, allow_patterns=patterns)
     except Exception as e:  # network errors come in many classes; all mean the same to the user
         raise ConvertError(f"could not download {repo_id} from Hugging Face ({type(e).__name__}: {e}). "
                            "Check the network, or convert a snapshot folder you already have.") from None

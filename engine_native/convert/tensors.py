@@ -58,8 +58,11 @@ def s3gen_tensors(state: dict[str, np.ndarray], source: str) -> Iterator[tuple[s
         elif key.startswith("mel2wav."):
             name = "hift." + key[len("mel2wav."):]
             m = re.match(r"(.*)\.parametrizations\.weight\.original([01])$", name)
+            legacy = re.match(r"(.*)\.weight_([gv])$", name)     # pre-parametrization weight_norm
             if m:
                 weight_norm.setdefault(m.group(1), {})["gv"[int(m.group(2))]] = arr
+            elif legacy:
+                weight_norm.setdefault(legacy.group(1), {})[legacy.group(2)] = arr
             else:
                 yield name, arr
         elif key.startswith("speaker_encoder."):

@@ -19,7 +19,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tests.reference")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("snapshot", help="build a random-weight HF-layout snapshot")
-    s.add_argument("--variant", choices=("turbo", "nano"), required=True)
+    s.add_argument("--variant", choices=("turbo", "nano", "mtl"), required=True)
+    s.add_argument("--size", choices=("full", "small"), default="full",
+                   help="small: a reduced T3 of the same architecture (mtl only, for CI)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", type=Path, required=True)
     r = sub.add_parser("run", help="run one reference stage on .npz inputs")
@@ -40,7 +42,7 @@ def _inner(args: argparse.Namespace) -> int:
             return 2
         t0 = time.time()
         timings = build_snapshot(args.variant, args.seed, out,
-                                 log=lambda m: print(m, file=sys.stderr))
+                                 log=lambda m: print(m, file=sys.stderr), size=args.size)
         timings["wall"] = time.time() - t0
         print(json.dumps({k: round(v, 2) for k, v in timings.items()}))
         return 0
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         # The child runs in the repo root: pass absolute paths.
         if args.cmd == "snapshot":
             argv = ["snapshot", "--variant", args.variant, "--seed", str(args.seed),
-                    "--out", str(args.out.resolve())]
+                    "--size", args.size, "--out", str(args.out.resolve())]
         elif args.cmd == "run":
             argv = ["run", args.stage, "--snapshot", str(args.snapshot.resolve()),
                     "--in", str(args.inp.resolve()), "--out", str(args.out.resolve())]

@@ -28,8 +28,10 @@ import torch
 from .cache import sha256_file
 
 BUILDER_VERSION = 1
-VARIANTS = ("turbo", "nano")
-T3_FILES = {"turbo": "t3_turbo_v1.safetensors", "nano": "t3_nano_v1.safetensors"}
+VARIANTS = ("turbo", "nano", "mtl")
+T3_FILES = {"turbo": "t3_turbo_v1.safetensors", "nano": "t3_nano_v1.safetensors",
+            "mtl": "t3_mtl23ls_v2.safetensors"}
+SIZES = ("full", "small")     # "small" exists for mtl only (build_mtl.py)
 T3_LLAMA_CONFIG = {"turbo": "GPT2_medium", "nano": "GPT2_small"}
 S3GEN_FILE = "s3gen_meanflow.safetensors"
 VE_FILE = "ve.safetensors"
@@ -248,16 +250,20 @@ def write_manifest(out: Path) -> None:
     os.replace(tmp, out / "SHA256SUMS")
 
 
-def build_snapshot(variant: str, seed: int, out: Path, log=print) -> dict:
+def build_snapshot(variant: str, seed: int, out: Path, log=print, size: str = "full") -> dict:
     """Write a complete snapshot into `out` (created; must be empty or absent)."""
     import gc
     from importlib.metadata import version
 
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
+    if size != "full" and variant != "mtl":
+        raise ValueError(f"size {size!r} exists for the mtl variant only")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if variant == "mtl":
+        return _build_snapshot_mtl(seed, size, out, log)
     timings = {}
 
     t0 = time.time()
@@ -290,6 +296,26 @@ def build_snapshot(variant: str, seed: int, out: Path, log=print) -> dict:
         "paralinguistic_tags": list(PARALINGUISTIC_TAGS),
         "versions": {p: version(p) for p in ("torch", "chatterbox-tts", "s3tokenizer",
                                               "transformers", "safetensors")},
+    }
+    (out / "reference_snapshot.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    write_manifest(out)
+    timings["total"] = sum(timings.values())
+    return timings
+
+
+def _build_snapshot_mtl(seed: int, size: str, out: Path, log) -> dict:
+    from importlib.metadata import version
+    from . import build_mtl
+    timings = build_mtl.build_snapshot_mtl(seed, size, out, log=log)
+    info = {
+        "builder_version": BUILDER_VERSION,
+        "variant": "mtl",
+        "size": size,
+        "seed": seed,
+        "t3_llama_config": "Llama_520M",
+        "t3_llama_overrides": build_mtl.SMALL_OVERRIDES if size == "small" else {},
+        "versions": {p: version(p) for p in ("torch", "chatterbox-tts", "s3tokenizer", "transformers",
+                                              "safetensors", "tokenizers")},
     }
     (out / "reference_snapshot.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     write_manifest(out)

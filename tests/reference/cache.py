@@ -23,8 +23,8 @@ from pathlib import Path
 
 from . import refenv
 
-VARIANTS = ("turbo", "nano")
-SIZES = ("full",)
+VARIANTS = ("turbo", "nano", "mtl")
+SIZES = ("full", "small")      # "small": mtl only (a reduced T3 for CI; see build_mtl.py)
 MANIFEST = "SHA256SUMS"
 
 
@@ -37,8 +37,9 @@ def snapshot_path(variant: str, seed: int = 0, size: str = "full") -> Path:
     """Where the snapshot lives (without building it)."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
-    if size not in SIZES:
-        raise ValueError(f"snapshot size {size!r} is not implemented; only {SIZES} exist")
+    if size not in SIZES or (size != "full" and variant != "mtl"):
+        raise ValueError(f"snapshot size {size!r} is not implemented for {variant}; "
+                         f"sizes: {SIZES} (small: mtl only)")
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     return cache_root() / "snapshots" / f"{variant}-{size}-s{seed}"
@@ -77,7 +78,7 @@ def snapshot_dir(variant: str, seed: int = 0, size: str = "full") -> Path:
         print(f"[tests.reference] building snapshot {final.name} ...", file=sys.stderr)
         try:
             refenv.run_in_ref(["snapshot", "--variant", variant, "--seed", str(seed),
-                               "--out", str(tmp)])
+                               "--size", size, "--out", str(tmp)])
             if not is_complete(tmp):
                 raise RuntimeError(f"snapshot build left no {MANIFEST} in {tmp}")
             os.rename(tmp, final)
