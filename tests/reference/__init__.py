@@ -10,6 +10,9 @@ Reference-venv modules (torch; imported only by the re-executed child):
 
 Command line (from the repo root, any python):
     python -m tests.reference snapshot --variant turbo --seed 0 --out DIR
+    python -m tests.reference snapshot --variant mtl [--size small] --out DIR
+        (Multilingual; small = 14 layers x FFN 1536 for CI. Full-size MTL parity:
+         CBS_MTL_SIZE=full pytest tests/test_mtl_text.py tests/test_mtl_convert.py)
     python -m tests.reference run STAGE --snapshot DIR --in IN.npz --out OUT.npz
     python -m tests.reference stages
 """
