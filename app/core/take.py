@@ -52,6 +52,7 @@ class Take:
     created: float = field(default_factory=time.time)
     sentences: dict[int, TakeSentence] = field(default_factory=dict)
     complete: bool = False
+    likeness: float | None = None  # how close it sounds to its voice (engine_native.likeness)
     _cache: np.ndarray | None = None
 
     def add_audio(self, index: int, text: str, span: tuple[int, int], samples: np.ndarray) -> int:

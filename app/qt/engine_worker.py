@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 from engine_native.engine import NOMINAL_SAMPLE_RATE
 
@@ -73,6 +74,29 @@ class EngineJob:
     def check(self) -> None:
         if self.cancelled:
             raise Cancelled(f"{self.label or 'job'} cancelled")
+
+
+@dataclass
+class ScriptChunk:
+    """A piece of a rendered script, shaped like the engine's Chunk for the player."""
+
+    samples: object
+    span: tuple
+    sentence_index: int
+    n_sentences: int
+    text: str
+    is_last: bool
+    timings: dict
+
+
+class _JobCancel:
+    """A threading.Event look-alike over a job's cancel flag (engine_native.script.render's `cancel`)."""
+
+    def __init__(self, job: EngineJob):
+        self.job = job
+
+    def is_set(self) -> bool:
+        return self.job.cancelled
 
 
 class EngineWorker(QObject):
@@ -152,6 +176,59 @@ class EngineWorker(QObject):
         return {"chunks": n, "seed": seed, "audio_s": audio / engine.sample_rate,
                 "compute_s": time.perf_counter() - t0}
 
+    def render_script(self, job: EngineJob, text: str, voices: dict, params: dict, *, lexicon=None,
+                      best_of: int = 1, speakers=None) -> dict:
+        """A script (timed pauses, a cast, a lexicon, best-of-N: engine_native.script) sent to
+        the GUI as chunks shaped like the engine's (span, sentence_index, n_sentences, text,
+        samples, is_last). A pause joins the piece before it (before the first piece: the
+        first piece). `voices`: speaker name (None: the narrator) -> library path or Voice."""
+        from engine_native.script import Pause, parse_script, pieces, render
+
+        engine = self.require_engine()
+        vmap = {name: self.voice(p) for name, p in voices.items()}
+        items = parse_script(text, speakers=speakers or None)
+        n = len(pieces(items))
+        params = dict(params)
+        seed = params.pop("seed", None)
+        if seed is None or seed < 0:
+            seed = int.from_bytes(os.urandom(4), "little") >> 1
+        cancel = _JobCancel(job)
+        t0, t_last, audio, sent, last, held = time.perf_counter(), time.perf_counter(), 0, 0, None, []
+        scores = []
+        for part in render(engine, items, voices=vmap, seed=seed, lexicon=lexicon, best_of=best_of,
+                           options=params, cancel=cancel):
+            if job.cancelled:
+                break
+            item = part.item
+            if isinstance(item, Pause):
+                if last is None:
+                    held.append(part.samples)
+                    continue
+                item, final = last, False
+            else:
+                final = part.final
+                last = item
+                if part.score is not None:
+                    scores.append(part.score)
+            samples = np.concatenate(held + [part.samples]) if held else part.samples
+            held = []
+            audio += samples.size
+            sent += 1
+            chunk = ScriptChunk(samples, (item.start, item.end), item.index, n, item.text, final, {"seed": seed})
+            now = time.perf_counter()
+            self.progressed.emit(job, StreamChunk(chunk, now - t_last, job.id))
+            t_last = time.perf_counter()
+        job.check()
+        return {"chunks": sent, "seed": seed, "audio_s": audio / engine.sample_rate,
+                "compute_s": time.perf_counter() - t0,
+                "likeness": (sum(scores) / len(scores)) if scores else None}
+
+    def likeness(self, samples, voice_path) -> float:
+        from engine_native.likeness import likeness
+
+        engine = self.require_engine()
+        return likeness(engine, samples, self.voice(voice_path))
+
 
 class EngineClient(QObject):
     """The GUI side: owns the engine thread, submits jobs, dispatches their callbacks."""
@@ -215,6 +292,17 @@ class EngineClient(QObject):
                failure=None, label="synthesis") -> EngineJob:
         return self.submit(lambda w, job: w.stream(job, text, voice_path, params), label=label,
                            success=success, failure=failure, progress=on_chunk)
+
+    def render_script(self, text: str, voices: dict, params: dict, *, on_chunk, lexicon=None, best_of: int = 1,
+                      speakers=None, success=None, failure=None, label="script") -> EngineJob:
+        return self.submit(lambda w, job: w.render_script(job, text, voices, params, lexicon=lexicon,
+                                                          best_of=best_of, speakers=speakers),
+                           label=label, success=success, failure=failure, progress=on_chunk)
+
+    def likeness(self, samples, voice_path, *, success=None, failure=None) -> EngineJob:
+        """The likeness of `samples` to a voice (engine_native.likeness), computed on the engine thread."""
+        return self.submit(lambda w, _job: w.likeness(samples, voice_path), label="likeness",
+                           success=success, failure=failure)
 
     def cancel_all(self) -> None:
         for job in list(self.pending):

@@ -263,6 +263,18 @@ class MainWindow(QMainWindow):
         m.addAction("Local API server…", lambda: self.api_server.open_dialog())
         m.addSeparator()
         m.addAction("Export take…", lambda: self.export_take())
+        script = m.addMenu("Script")
+        script.addAction("Cast…", lambda: self.edit_cast())
+        script.addAction("Pronunciations…", lambda: self.edit_lexicon())
+        self.best_of_menu = script.addMenu("Best of N takes")
+        best = QActionGroup(self)
+        for n in (1, 2, 3, 4, 5):
+            a = self.best_of_menu.addAction("1 (no extra takes)" if n == 1 else f"Best of {n}")
+            a.setCheckable(True)
+            a.setChecked(self.settings.best_of == n)
+            a.triggered.connect(lambda _c=False, n=n: setattr(self.settings, "best_of", n))
+            best.addAction(a)
+        script.addAction("Export script…", lambda: self.export_script())
         return m
 
     def _fill_device_menu(self) -> None:
@@ -474,7 +486,76 @@ class MainWindow(QMainWindow):
     def play_text(self, text: str, offset: int):
         if self.controller.live:
             self.editor.live_button.setChecked(False)
-        return self.controller.play(text, offset, self.voice_arg(), self.params(), self.voice_name())
+        return self.controller.play(text, offset, self.voice_arg(), self.params(), self.voice_name(),
+                                    script=self.script_options(text))
+
+    # --- scripts: cast, lexicon, best-of, export (app.qt.script_panels) ------------------------------
+
+    lexicon_path: str | None = None  # None: the global lexicon (the CLI's too); tests point it elsewhere
+
+    def script_options(self, text: str) -> dict | None:
+        from app.qt.script_panels import load_cast, load_global_lexicon, script_options
+
+        try:
+            lexicon = load_global_lexicon(self.lexicon_path)
+        except Exception as e:  # noqa: BLE001 - a broken lexicon file is reported, the script still plays
+            self.statusBar().showMessage(f"Lexicon not used: {error_text(e)}", 8000)
+            lexicon = None
+        return script_options(text, load_cast(self.settings, self.editor.text()), lexicon, self.settings.best_of)
+
+    def edit_cast(self):
+        from app.qt.script_panels import CastDialog, load_cast, save_cast
+        from engine_native.script import speaker_names
+
+        text = self.editor.text()
+        dlg = CastDialog(speaker_names(text), self.library.entries(), load_cast(self.settings, text), self)
+        self.cast_dialog = dlg
+        dlg.accepted.connect(lambda: save_cast(self.settings, text, dlg.cast()))
+        dlg.open()
+        return dlg
+
+    def edit_lexicon(self, path: str | None = None):
+        from app.qt.script_panels import LexiconEditor
+
+        dlg = LexiconEditor(path or self.lexicon_path, self)
+        self.lexicon_dialog = dlg
+        dlg.hearRequested.connect(lambda say: self.controller.play(say, 0, self.voice_arg(), self.params(),
+                                                                   self.voice_name(), in_history=False))
+        dlg.open()
+        return dlg
+
+    def export_script(self, path: str | None = None):
+        from app.qt.script_panels import export_script
+
+        text = self.editor.text()
+        if not text.strip():
+            self.show_error("Nothing to export: the script is empty.")
+            return None
+        if path is None:
+            filters = ";;".join(f"{label} (*.{ext})" for ext, (label, _s) in EXPORT_FORMATS.items())
+            start = os.path.join(self.settings.last_open_dir or os.path.expanduser("~"), "script.wav")
+            path, _ = QFileDialog.getSaveFileName(self, "Export script", start, filters)
+            if not path:
+                return None
+        opts = self.script_options(text) or {}
+        voices = {None: self.voice_arg(), **opts.get("voices", {})}
+
+        def ok(r):
+            self.statusBar().showMessage(f"Exported {r['seconds']:.1f} s to {r['path']}", 8000)
+
+        def bad(e):
+            from app.qt.engine_worker import Cancelled
+
+            if isinstance(e, Cancelled):
+                self.statusBar().showMessage("Export cancelled; exporting again resumes where it stopped", 8000)
+            else:
+                self.show_error(f"Export failed: {error_text(e)}")
+
+        self.script_export = export_script(
+            self.client, text, path, voices=voices, params={**self.params(), **self.controller.stream_options},
+            lexicon=opts.get("lexicon"), best_of=self.settings.best_of, speakers=opts.get("speakers"),
+            model_path=self.settings.model_path, parent=self, success=ok, failure=bad)
+        return self.script_export
 
     def transport_play(self) -> None:
         """Replay the current take; without one, synthesize the script (or the selection)."""
@@ -505,6 +586,19 @@ class MainWindow(QMainWindow):
                 take.text = " ".join(s.text for _a, _b, s in take.sentence_ranges())
             self.editor.add_take(take)
             self.editor.set_regen_take(take)
+            if take.likeness is None and take.complete:
+                self.score_take(take)
+
+    def score_take(self, take, voice=None):
+        """The take's likeness to its voice, computed on the engine thread; shown in the history."""
+        samples = take.samples.copy()
+
+        def ok(score):
+            take.likeness = score
+            self.editor.update_take(take)
+
+        return self.client.likeness(samples, self.voice_arg() if voice is None else voice, success=ok,
+                                    failure=lambda _e: None)
 
     def _refresh_wave(self) -> None:
         take = self.current_take

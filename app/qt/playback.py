@@ -59,8 +59,10 @@ class PlaybackController(QObject):
     # --- requests -----------------------------------------------------------------------------------
 
     def play(self, text: str, offset: int, voice, params: dict, voice_name: str, *,
-             in_history: bool = True) -> Take | None:
-        """Synthesize `text` (at `offset` in the editor) and play it as it streams."""
+             in_history: bool = True, script: dict | None = None) -> Take | None:
+        """Synthesize `text` (at `offset` in the editor) and play it as it streams. `script`
+        (voices, lexicon, best_of, speakers: EngineClient.render_script) renders it as a
+        script: timed pauses, a cast, a lexicon, best-of-N."""
         self.stop()
         if not text or not text.strip():
             self.error.emit("Nothing to say: the script is empty.")
@@ -68,10 +70,15 @@ class PlaybackController(QObject):
         take = Take(text, voice_name, self.client.sample_rate, text_offset=offset, in_history=in_history)
         self._start_take(take)
         self.player.begin_segment(estimate_seconds(text))
-        job = self.client.stream(
-            text, voice, {**params, **self.stream_options},
-            on_chunk=lambda sc: self._on_chunk(take, sc, offset, 0),
-            success=lambda r: self._on_done(take, r), failure=lambda e: self._on_failed(take, e))
+        callbacks = {"on_chunk": lambda sc: self._on_chunk(take, sc, offset, 0),
+                     "success": lambda r: self._on_done(take, r), "failure": lambda e: self._on_failed(take, e)}
+        if script is not None:
+            voices = {None: voice, **script.get("voices", {})}
+            job = self.client.render_script(text, voices, {**params, **self.stream_options},
+                                            lexicon=script.get("lexicon"), best_of=script.get("best_of", 1),
+                                            speakers=script.get("speakers"), **callbacks)
+        else:
+            job = self.client.stream(text, voice, {**params, **self.stream_options}, **callbacks)
         self.jobs.append(job)
         self._set_state("generating")
         return take
@@ -211,6 +218,8 @@ class PlaybackController(QObject):
     def _on_done(self, take: Take, result: dict) -> None:
         self.jobs = [j for j in self.jobs if not j.finished]
         take.seed = result.get("seed")
+        if result.get("likeness") is not None:
+            take.likeness = result["likeness"]
         take.complete = True
         self._progress = (self._progress[1], self._progress[1])
         self.player.end_segment()

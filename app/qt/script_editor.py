@@ -31,6 +31,13 @@ SAMPLE_SCRIPT = (
 )
 
 
+def take_label(take) -> str:
+    """A history line: time, text, length and, once computed, the likeness to its voice."""
+    score = getattr(take, "likeness", None)
+    like = f" · likeness {score:.2f}" if score is not None else ""
+    return f"{take.title}   ({take.duration:.1f} s{like})"
+
+
 class ScriptEdit(QPlainTextEdit):
     """The text field; Ctrl+Enter plays."""
 
@@ -219,7 +226,7 @@ class ScriptEditor(QWidget):
             if self.history.item(i).data(Qt.UserRole) is take:
                 self.update_take(take)
                 return
-        item = QListWidgetItem(icon("history"), f"{take.title}   ({take.duration:.1f} s)")
+        item = QListWidgetItem(icon("history"), take_label(take))
         item.setData(Qt.UserRole, take)
         item.setToolTip(f"{take.voice_name} · {take.duration:.1f} s · seed {take.seed}")
         self.history.insertItem(0, item)
@@ -230,5 +237,5 @@ class ScriptEditor(QWidget):
         for i in range(self.history.count()):
             it = self.history.item(i)
             if it.data(Qt.UserRole) is take:
-                it.setText(f"{take.title}   ({take.duration:.1f} s)")
+                it.setText(take_label(take))
                 it.setToolTip(f"{take.voice_name} · {take.duration:.1f} s · seed {take.seed}")

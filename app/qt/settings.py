@@ -114,6 +114,8 @@ class Settings:
     window_state = Setting("ui/window_state", QByteArray, QByteArray())
     last_open_dir = Setting("ui/last_open_dir", str, "")
     script = Setting("editor/script", str, "")
+    best_of = Setting("script/best_of", int, 1)  # takes per sentence; the best likeness is kept
+    casts = Setting("script/casts", str, "{}")  # JSON: cast key (app.qt.script_panels.cast_key) -> {name: voice}
 
     SAMPLING_KEYS = schema.SAMPLING  # None: the model's default (prompt_seconds: the voice's whole prompt)
 

@@ -413,15 +413,42 @@ class VoiceLabView(QWidget):
             self._set_busy("")
             self.voice, self.voice_key = voice, key
             self.saved_path = None
-            self._show_note(f"Cloned from {samples.size / OUTPUT_RATE:.1f} s of audio. Try the test "
-                            "sentence, then save it.")
+            note = (f"Cloned from {samples.size / OUTPUT_RATE:.1f} s of audio. Try the test "
+                    "sentence, then save it.")
+            self._show_note(note)
             self._update_buttons()
+            self.score_clone(voice, note)
 
         def bad(e):
             self._set_busy("")
             self._show_error(f"Cloning failed: {error_text(e)}")
 
         self._clone_job = self.client.submit(fn, label="clone voice", success=ok, failure=bad)
+
+    #: options of the test take scored for likeness after cloning (tests use a small max_tokens)
+    likeness_options: dict | None = None
+    clone_likeness: float | None = None
+
+    def score_clone(self, voice, note: str = ""):
+        """The clone's likeness (engine_native.likeness): a take of the test sentence in the new
+        voice, scored against it on the engine thread; shown under the Clone button."""
+        text = self.test_edit.text().strip() or TEST_SENTENCE
+        opts = dict(self.likeness_options or {})
+        self.clone_likeness = None
+
+        def fn(worker, job):
+            from engine_native.likeness import best_take
+
+            take = best_take(worker.require_engine(), text, voice, seeds=[0], options=opts)
+            job.check()
+            return take.score
+
+        def ok(score):
+            if self.voice is voice:
+                self.clone_likeness = score
+                self._show_note(f"{note} Likeness of a test take: {score:.2f}".strip())
+
+        return self.client.submit(fn, label="clone likeness", success=ok, failure=lambda _e: None)
 
     def speak_test(self) -> None:
         if self.voice is not None:
