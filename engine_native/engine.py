@@ -26,7 +26,8 @@ GIL released, one at a time, served in arrival order (a fair lock); every genera
 its own T3 session (its own KV cache, taken from a small pool so the voice's conditioning
 prefix is reused), so concurrent streams interleave chunk by chunk and each caller gets its
 whole result, never a truncated one. `Stream.cancel()` ends a stream: its consumer's loop
-ends quietly, and the T3 loop in flight stops at its next token.
+ends quietly, the T3 loop in flight stops at its next token and an S3Gen / HiFT computation
+in flight at its next graph node (ggml's abort callback), so the engine is free at once.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import os
 import secrets
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +45,7 @@ import numpy as np
 from engine_native import _core
 from engine_native.audio import norm_loudness, resample_sinc, resample_soxr, to_mono
 from engine_native import options as schema
-from engine_native.errors import (EmptyTextError, EngineError, IncompatibleVoiceError, ModelError, ParameterError,
+from engine_native.errors import (Cancelled, EmptyTextError, EngineError, IncompatibleVoiceError, ModelError, ParameterError,
                                   SilentAudioError, VoiceError, VoiceTooShortError)
 from engine_native.speech import check_speech
 from engine_native.text import MAX_TEXT_CHARS, Sentence, has_speech, iter_sentences, split_text
@@ -179,7 +181,8 @@ class Stream:
         return next(self._gen)
 
     def cancel(self) -> None:
-        """Stop: the iterator ends before its next chunk; sampling in flight stops at its next token."""
+        """Stop: the iterator ends before its next chunk; sampling in flight stops at its next token,
+        an S3Gen / HiFT computation at its next graph node."""
         self._cancel.set()
 
     @property
@@ -198,19 +201,38 @@ class Stream:
 
 
 class _CancelToken:
-    """A cancel flag that also reaches the native T3 loop running for it."""
+    """A cancel flag that also reaches the native T3 loop running for it, and the graph
+    computation (S3Gen encoder, CFM, HiFT) running for it: `armed(model)` points the
+    model's abort flag at this token for one stretch of computations."""
 
     def __init__(self):
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._t3 = None
+        self._model = None
 
     def set(self) -> None:
         with self._lock:
             self._event.set()
             t3 = self._t3
+            if self._model is not None:  # under the lock: never after `armed` has disarmed
+                self._model.abort_compute(True)
         if t3 is not None:
             t3.cancel()
+
+    @contextmanager
+    def armed(self, model):
+        """While inside, cancelling this token aborts `model`'s computation in flight (it raises
+        Cancelled). Only one generation computes at a time (the engine's lock is held)."""
+        with self._lock:
+            self._model = model
+            model.abort_compute(self._event.is_set())
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._model = None
+                model.abort_compute(False)
 
     def is_set(self) -> bool:
         return self._event.is_set()
@@ -579,6 +601,8 @@ class Engine:
                             span=(sentence.start, sentence.end), sentence_index=si, n_sentences=len(sentences),
                             timings=timings)
                 index += 1
+            if cancel.is_set():  # cancelled inside the sentence's computation: no later sentence
+                return
 
     def _sentence_whole(self, ids, voice, seed, p, cancel, *_):
         """One sentence: T3 to the end (early stops retried, the longest kept), then S3Gen once."""
@@ -601,11 +625,16 @@ class Engine:
         timings["t3_ms"] = (time.perf_counter() - t0) * 1e3
         timings["attempts"] = attempt + 1
         speech = self._speech_tokens(best, final=True)
-        with self._lock:
+        with self._lock, cancel.armed(self._file):
             t0 = time.perf_counter()
-            mel = self._mel(speech, voice, seed, True, p)
-            timings["s3gen_ms"] = (time.perf_counter() - t0) * 1e3
-            wav, timings["hift_ms"] = _StreamVocoder(self._hift, seed).push(mel, final=True)
+            try:
+                mel = self._mel(speech, voice, seed, True, p)
+                timings["s3gen_ms"] = (time.perf_counter() - t0) * 1e3
+                wav, timings["hift_ms"] = _StreamVocoder(self._hift, seed).push(mel, final=True)
+            except Cancelled:
+                if cancel.is_set():
+                    return
+                raise
         timings["speech_tokens"] = len(speech)
         timings["audio_s"] = wav.size / self.sample_rate
         yield self._fade_in(wav), True, timings
@@ -639,11 +668,16 @@ class Engine:
                 t3_ms = (time.perf_counter() - t0) * 1e3 + prompt_ms
                 prompt_ms = 0.0
                 final = t3.done
-                with self._lock:
+                with self._lock, cancel.armed(self._file):
                     t0 = time.perf_counter()
-                    mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p)
-                    s3gen_ms = (time.perf_counter() - t0) * 1e3
-                    wav, hift_ms = vocoder.push(mel, final)
+                    try:
+                        mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p)
+                        s3gen_ms = (time.perf_counter() - t0) * 1e3
+                        wav, hift_ms = vocoder.push(mel, final)
+                    except Cancelled:  # Stop during S3Gen / HiFT: the stream ends quietly
+                        if cancel.is_set():
+                            return
+                        raise
                 if wav.size == 0 and not final:
                     continue
                 if not started:

@@ -11,6 +11,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -31,9 +32,13 @@ using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
 // The Python-side handle of a loaded model: the backend and the file whose weights it holds.
+// `abort` stops the graph computation in flight on a CPU backend (checked by ggml between
+// graph nodes, core/ggml_ops.cpp turns it into CancelledError): Engine arms it for the
+// stream whose S3Gen / HiFT pass is running, so Stop frees the engine within a node.
 struct PyModel {
     BackendPtr backend;
     std::unique_ptr<ModelFile> file;
+    std::atomic<bool> abort{false};
 };
 
 template <class T>

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "ggml-cpu.h"
 #include "core/backend.h"
 #include "core/model_file.h"
 #include "bindings/helpers.h"
@@ -79,6 +80,10 @@ PYBIND11_MODULE(_core, m) {
                  auto model = std::make_unique<Model>();
                  py::gil_scoped_release release;
                  model->backend = cbs::make_backend(backend, threads > 0 ? threads : cbs::default_thread_count());
+                 if (ggml_backend_is_cpu(model->backend.get()))
+                     ggml_backend_cpu_set_abort_callback(model->backend.get(), [](void* flag) {
+                         return static_cast<std::atomic<bool>*>(flag)->load(std::memory_order_relaxed);
+                     }, &model->abort);
                  model->file = std::make_unique<cbs::ModelFile>(path, model->backend.get());
                  return model;
              }),
@@ -86,6 +91,9 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("path", [](const Model& m) { return m.file->path(); })
         .def_property_readonly("variant", [](const Model& m) { return m.file->variant(); })
         .def_property_readonly("backend", [](const Model& m) { return std::string(ggml_backend_name(m.backend.get())); })
+        .def("abort_compute", [](Model& m, bool on) { m.abort.store(on); }, py::arg("on") = true,
+             "on: the computation in flight (and any started) stops at its next graph node with Cancelled; "
+             "off: computations run again. Engine arms it only for the generation being cancelled.")
         .def_property_readonly("buffer_bytes", [](const Model& m) { return m.file->buffer_bytes(); })
         .def("tensor_names", [](const Model& m) {
             std::vector<std::string> names;

@@ -68,7 +68,9 @@ std::vector<float> GraphRunner::compute(ggml_tensor* out, const GraphInputs& in)
     ggml_build_forward_expand(graph_, out);
     if (!ggml_gallocr_alloc_graph(alloc_, graph_)) throw EngineError("not enough memory for the computation");
     in.upload();
-    if (ggml_backend_graph_compute(backend_, graph_) != GGML_STATUS_SUCCESS) throw EngineError("graph computation failed");
+    const ggml_status status = ggml_backend_graph_compute(backend_, graph_);
+    if (status == GGML_STATUS_ABORTED) throw CancelledError("cancelled");
+    if (status != GGML_STATUS_SUCCESS) throw EngineError("graph computation failed");
     std::vector<float> result(ggml_nelements(out));
     ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
     return result;
