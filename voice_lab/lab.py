@@ -52,8 +52,14 @@ def _cut(mono: np.ndarray, rate: int, spans) -> np.ndarray:
 
 
 def prepare_clip(path, target: float = DEFAULT_TARGET_SECONDS, chain="auto",
-                 noise_db: float = DEFAULT_NOISE_DB, min_silence: float = DEFAULT_MIN_SILENCE) -> LabResult:
+                 noise_db: float = DEFAULT_NOISE_DB, min_silence: float = DEFAULT_MIN_SILENCE,
+                 embed=None, speaker: int | None = None) -> LabResult:
     """Decode `path`, find the speech, pick the window, run the chain; see the module doc.
+
+    `embed(samples, rate) -> vector` (a speaker encoder, e.g. Engine.speaker_embedding)
+    tells the speakers apart (voice_lab.speakers); the window then comes from one speaker
+    only: `speaker` (0-based, by most speech), default the one with the most speech. The
+    report's "speakers" says who speaks where (absent without `embed`).
 
     `chain`: "auto" (from codec and bitrate), "clean", "lossy", a chain .json path, a
     `Chain` or its dict. Raises a `VoiceLabError` subclass with a clear message on bad input.
@@ -72,13 +78,25 @@ def prepare_clip(path, target: float = DEFAULT_TARGET_SECONDS, chain="auto",
         raise NoSpeechError(f"{path}: no speech found: nothing is louder than {noise_db:g} dBFS "
                             f"for more than {min_silence:g} s")
     effective = max(float(target), MIN_CLIP_SECONDS)
+    mono = x.mean(axis=1) if x.shape[1] > 1 else x[:, 0]
+    speakers_report = None
+    window_regions = regions
+    if embed is not None:
+        from voice_lab.speakers import find_speakers
+
+        found = find_speakers(mono, rate, regions, embed)
+        chosen = 0 if speaker is None else int(speaker)
+        if found.count and not 0 <= chosen < found.count:
+            raise VoiceLabError(f"{path}: speaker {chosen + 1} asked for; the recording has {found.count}")
+        speakers_report = {**found.to_dict(), "chosen": chosen + 1 if found.count else None}
+        if found.count > 1:
+            window_regions = found.spans_of(chosen)
     try:
-        window = choose_window(regions, effective, CLONING_MIN_SECONDS)
+        window = choose_window(window_regions, effective, CLONING_MIN_SECONDS)
     except VoiceLabError as e:
         raise type(e)(f"{path}: {e}") from None
     chain_obj, chain_reason = resolve(chain, info)
 
-    mono = x.mean(axis=1) if x.shape[1] > 1 else x[:, 0]
     raw = _cut(mono, rate, window.spans)
     before = measure(resample(raw, rate, OUTPUT_RATE), OUTPUT_RATE)
     out, graph = render(raw, rate, chain_obj, OUTPUT_RATE)
@@ -110,6 +128,8 @@ def prepare_clip(path, target: float = DEFAULT_TARGET_SECONDS, chain="auto",
             "duration": round(out.shape[0] / OUTPUT_RATE, 4),
         },
     }
+    if speakers_report is not None:
+        report["speakers"] = speakers_report
     return LabResult(out, OUTPUT_RATE, report, chain_obj)
 
 

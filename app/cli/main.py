@@ -103,8 +103,18 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     from voice_lab import VoiceLabError
     from voice_lab.lab import prepare_clip, write_outputs
 
+    embed = None
+    if args.model:   # the engine's speaker encoder tells the speakers apart
+        from app.cli.speak import load_engine
+        from engine_native import EngineError
+
+        try:
+            embed = load_engine(args).speaker_embedding
+        except EngineError as e:
+            return _fail(str(e))
     try:
-        result = prepare_clip(args.input, target=args.target, chain=args.chain)
+        result = prepare_clip(args.input, target=args.target, chain=args.chain, embed=embed,
+                              speaker=None if args.speaker is None else args.speaker - 1)
         report_path = write_outputs(result, args.output, args.report)
     except VoiceLabError as e:
         return _fail(str(e))
@@ -115,6 +125,15 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     spans = ", ".join(f"{a:.2f}-{b:.2f} s" for a, b in w["spans"])
     print(f"source    {r['source']['codec']} {r['source']['sample_rate']} Hz x{r['source']['channels']}, "
           f"{r['source']['duration']:.2f} s, {r['analysis']['speech_seconds']:.2f} s of speech")
+    sp = r.get("speakers")
+    if sp is None:
+        print("speakers  not analysed (give -m MODEL to tell speakers apart)")
+    else:
+        for s in sp["speakers"]:
+            where = ", ".join(f"{a:.2f}-{b:.2f}" for a, b in s["spans"])
+            print(f"speaker   {s['speaker']}: {s['seconds']:.1f} s ({where})" + ("  <- window" if s["speaker"] == sp["chosen"]
+                                                                             and sp["count"] > 1 else ""))
+        print(f"speakers  {sp['count']} found (separation {sp['separation']})")
     print(f"window    {w['method']}: {spans}")
     print(f"chain     {r['chain']['name']} ({r['chain_reason']})")
     print(f"loudness  {lo['before']['integrated_lufs']} -> {lo['after']['integrated_lufs']} LUFS, "
@@ -195,7 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="filter chain: chosen from codec and bitrate (auto), a preset, or a chain file")
     p.add_argument("--report", metavar="FILE.json", help="where to write the report (default CLIP.lab.json)")
     p.add_argument("--bake", action="store_true", help="also bake a voice from the clip (needs -m and --name)")
-    p.add_argument("-m", "--model", help="the model .gguf to bake the voice with")
+    p.add_argument("-m", "--model", help="the model .gguf: tells speakers apart (its speaker encoder) and bakes")
+    p.add_argument("--speaker", type=int, default=None, metavar="N",
+                   help="clone speaker N (1: the most speech, the default) when the recording has several")
     p.add_argument("--name", help="the voice's name")
     p.add_argument("--voice-output", metavar="V.voice.gguf", help="where --bake writes (default: beside the clip)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for --bake (default: all cores)")
