@@ -43,36 +43,31 @@ void ModelFile::open(ggml_context** ctx) {
     }
 }
 
-ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(path) {
+const std::vector<std::string>& ModelFile::lazy_prefixes() {
+    static const std::vector<std::string> prefixes = {"s3tok.", "campplus.", "ve."};
+    return prefixes;
+}
+
+ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(path), backend_(backend) {
     open(&ctx_);
     try {
         // The file's data section must hold every tensor it declares (truncation check).
         std::ifstream f(path, std::ios::binary | std::ios::ate);
         const uint64_t file_size = static_cast<uint64_t>(f.tellg());
         const size_t data_offset = gguf_get_data_offset(gguf_);
+        for (const std::string& p : lazy_prefixes()) lazy_.push_back({p, {}, nullptr});
+        std::vector<int64_t> resident;
         for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) {
             const char* name = gguf_get_tensor_name(gguf_, i);
             ggml_tensor* t = ggml_get_tensor(ctx_, name);
             uint64_t end = data_offset + gguf_get_tensor_offset(gguf_, i) + ggml_nbytes(t);
             if (end > file_size) throw ModelError(path + ": truncated (tensor " + name + " runs past the end)");
             tensors_[name] = t;
+            auto g = std::find_if(lazy_.begin(), lazy_.end(),
+                                  [&](const LazyGroup& l) { return std::strncmp(name, l.prefix.c_str(), l.prefix.size()) == 0; });
+            (g == lazy_.end() ? resident : g->ids).push_back(i);
         }
-        buffer_ = ggml_backend_alloc_ctx_tensors(ctx_, backend);
-        if (!buffer_ && !tensors_.empty()) throw ModelError(path + ": not enough memory to load the model");
-        if (buffer_) ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-
-        std::unique_ptr<FILE, int (*)(FILE*)> fp(std::fopen(path.c_str(), "rb"), &std::fclose);
-        if (!fp) throw ModelError(path + ": cannot open");
-        std::vector<uint8_t> staging;
-        for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) {
-            ggml_tensor* t = tensors_[gguf_get_tensor_name(gguf_, i)];
-            const size_t n = ggml_nbytes(t);
-            staging.resize(n);
-            if (fseeko(fp.get(), static_cast<off_t>(data_offset + gguf_get_tensor_offset(gguf_, i)), SEEK_SET) != 0 ||
-                std::fread(staging.data(), 1, n, fp.get()) != n)
-                throw ModelError(path + ": read error in tensor " + ggml_get_name(t));
-            ggml_backend_tensor_set(t, staging.data(), 0, n);
-        }
+        buffer_ = load_tensors(resident);
     } catch (...) {
         if (buffer_) ggml_backend_buffer_free(buffer_);
         gguf_free(gguf_);
@@ -81,9 +76,60 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(pa
     }
 }
 
+ggml_backend_buffer_t ModelFile::load_tensors(const std::vector<int64_t>& ids) const {
+    if (ids.empty()) return nullptr;
+    ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(backend_);
+    const size_t align = ggml_backend_buft_get_alignment(buft);
+    size_t size = align;
+    for (int64_t i : ids)
+        size += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i))), align);
+    ggml_backend_buffer_t buf = ggml_backend_buft_alloc_buffer(buft, size);
+    if (!buf) throw ModelError(path_ + ": not enough memory to load the model");
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    try {
+        ggml_tallocr talloc = ggml_tallocr_new(buf);
+        for (int64_t i : ids)
+            if (ggml_tallocr_alloc(&talloc, ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i))) != GGML_STATUS_SUCCESS)
+                throw ModelError(path_ + ": not enough memory to load the model");
+        std::unique_ptr<FILE, int (*)(FILE*)> fp(std::fopen(path_.c_str(), "rb"), &std::fclose);
+        if (!fp) throw ModelError(path_ + ": cannot open");
+        const size_t data_offset = gguf_get_data_offset(gguf_);
+        std::vector<uint8_t> staging;
+        for (int64_t i : ids) {
+            ggml_tensor* t = ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i));
+            const size_t n = ggml_nbytes(t);
+            staging.resize(n);
+            if (fseeko(fp.get(), static_cast<off_t>(data_offset + gguf_get_tensor_offset(gguf_, i)), SEEK_SET) != 0 ||
+                std::fread(staging.data(), 1, n, fp.get()) != n)
+                throw ModelError(path_ + ": read error in tensor " + ggml_get_name(t));
+            ggml_backend_tensor_set(t, staging.data(), 0, n);
+        }
+    } catch (...) {
+        for (int64_t i : ids) {  // no tensor may point into the freed buffer
+            ggml_tensor* t = ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i));
+            t->data = nullptr;
+            t->buffer = nullptr;
+        }
+        ggml_backend_buffer_free(buf);
+        throw;
+    }
+    return buf;
+}
+
+void ModelFile::ensure_loaded(const std::string& name) const {
+    for (LazyGroup& g : lazy_) {
+        if (name.compare(0, g.prefix.size(), g.prefix) != 0) continue;
+        std::lock_guard<std::mutex> lock(lazy_mutex_);
+        if (!g.buffer) g.buffer = load_tensors(g.ids);
+        return;
+    }
+}
+
 ModelFile::ModelFile(const std::string& path, MetadataOnly) : path_(path) { open(nullptr); }
 
 ModelFile::~ModelFile() {
+    for (LazyGroup& g : lazy_)
+        if (g.buffer) ggml_backend_buffer_free(g.buffer);
     if (buffer_) ggml_backend_buffer_free(buffer_);
     if (gguf_) gguf_free(gguf_);
     if (ctx_) ggml_free(ctx_);
@@ -175,7 +221,9 @@ std::vector<std::string> ModelFile::get_string_array(const std::string& key) con
 
 ggml_tensor* ModelFile::find_tensor(const std::string& name) const {
     auto it = tensors_.find(name);
-    return it == tensors_.end() ? nullptr : it->second;
+    if (it == tensors_.end()) return nullptr;
+    ensure_loaded(name);  // a lazy group's data, on first use (under its lock)
+    return it->second;
 }
 
 ggml_tensor* ModelFile::tensor(const std::string& name) const {
@@ -209,7 +257,12 @@ ggml_tensor* ModelFile::tensor(const std::string& name, const std::vector<int64_
     return t;
 }
 
-size_t ModelFile::buffer_bytes() const { return buffer_ ? ggml_backend_buffer_get_size(buffer_) : 0; }
+size_t ModelFile::buffer_bytes() const {
+    size_t n = buffer_ ? ggml_backend_buffer_get_size(buffer_) : 0;
+    std::lock_guard<std::mutex> lock(lazy_mutex_);
+    for (const LazyGroup& g : lazy_) n += g.buffer ? ggml_backend_buffer_get_size(g.buffer) : 0;
+    return n;
+}
 
 std::vector<float> ModelFile::read_f32(const ggml_tensor* t) const {
     std::vector<uint8_t> raw(ggml_nbytes(t));

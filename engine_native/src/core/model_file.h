@@ -1,10 +1,17 @@
-// One Chatterbox model file (GGUF): metadata access and every tensor resident in a
-// backend buffer. Validates before use so a corrupt or foreign file is an error
-// with a message, never a GGML_ASSERT.
+// One Chatterbox model file (GGUF): metadata access and its tensors in backend buffers.
+// Validates before use so a corrupt or foreign file is an error with a message, never a
+// GGML_ASSERT.
+//
+// The cloning encoders' tensors (kLazyPrefixes: S3Tokenizer, CAMPPlus, VoiceEncoder; a
+// third of a Q4_0 Turbo file) are loaded on first use: at load every tensor's metadata
+// (type, shape) is read and the file's extent checked, but such a group's data is read
+// into a buffer of its own only when a component first asks for one of its tensors
+// (tensor(), find_tensor()), so a synthesis-only session never holds them.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -50,8 +57,12 @@ public:
     // The same check on a tensor at hand (nullptr is allowed and passes).
     void check_shape(const ggml_tensor* t, const std::vector<int64_t>& ne) const;
     ggml_tensor* find_tensor(const std::string& name) const;  // nullptr when absent
+    // Every tensor's metadata; a lazy group's data may not be loaded yet (use tensor()).
     const std::map<std::string, ggml_tensor*>& tensors() const { return tensors_; }
+    // Bytes of tensor data held in backend buffers now (lazy groups once loaded).
     size_t buffer_bytes() const;
+    // Name prefixes of the tensor groups loaded on first use.
+    static const std::vector<std::string>& lazy_prefixes();
 
     // Any tensor's contents as float32 (dequantised), for tests and small tensors.
     std::vector<float> read_f32(const ggml_tensor* t) const;
@@ -59,6 +70,18 @@ public:
 private:
     void open(ggml_context** ctx);
     int64_t key_id(const std::string& key) const;
+    // Allocates a buffer for the tensors `ids` (gguf indices) and reads their data.
+    ggml_backend_buffer_t load_tensors(const std::vector<int64_t>& ids) const;
+    void ensure_loaded(const std::string& name) const;
+
+    struct LazyGroup {
+        std::string prefix;
+        std::vector<int64_t> ids;
+        ggml_backend_buffer_t buffer = nullptr;
+    };
+    ggml_backend_t backend_ = nullptr;
+    mutable std::mutex lazy_mutex_;
+    mutable std::vector<LazyGroup> lazy_;
 
     std::string path_;
     std::string variant_;
