@@ -3,17 +3,23 @@
 10 s of speech: T3 samples 250 tokens with the model's default sampling (random-weight
 models never stop by themselves, so the count is fixed), S3Gen renders them with the
 built-in voice, and a low-latency stream measures the time to first audio. Timings come
-from the engine's own components, stage by stage, in one process.
+from the engine's own components, stage by stage, in one process. Then the user-level
+figures: a whole streamed synthesis per preset beside a batch synthesis of the same text
+(wall time over audio length), the cancel latency (Stop in the middle of a long S3Gen /
+HiFT pass until the engine is free), the peak RSS of synthesis alone, and cloning a 10 s
+recording (its time, and the peak RSS with the cloning encoders loaded).
 """
 
 from __future__ import annotations
 
 import resource
+import threading
 import time
 
 import numpy as np
 
-from engine_native.engine import PRESETS, Engine
+from engine_native.engine import PRESETS, Engine, _CancelToken
+from engine_native.errors import EngineError
 
 BENCH_TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
               "green forest before the sun goes down.")
@@ -33,15 +39,18 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
     ids = engine._text_ids(BENCH_TEXT)
     r["text_ids"] = np.asarray(ids, np.int32)
 
+    cancel = _CancelToken()
     t0 = time.perf_counter()
-    engine._t3_stream(ids, seed, p, voice)                # first prompt: also computes the voice's prefix
+    stream, cache = engine._t3_session(ids, seed, p, voice, cancel)  # first prompt: also the voice's prefix
     r["t3_first_prompt_ms"] = _ms(t0)
+    engine._end_session(stream, cache, cancel)
     t0 = time.perf_counter()
-    stream = engine._t3_stream(ids, seed, p, voice)       # the voice's prefix is cached now
+    stream, cache = engine._t3_session(ids, seed, p, voice, cancel)  # the voice's prefix is cached now
     r["t3_prompt_ms"] = _ms(t0)
     t0 = time.perf_counter()
     tokens = stream.next(n_tokens)
     t3_steps_ms = _ms(t0)
+    engine._end_session(stream, cache, cancel)
     r["t3_tokens"] = len(tokens)
     r["t3_ms_per_token"] = t3_steps_ms / max(len(tokens), 1)
     r["t3_ms"] = r["t3_prompt_ms"] + t3_steps_ms
@@ -69,5 +78,63 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
         next(it)
         r[name] = _ms(t0)
         it.close()
-    r["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+    # Whole syntheses of the same text and length: batch, then streamed with each preset.
+    opts = {"seed": seed, "max_tokens": n_tokens}
+    t0 = time.perf_counter()
+    batch = engine.synthesize(BENCH_TEXT, **opts)
+    r["batch_ms"] = _ms(t0)
+    r["batch_audio_s"] = batch.size / engine.sample_rate
+    for name, preset in (("low_latency", PRESETS["low-latency"]), ("quality", PRESETS["quality"])):
+        t0 = time.perf_counter()
+        n = sum(c.samples.size for c in engine.stream(BENCH_TEXT, **opts, **preset))
+        r[f"stream_{name}_ms"] = _ms(t0)
+        r[f"stream_{name}_rtf"] = r[f"stream_{name}_ms"] / 1e3 / (n / engine.sample_rate)
+
+    r["cancel_ms"] = cancel_latency(engine, seed, n_tokens)
+    r["peak_rss_mb"] = _peak_rss_mb()          # synthesis only: the cloning encoders are not loaded
+
+    # Cloning a 10 s recording: the batch synthesis above, cut or repeated to 10 s.
+    rec = np.resize(batch, 10 * engine.sample_rate).astype(np.float32)
+    r["clone_wav"] = rec
+    t0 = time.perf_counter()
+    try:
+        engine.voice_from_audio(rec, engine.sample_rate)
+        r["clone_ms"] = _ms(t0)
+    except EngineError as e:  # a random-weight model's speech may not pass the speech check
+        r["clone_error"] = str(e)
+    r["peak_rss_clone_mb"] = _peak_rss_mb()
     return r
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def cancel_latency(engine: Engine, seed: int, n_tokens: int, delays=(0.1, 0.4, 0.8)) -> list[float]:
+    """ms from Stream.cancel() to the engine being free (the next caller holds its lock), for a
+    cancel `delay` seconds after a long S3Gen pass (a whole sentence in one chunk) started."""
+    out = []
+    for delay in delays:
+        started = threading.Event()
+        mel = engine._mel
+
+        def watched(*a, **k):
+            started.set()
+            return mel(*a, **k)
+
+        engine._mel = watched
+        try:
+            it = engine.stream(BENCH_TEXT, seed=seed, max_tokens=n_tokens, first_chunk_tokens=n_tokens)
+            t = threading.Thread(target=lambda: list(it), daemon=True)
+            t.start()
+            started.wait()
+            time.sleep(delay)
+            t0 = time.perf_counter()
+            it.cancel()
+            with engine._lock:
+                out.append(_ms(t0))
+            t.join()
+        finally:
+            del engine._mel
+    return out

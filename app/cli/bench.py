@@ -72,7 +72,7 @@ def cmd_bench(args) -> int:
         print("running the PyTorch reference ...", file=sys.stderr, flush=True)
         try:
             ref = run_reference_bench(args.reference, text_ids=r["text_ids"], tokens=args.tokens,
-                                      speech_ids=r["speech_ids"], threads=r["threads"])
+                                      speech_ids=r["speech_ids"], threads=r["threads"], clone_wav=r["clone_wav"])
         except ReferenceUnavailable as e:
             print(f"chatterbox-studio: error: {e}", file=sys.stderr)
             return 1
@@ -97,7 +97,19 @@ def cmd_bench(args) -> int:
     print(_row("generation RTF", r["rtf"], ref_gen / 1e3 / ref["audio_s"] if ref else None, "", "{:.3f}"))
     print(_row("first audio, low-latency", r["ttfa_low_latency_ms"]))
     print(_row("first audio, default", r["ttfa_default_ms"]))
-    print(_row("peak RSS", r["peak_rss_mb"], g("peak_rss_mb"), "MB", "{:.0f}"))
+    print(_row("whole synthesis (batch)", r["batch_ms"]))
+    for name, label in (("low_latency", "low-latency"), ("quality", "quality")):
+        ms = r[f"stream_{name}_ms"]
+        print(_row(f"whole stream, {label}", ms) + f"   RTF {r[f'stream_{name}_rtf']:.3f}, "
+              f"{ms / r['batch_ms']:.2f}x batch")
+    c = sorted(r["cancel_ms"])
+    print(_row("cancel -> engine free (max)", c[-1]) + "   (" + ", ".join(f"{x:.0f}" for x in r["cancel_ms"]) + " ms)")
+    if "clone_ms" in r:
+        print(_row("clone a 10 s recording", r["clone_ms"], g("clone_ms")))
+    else:
+        print(f"  {'clone a 10 s recording':<28} {'-':>14}   ({r['clone_error']})")
+    print(_row("peak RSS, synthesis", r["peak_rss_mb"], g("peak_rss_mb"), "MB", "{:.0f}"))
+    print(_row("peak RSS, after cloning", r["peak_rss_clone_mb"], g("peak_rss_clone_mb"), "MB", "{:.0f}"))
     return 0
 
 

@@ -40,7 +40,21 @@ def bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
         t0 = time.perf_counter()
         wav, _ = tts.s3gen.hift_inference(mel, None)
         hift_ms = (time.perf_counter() - t0) * 1e3
-    return {"load_ms": np.asarray(load_ms), "t3_ms": np.asarray(t3_ms), "t3_tokens": np.asarray(out.shape[1]),
+    peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    clone = {}
+    if "clone_wav" in inputs:  # prepare_conditionals on the same 10 s recording (24 kHz)
+        import tempfile
+
+        import soundfile as sf
+
+        with tempfile.TemporaryDirectory() as td:
+            path = Path(td) / "clone.wav"
+            sf.write(str(path), np.asarray(inputs["clone_wav"], np.float32), 24000, subtype="FLOAT")
+            t0 = time.perf_counter()
+            tts.prepare_conditionals(str(path))
+            clone["clone_ms"] = np.asarray((time.perf_counter() - t0) * 1e3)
+        clone["peak_rss_clone_mb"] = np.asarray(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+    return {**clone,"load_ms": np.asarray(load_ms), "t3_ms": np.asarray(t3_ms), "t3_tokens": np.asarray(out.shape[1]),
             "s3gen_ms": np.asarray(flow_ms), "hift_ms": np.asarray(hift_ms),
             "audio_s": np.asarray(wav.shape[-1] / 24000.0),
-            "peak_rss_mb": np.asarray(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)}
+            "peak_rss_mb": np.asarray(peak_rss_mb)}
