@@ -129,7 +129,7 @@ class MainWindow(QMainWindow):
         self.data_dir = data_dir or default_data_dir()
         self.store = VoiceStore(os.path.join(self.data_dir, "voices"))
         self.client = EngineClient(self)
-        self.player = Player(24000, self.settings.output_device or None)
+        self.player = Player(self.client.sample_rate, self.settings.output_device or None)
         self.controller = PlaybackController(self.client, self.player, self)
         self.last_error = ""
         self.current_take = None
