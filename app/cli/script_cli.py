@@ -28,7 +28,17 @@ import time
 
 import numpy as np
 
-from app.cli.speak import Output, UserError, _guarded, _read_text, load_engine, log, resolve_voice, stream_options
+from app.cli.speak import (
+    Output,
+    UserError,
+    _guarded,
+    _read_text,
+    load_engine,
+    log,
+    resolve_voice,
+    stream_options,
+)
+from app.core.paths import app_data_dir, global_lexicon_path  # noqa: F401
 
 STREAM_ONLY = ("first_chunk_tokens", "chunk_tokens")
 
@@ -45,16 +55,6 @@ def check_output_target(target: str | None) -> None:
         take.check_export_path(target)
     except take.ExportError as e:
         raise UserError(str(e)) from None
-
-
-def app_data_dir() -> str:
-    from app.server.config import library_dir
-
-    return os.path.dirname(library_dir())
-
-
-def global_lexicon_path() -> str:
-    return os.path.join(app_data_dir(), "lexicon.json")
 
 
 def project_lexicon_path(script_file: str | None) -> str | None:
@@ -104,9 +104,8 @@ def parse_cast(specs: list[str]) -> dict[str, str]:
 
 def library_voices(folder: str | None = None) -> dict[str, str]:
     """casefolded name and file stem -> path, for the voices of the app's library."""
-    from engine_native import EngineError, Voice
-
     from app.server.config import library_dir
+    from engine_native import EngineError, Voice
 
     folder = folder or library_dir()
     out: dict[str, str] = {}

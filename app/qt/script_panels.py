@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.core.paths import global_lexicon_path
 from engine_native.script import speaker_names
 
 _TIMED = re.compile(r"\[\s*pause\s+[\d.]|<\s*break\b|<\s*/?\s*p\s*>", re.IGNORECASE)
@@ -56,10 +57,6 @@ def save_cast(settings, text: str, cast: dict[str, str]) -> None:
     settings.casts = json.dumps(allc)
 
 
-def global_lexicon_path() -> str:
-    from app.cli.script_cli import global_lexicon_path as path
-
-    return path()
 
 
 def load_global_lexicon(path: str | None = None):

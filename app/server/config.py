@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_QUEUE = 16          # requests waiting for the engine (the running one not counted)
 MAX_INPUT_CHARS = 100_000   # longer input: 413
-ORG = APP = "chatterbox-studio"  # as app.qt.gui names them for QStandardPaths
-
-
-def library_dir() -> str:
-    """The desktop app's voice folder (QStandardPaths.AppDataLocation + /voices), found without Qt."""
-    if sys.platform == "win32":
-        base = os.environ.get("APPDATA") or os.path.expanduser("~/AppData/Roaming")
-    elif sys.platform == "darwin":
-        base = os.path.expanduser("~/Library/Application Support")
-    else:
-        base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    return os.path.join(base, ORG, APP, "voices")
+from app.core.paths import APP, ORG, library_dir  # noqa: F401 - re-exported for the server
 
 
 @dataclass
