@@ -40,7 +40,8 @@ fi
 # --- the project environment (never gets torch) ----------------------------
 [ -x .venv/bin/python ] || python3 -m venv .venv
 extras="[server]"
-[ "$mode" = test ] && extras="[server,test,package]"
+# Tests also cover Japanese through pykakasi (the GPL `ja` extra: tests only, never in the bundle).
+[ "$mode" = test ] && extras="[server,test,package,ja]"
 echo "setup: building and installing chatterbox-studio$extras into .venv"
 .venv/bin/python -m pip install -q ".$extras"
 
