@@ -16,3 +16,25 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != ROOT] + [ROOT
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+import gc  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_memory_after_each_module():
+    """Engines are module fixtures; a Stream's generator and its Engine can form a reference
+    cycle, which Python's collector does not hurry to free because the native weights it
+    holds are invisible to its thresholds. Collect at the end of every module (after its
+    fixtures are finalised) and hand free heap back, so one module's models never stack on
+    the next one's in the suite's one process."""
+    yield
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
