@@ -305,6 +305,11 @@ class Engine:
         self._cloner = None
         self.load_seconds = time.perf_counter() - t0
 
+    @property
+    def token_rate(self) -> int:
+        """Speech tokens per second of audio (from the GGUF)."""
+        return self._token_rate
+
     # ---------------------------------------------------------------- information
     @property
     def info(self) -> dict:

@@ -437,14 +437,22 @@ class VoiceLabView(QWidget):
         self.clone_likeness = None
 
         def fn(worker, job):
-            from engine_native.likeness import best_take
+            from engine_native.likeness import best_take, plausible_seconds
 
-            take = best_take(worker.require_engine(), text, voice, seeds=[0], options=opts)
+            engine = worker.require_engine()
+            # A test take needs no more tokens than its sentence can plausibly last; and it stops
+            # when the job is cancelled (closing the window must not wait for a whole render).
+            longest_tokens = int(plausible_seconds(text)[1] * engine.token_rate) + 1
+            opts.setdefault("max_tokens", min(longest_tokens, engine.defaults["max_tokens"]))
+            cancel = type("JobCancel", (), {"is_set": lambda _self: job.cancelled})()
+            take = best_take(engine, text, voice, seeds=[0], options=opts, cancel=cancel)
             job.check()
+            if take is None:
+                return None
             return take.score
 
         def ok(score):
-            if self.voice is voice:
+            if score is not None and self.voice is voice:
                 self.clone_likeness = score
                 self._show_note(f"{note} Likeness of a test take: {score:.2f}".strip())
 
