@@ -27,36 +27,13 @@ from __future__ import annotations
 import sys
 import unicodedata
 
+# Run as a script from this folder: the range helpers are the GPT-2 table generator's.
+from gen_unicode_tables import emit_ranges, ranges  # noqa: E402
+
 MAX = sys.maxunicode + 1
 SURROGATES = range(0xD800, 0xE000)
 
 
-def ranges(pred):
-    out, start = [], None
-    for c in range(MAX):
-        if pred(c):
-            if start is None:
-                start = c
-        elif start is not None:
-            out.append((start, c - 1))
-            start = None
-    if start is not None:
-        out.append((start, MAX - 1))
-    return out
-
-
-def emit_ranges(name, rs, lines):
-    lines.append(f"static const CodepointRange {name}[] = {{  // {len(rs)} ranges")
-    row = []
-    for a, b in rs:
-        row.append(f"{{0x{a:X}, 0x{b:X}}}")
-        if len(row) == 6:
-            lines.append("    " + ", ".join(row) + ",")
-            row = []
-    if row:
-        lines.append("    " + ", ".join(row) + ",")
-    lines.append("};")
-    lines.append("")
 
 
 def hf_classes():
