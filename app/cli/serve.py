@@ -39,7 +39,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
     api_key = args.api_key or os.environ.get("CHATTERBOX_API_KEY") or None
     config = ServerConfig(model=args.model, host=args.host, port=args.port, api_key=api_key,
-                          voices_dir=args.voices or library_dir(), threads=args.threads, queue=args.queue,
+                          voices_dir=args.voices or library_dir(), threads=args.threads, device=args.device, queue=args.queue,
                           parallel=args.parallel,
                           log_level="info" if args.verbose else "warning")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
@@ -89,12 +89,13 @@ def add_parser(sub) -> None:
     p.add_argument("--voices", metavar="DIR",
                    help=f"folder of .voice.gguf files to offer (default: the app's library, {library_dir()})")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--device", default="auto", help="the engine's device: auto or cpu (GPU backends are not built yet; "
+                   "an unavailable one is refused with the list of those present)")
     p.add_argument("--queue", type=int, default=DEFAULT_QUEUE,
                    help=f"requests that may wait for the engine; more get 503 (default {DEFAULT_QUEUE})")
     p.add_argument("--parallel", type=int, default=1, metavar="N",
                    help="generate up to N requests at once, a chunk of each in turn, so every client hears "
                    "audio early (default 1: one request at a time, first come first served)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
-    p.epilog = (f"Inputs longer than {MAX_INPUT_CHARS:,} characters get 413. The CPU engine only: a --device "
-                "option comes with GPU support.")
+    p.epilog = f"Inputs longer than {MAX_INPUT_CHARS:,} characters get 413."
     p.set_defaults(func=_cmd_serve)
