@@ -144,7 +144,9 @@ def test_cache_rejects_unknown_size_and_variant():
     with pytest.raises(ValueError, match="size"):
         cache.snapshot_dir("turbo", size="tiny")
     with pytest.raises(ValueError, match="variant"):
-        cache.snapshot_dir("mtl")
+        cache.snapshot_dir("gpt5")
+    with pytest.raises(ValueError, match="size"):
+        cache.snapshot_dir("turbo", size="small")     # small exists for mtl only
 
 
 def test_official_from_local_reads_turbo_snapshot():
