@@ -160,6 +160,10 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
         assert abs(s0 - k0) < 0.05 and abs(s1 - k1) < 0.05, (speech, rec.speech)
     kinds = {k for _a, _b, k in w.lab.waveform.regions}
     assert kinds == {"speech", "silence"}
+    # the engine's speaker encoder looks for a second speaker; this recording has one voice
+    _wait(qtbot, lambda: w.lab.speakers is not None and w.lab.busy == "", 60, "the speaker search")
+    assert w.lab.speakers.count == 1 and w.lab.speakers_label.text() == "One speaker"
+    assert not w.lab.speaker_combo.isVisible()
     # the window lies on speech only, is long enough to clone, and its edges drag
     spans = w.lab.spans()
     assert spans and sum(b - a for a, b in spans) > 5.0
@@ -199,6 +203,19 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
     assert v.name == "Test Speaker"
     w.client.submit(lambda worker, _j: worker.require_engine().check_voice(v))
 
+    # Export model with this voice: a copy of the loaded model whose built-in voice is the clone
+    assert w.lab.bake_button.isEnabled()
+    w.lab.export_model(str(tmp_path / "baked.gguf"))
+    _wait(qtbot, lambda: w.lab.busy == "", 120, "writing the model")
+    assert w.lab.baked_path == str(tmp_path / "baked.gguf"), w.lab.clone_status.text()
+    from gguf import GGUFReader
+
+    from engine_native.bake import baked_voice_info
+
+    meta = {f.name: f.contents() for f in GGUFReader(w.lab.baked_path).fields.values()
+            if not f.name.startswith("GGUF.")}
+    assert baked_voice_info(meta)["name"] == "Test Speaker"
+
     # the library: search, rename, delete
     w.show_studio()
     w.library.search.setText("speaker")
@@ -212,6 +229,35 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
     assert w.library.delete_current()
     assert not os.path.exists(new_path)
     assert [e.name for e in w.library.entries()][1:] == []
+
+
+def test_voice_lab_shows_two_speakers_and_takes_the_window_from_the_one_picked(studio, recording, qtbot):
+    """The view's side of "one speaker per voice": given the speakers of a recording (a real
+    voice_lab.speakers result; the random-weight model's encoder cannot tell voices apart, see
+    tests/test_voice_lab_speakers.py), it colours each speaker's speech, takes the window from
+    the speaker with the most speech and moves it when another is picked."""
+    from voice_lab.silence import Span
+    from voice_lab.speakers import Speakers
+
+    w = studio
+    path, _rec = recording
+    w.lab.open_file(path)
+    _wait(qtbot, lambda: w.lab.analysis is not None and w.lab.speakers is not None and w.lab.busy == "", 90,
+          "the Voice Lab analysis")
+    (a0, a1), (b0, b1) = [(r.start, r.end) for r in w.lab.analysis.regions]
+    found = Speakers(segments=[Span(a0, a1), Span(b0, b1)], labels=[0, 1],
+                     embeddings=np.eye(2, dtype=np.float32), separation=9.0, seconds=[a1 - a0, b1 - b0])
+    w.lab.show_speakers(found)
+    assert w.lab.speaker_combo.isVisibleTo(w.lab) and w.lab.speaker_combo.count() == 2
+    assert w.lab.speakers_label.text() == "2 speakers"
+    assert (a0, a1, "speech") in w.lab.waveform.regions and (b0, b1, "speech2") in w.lab.waveform.regions
+    spans = w.lab.spans()                                     # speaker 1: the most speech
+    assert spans and all(a0 - 1e-6 <= s < e <= a1 + 1e-6 for s, e in spans), spans
+    w.lab.speaker_combo.setCurrentIndex(1)                    # speaker 2 has 3 s: too little to clone,
+    w.lab.speaker_combo.activated.emit(1)                     # so no window rather than speaker 1's
+    assert w.lab.spans() == [] and not w.lab.clone_button.isEnabled()
+    assert "speaker 2" in w.lab.clone_status.text()
+    w.show_studio()
 
 
 # --- Play, responsiveness, Stop, export ----------------------------------------------------------

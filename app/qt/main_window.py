@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from PySide6.QtCore import QEvent, QObject, QStandardPaths, Qt, QTimer
-from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QActionGroup, QIcon, QKeySequence, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -266,6 +266,8 @@ class MainWindow(QMainWindow):
         script = m.addMenu("Script")
         script.addAction("Cast…", lambda: self.edit_cast())
         script.addAction("Pronunciations…", lambda: self.edit_lexicon())
+        self.assign_menu = script.addMenu("Speak selected lines with")
+        self.assign_menu.aboutToShow.connect(self._fill_assign_menu)
         self.best_of_menu = script.addMenu("Best of N takes")
         best = QActionGroup(self)
         for n in (1, 2, 3, 4, 5):
@@ -513,6 +515,40 @@ class MainWindow(QMainWindow):
         dlg.accepted.connect(lambda: save_cast(self.settings, text, dlg.cast()))
         dlg.open()
         return dlg
+
+    def _fill_assign_menu(self) -> None:
+        self.assign_menu.clear()
+        self.assign_menu.addAction(self.builtin_voice_label(), lambda: self.assign_selection("", self.builtin_voice_label()))
+        for e in self.library.entries():
+            self.assign_menu.addAction(e.name, lambda p=e.path, n=e.name: self.assign_selection(p, n))
+
+    def builtin_voice_label(self) -> str:
+        return self.client.builtin_voice_name or "Built-in"
+
+    def assign_selection(self, voice_path: str, voice_name: str) -> str:
+        """Give the selected lines (or the cursor's line) a speaker prefix named after the voice,
+        and cast that name to the voice; one undo step. Returns the speaker name."""
+        from app.qt.script_panels import load_cast, save_cast
+        from engine_native.script import assign_speaker, speaker_label
+
+        name = speaker_label(voice_name)
+        cur = self.editor.edit.textCursor()
+        text = self.editor.text()
+        start, end = cur.selectionStart(), cur.selectionEnd()
+        if end > start and text[end - 1] == "\n":
+            end -= 1  # a selection that ends at a line's start leaves that line out
+        a = text.rfind("\n", 0, start) + 1
+        b = text.find("\n", end)
+        b = len(text) if b < 0 else b
+        cur.setPosition(a)
+        cur.setPosition(b, QTextCursor.KeepAnchor)
+        cur.insertText(assign_speaker(text[a:b], name))
+        new_text = self.editor.text()
+        cast = load_cast(self.settings, new_text)
+        cast[name] = voice_path
+        save_cast(self.settings, new_text, cast)
+        self.statusBar().showMessage(f"Lines spoken by {voice_name} (as “{name}” in the cast).", 6000)
+        return name
 
     def edit_lexicon(self, path: str | None = None):
         from app.qt.script_panels import LexiconEditor
