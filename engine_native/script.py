@@ -121,6 +121,13 @@ def speaker_names(text: str) -> list[str]:
     return out
 
 
+def speaker_at(text: str, pos: int) -> str | None:
+    """The `Name: ` speaker of the line holding character `pos`, or None."""
+    a = text.rfind("\n", 0, max(0, pos)) + 1
+    m = re.match(rf"[ \t]*(?P<name>{_NAME})[ \t]*:[ \t]+\S", text[a:])
+    return m.group("name") if m else None
+
+
 def speaker_label(voice_name: str) -> str:
     """A `Name: ` prefix for a voice's name: its first three words, capitalised, in the
     characters a speaker name may hold ("my voice #2" -> "My Voice 2"); "Voice" if none is left."""

@@ -167,6 +167,35 @@ def test_selected_lines_are_assigned_to_a_voice_in_one_undo_step(win, qtbot):
     assert w.editor.text() == "Once upon a time.\nBob: There was a fox.\n\nThe end."
 
 
+def test_regenerating_a_sentence_uses_its_speakers_voice_and_the_lexicon(win, qtbot):
+    from app.qt.script_panels import save_cast
+    from engine_native.lexicon import Lexicon
+
+    w = win
+    alice, bob = _library_voice(w, qtbot, "Alice"), _library_voice(w, qtbot, "Bob")
+    text = "Alice: Hi Bob.\nBob: I met Nguyen."
+    w.editor.set_text(text)
+    save_cast(w.settings, text, {"Alice": alice, "Bob": bob})
+    lex = Lexicon()
+    lex.add("Nguyen", "Win")
+    lex.save(w.lexicon_path)
+    try:
+        take = w.play_text(w.editor.text(), 0)
+        _wait(qtbot, lambda: take.complete, 120, "a cast take")
+        _idle(qtbot, w, "idle")
+        streamed = []
+        real = w.client.stream
+        w.client.stream = lambda text, voice, *a, **k: (streamed.append((text, voice)), real(text, voice, *a, **k))[1]
+        try:
+            assert w.regenerate_at(text.index("met"))
+            _idle(qtbot, w, "the regenerated sentence")
+        finally:
+            w.client.stream = real
+    finally:
+        os.remove(w.lexicon_path)
+    assert streamed == [("I met Win.", bob)]
+
+
 def test_lexicon_editor_hear_it_and_atomic_save(win, qtbot):
     from engine_native.lexicon import Lexicon
 

@@ -301,7 +301,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         c, ed, tr, lib = self.controller, self.editor, self.transport, self.library
         ed.playRequested.connect(self.play_text)
-        ed.regenerateRequested.connect(lambda pos: c.regenerate(pos, self.voice_arg(), self.params()))
+        ed.regenerateRequested.connect(self.regenerate_at)
         ed.liveToggled.connect(self._live_toggled)
         ed.live.sentenceTyped.connect(lambda s, a, b: c.say_live(s, a, b, self.voice_arg(), self.params()))
         ed.takeActivated.connect(self.show_take)
@@ -515,6 +515,18 @@ class MainWindow(QMainWindow):
         dlg.accepted.connect(lambda: save_cast(self.settings, text, dlg.cast()))
         dlg.open()
         return dlg
+
+    def regenerate_at(self, pos: int) -> bool:
+        """Regenerate the sentence at `pos` in its own voice (the cast's for its speaker) and
+        with the lexicon, as the take was rendered."""
+        from engine_native.script import speaker_at
+
+        text, voice, lexicon = self.editor.text(), self.voice_arg(), None
+        opts = self.script_options(text)
+        if opts is not None:
+            voice = opts["voices"].get(speaker_at(text, pos), voice)
+            lexicon = opts["lexicon"]
+        return self.controller.regenerate(pos, voice, self.params(), lexicon=lexicon)
 
     def _fill_assign_menu(self) -> None:
         self.assign_menu.clear()
