@@ -259,6 +259,7 @@ class EngineClient(QObject):
         self.waiting: list[EngineJob] = []  # background jobs not yet submitted
         self.info: dict | None = None
         self.model_path: str | None = None  # the loaded model's file
+        self.expression_tags: list[str] = []  # the loaded model's paralinguistic tags ("[laugh]", ...)
         self.defaults: dict = {}
         self.sample_rate = NOMINAL_SAMPLE_RATE  # the loaded model's rate replaces it
         self.builtin_voice_name = "Built-in"
@@ -310,14 +311,20 @@ class EngineClient(QObject):
             worker._voices.clear()
             engine = Engine(path, threads=threads or None)
             worker.engine = engine
+            try:  # read here, off the GUI thread: the tokenizer takes seconds to parse
+                tags = engine.expression_tags
+            except Exception:  # noqa: BLE001 - an unreadable tag list only leaves the menu with pauses
+                tags = []
             return {"info": dict(engine.info), "defaults": dict(engine.defaults),
-                    "sample_rate": int(engine.sample_rate), "builtin": engine.builtin_voice.name}
+                    "sample_rate": int(engine.sample_rate), "builtin": engine.builtin_voice.name,
+                    "tags": tags}
 
         self.cancel_background()  # scores for the old model: the load must not wait behind them
 
         def ok(result):
             self.info, self.defaults, self.model_path = result["info"], result["defaults"], path
             self.sample_rate, self.builtin_voice_name = result["sample_rate"], result["builtin"]
+            self.expression_tags = result["tags"]
             self.modelChanged.emit(self.info)
             if success:
                 success(self.info)

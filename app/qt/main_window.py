@@ -382,12 +382,7 @@ class MainWindow(QMainWindow):
             self.status_model.setText(f"{os.path.basename(info.get('path', ''))} · {info.get('backend', 'cpu')} · "
                                       f"{info.get('threads', '?')} threads · ggml {info.get('ggml_version', '')}")
             self.library.set_builtin_name(f"Built-in ({info.get('variant', 'model')})")
-            try:
-                from engine_native.tags import model_expression_tags
-
-                self.editor.tags.set_tags(model_expression_tags(info.get("path", "")))
-            except Exception:  # noqa: BLE001 - an unreadable tag list only leaves the menu with pauses
-                self.editor.tags.set_tags([])
+            self.editor.tags.set_tags(self.client.expression_tags)
             self.sampling_panel.set_defaults(self.client.defaults)
             self.player.rate = self.client.sample_rate
         else:
