@@ -73,6 +73,7 @@ def studio(qapp, model, tmp_path_factory):
     w.resize(1200, 780)
     w.show()
     w.controller.stream_options = dict(STREAM)
+    w.lab.likeness_options = {"max_tokens": MAX_TOKENS, "cfm_steps": 1}  # the clone's scored test take
     loaded = []
     w.client.modelChanged.connect(loaded.append)
     w.load_model(model)
