@@ -366,7 +366,7 @@ class VoiceLabView(QWidget):
         def fn(worker, _job):
             from voice_lab.speakers import find_speakers
 
-            return find_speakers(a.mono, a.rate, a.regions, worker.require_engine().speaker_embedding)
+            return find_speakers(a.mono, a.rate, a.regions, worker.require_engine().speaker_xvector)
 
         def ok(found):
             self._set_busy("")
