@@ -58,7 +58,7 @@ private:
     struct Conv {
         ggml_tensor *w = nullptr, *b = nullptr;  // b ne [Cout]
         int K = 1, cin = 0, cout = 0, stride = 1, pad = 0, dil = 1;
-        int fft_n = 0;        // > 0: through the DFT, of this size
+        const FftPlan<float>* fft = nullptr;  // set: through the DFT, tiles of its length (tile_fft_)
         bool panels = false;  // direct through rgemm (Cout a multiple of 16, dilation 1): w in panels
     };
     struct Snake {
@@ -101,6 +101,7 @@ private:
     std::vector<Up> ups_;
     std::vector<Conv> source_downs_;
     std::vector<ResBlock> source_resblocks_, resblocks_;
+    FftPlan<float> tile_fft_;       // the FFT convolutions' transform (conv(): kFftTile)
     HiftStft stft_;                 // the host STFT of the source and ISTFT of the output
     std::vector<float> post_bias_;  // conv_post's bias, added on the host with the ISTFT
 
