@@ -45,10 +45,15 @@ CBS_FFT_INL void store(V* re, V* im, int idx, const Cx<V>& v) {
     im[idx] = v.i;
 }
 
-// The hot stages (see FftPlan::forward): radix 4 and 2, with the butterfly at j = 0 free
-// of twiddles. Where s > 1 the twiddles of a j are loaded once for its s butterflies (as
-// values: a store through V* may alias the T table, so a pointer would be re-read after
-// every store); the first stage (s = 1) has one butterfly per j and runs over j instead.
+// One stage of radix p of FftPlan::forward at s (the product of the radices before it),
+// m = n / (s p): reads a[q + s (j + r m)], writes b[q + s (p j + k)] for j < m, q < s,
+// k, r < p; the twiddles W_n^(j k s) (j k s < n, no wrap-around) are wr, wi.
+//
+// Radix 4 and 2 carry the work of power-of-two lengths (HiFT's tiles): the butterflies at
+// j = 0 skip their twiddles (all 1). Where s > 1 the twiddles of a j are loaded once for
+// its s butterflies, as values (a store through V* may alias the T table, so a pointer
+// would be re-read after every store); at s = 1 (the first stage) each j has one
+// butterfly and the loop runs over j.
 template <bool kTw, class V, class T>
 CBS_FFT_INL void butterfly4(const V* ar, const V* ai, V* br, V* bi, int a, int b, int s, int sm, T w1r, T w1i,
                             T w2r, T w2i, T w3r, T w3i) {
@@ -109,6 +114,72 @@ CBS_FFT_INL void stage2(const V* ar, const V* ai, V* br, V* bi, int s, int m, co
     }
 }
 
+// Radix 3, W_3 = -1/2 - i h, h = sqrt(3)/2.
+template <class V, class T>
+CBS_FFT_INL void stage3(const V* ar, const V* ai, V* br, V* bi, int s, int m, const T* wr, const T* wi) {
+    const int sm = s * m;
+    const T h = static_cast<T>(0.86602540378443864676), half(0.5);
+    for (int j = 0; j < m; ++j) {
+        const int t1 = j * s, t2 = 2 * t1;
+        const T w1r = wr[t1], w1i = wi[t1], w2r = wr[t2], w2i = wi[t2];
+        for (int q = 0; q < s; ++q) {
+            const int a = q + s * j, b = q + 3 * s * j;
+            const Cx<V> a0 = load(ar, ai, a), a1 = load(ar, ai, a + sm), a2 = load(ar, ai, a + 2 * sm);
+            const Cx<V> u = a1 + a2, c = a0 - scale(u, half), d = mul_neg_i(scale(a1 - a2, h));
+            store(br, bi, b, a0 + u);
+            store(br, bi, b + s, mul(c + d, w1r, w1i));
+            store(br, bi, b + 2 * s, mul(c - d, w2r, w2i));
+        }
+    }
+}
+
+// Radix 5: with s1 = a1 + a4, d1 = a1 - a4, s2 = a2 + a3, d2 = a2 - a3 and W_5 = c1 - i n1,
+// X1,4 = a0 + c1 s1 + c2 s2 -/+ i (n1 d1 + n2 d2), X2,3 = a0 + c2 s1 + c1 s2 -/+ i (n2 d1 - n1 d2).
+template <class V, class T>
+CBS_FFT_INL void stage5(const V* ar, const V* ai, V* br, V* bi, int s, int m, const T* wr, const T* wi) {
+    const int sm = s * m;
+    const T c1 = static_cast<T>(0.30901699437494742410), c2 = static_cast<T>(-0.80901699437494742410);
+    const T n1 = static_cast<T>(0.95105651629515357212), n2 = static_cast<T>(0.58778525229247312917);
+    for (int j = 0; j < m; ++j) {
+        const int t1 = j * s, t2 = 2 * t1, t3 = 3 * t1, t4 = 4 * t1;
+        const T w1r = wr[t1], w1i = wi[t1], w2r = wr[t2], w2i = wi[t2];
+        const T w3r = wr[t3], w3i = wi[t3], w4r = wr[t4], w4i = wi[t4];
+        for (int q = 0; q < s; ++q) {
+            const int a = q + s * j, b = q + 5 * s * j;
+            const Cx<V> a0 = load(ar, ai, a), a1 = load(ar, ai, a + sm), a2 = load(ar, ai, a + 2 * sm);
+            const Cx<V> a3 = load(ar, ai, a + 3 * sm), a4 = load(ar, ai, a + 4 * sm);
+            const Cx<V> s1 = a1 + a4, d1 = a1 - a4, s2 = a2 + a3, d2 = a2 - a3;
+            const Cx<V> e1 = a0 + scale(s1, c1) + scale(s2, c2), e2 = a0 + scale(s1, c2) + scale(s2, c1);
+            const Cx<V> f1 = mul_neg_i(scale(d1, n1) + scale(d2, n2));
+            const Cx<V> f2 = mul_neg_i(scale(d1, n2) - scale(d2, n1));
+            store(br, bi, b, a0 + s1 + s2);
+            store(br, bi, b + s, mul(e1 + f1, w1r, w1i));
+            store(br, bi, b + 2 * s, mul(e2 + f2, w2r, w2i));
+            store(br, bi, b + 3 * s, mul(e2 - f2, w3r, w3i));
+            store(br, bi, b + 4 * s, mul(e1 - f1, w4r, w4i));
+        }
+    }
+}
+
+// Any other prime p: a direct p-point DFT, W_p^r = W_n^(r n / p) and n / p = s m.
+template <class V, class T>
+CBS_FFT_INL void stage_prime(const V* ar, const V* ai, V* br, V* bi, int s, int m, int p, const T* wr, const T* wi) {
+    const int sm = s * m;
+    for (int j = 0; j < m; ++j)
+        for (int q = 0; q < s; ++q) {
+            const int a = q + s * j, b = q + p * s * j;
+            for (int k = 0; k < p; ++k) {
+                Cx<V> acc = load(ar, ai, a);
+                for (int r = 1; r < p; ++r) {
+                    const int w = static_cast<int>((int64_t{r} * k) % p) * sm;
+                    acc = acc + mul(load(ar, ai, a + r * sm), wr[w], wi[w]);
+                }
+                const int t = k * j * s;
+                store(br, bi, b + k * s, k == 0 ? acc : mul(acc, wr[t], wi[t]));
+            }
+        }
+}
+
 }  // namespace fft_detail
 
 template <class T>
@@ -147,17 +218,11 @@ extern template class FftPlan<double>;
 //   y[q + s (p j + k)] = W_L^(j k) * sum_r x[q + s (j + r m)] W_p^(r k)
 // for j < m, q < s, k < p; the output comes out in natural order, no bit reversal. Each
 // stage reads one buffer and writes another: the first reads x, and the stages alternate
-// between s and y so that the last one writes y. At j = 0 all twiddles are 1 and skipped.
+// between s and y so that the last one writes y.
 template <class T>
 template <class V>
 CBS_FFT_INL void FftPlan<T>::forward(const V* xr, const V* xi, V* yr, V* yi, V* sr, V* si) const {
-    using fft_detail::Cx;
-    using fft_detail::load;
-    using fft_detail::store;
-    using fft_detail::mul;
-    using fft_detail::mul_neg_i;
-    using fft_detail::scale;
-    const int n = n_, stages = static_cast<int>(radices_.size());
+    const int stages = static_cast<int>(radices_.size());
     if (stages == 0) {  // n = 1
         yr[0] = xr[0];
         yi[0] = xi[0];
@@ -165,74 +230,19 @@ CBS_FFT_INL void FftPlan<T>::forward(const V* xr, const V* xi, V* yr, V* yi, V* 
     }
     const T* wr = w_re_.data();
     const T* wi = w_im_.data();
-    int s = 1;
-    for (int st = 0; st < stages; ++st) {
-        const int p = radices_[st], m = n / (s * p);
+    for (int st = 0, s = 1; st < stages; ++st) {
+        const int p = radices_[st], m = n_ / (s * p);
         const bool to_y = (stages - 1 - st) % 2 == 0;
         const V* ar = st == 0 ? xr : to_y ? sr : yr;
         const V* ai = st == 0 ? xi : to_y ? si : yi;
         V* br = to_y ? yr : sr;
         V* bi = to_y ? yi : si;
-        if (p == 4) {
-            fft_detail::stage4(ar, ai, br, bi, s, m, wr, wi);
-            s *= p;
-            continue;
-        }
-        if (p == 2) {
-            fft_detail::stage2(ar, ai, br, bi, s, m, wr, wi);
-            s *= p;
-            continue;
-        }
-        for (int j = 0; j < m; ++j) {
-            // W_L^(j k) = W_n^(j k s); j k s < n, so no wrap-around.
-            const int t1 = j * s;
-            if (p == 3) {
-                const int t2 = 2 * t1;
-                const T h = static_cast<T>(0.86602540378443864676);  // W_3 = -1/2 - i sqrt(3)/2
-                for (int q = 0; q < s; ++q) {
-                    const int a = q + s * j, b = q + s * 3 * j;
-                    const Cx<V> a0 = load(ar, ai, a), a1 = load(ar, ai, a + s * m);
-                    const Cx<V> a2 = load(ar, ai, a + 2 * s * m);
-                    const Cx<V> u = a1 + a2, c = a0 - scale(u, T(0.5)), d = mul_neg_i(scale(a1 - a2, h));
-                    store(br, bi, b, a0 + u);
-                    store(br, bi, b + s, mul(c + d, wr[t1], wi[t1]));
-                    store(br, bi, b + 2 * s, mul(c - d, wr[t2], wi[t2]));
-                }
-            } else if (p == 5) {
-                // With s1 = a1 + a4, d1 = a1 - a4, s2 = a2 + a3, d2 = a2 - a3 and W_5 = c1 - i n1:
-                // X1,4 = a0 + c1 s1 + c2 s2 -/+ i (n1 d1 + n2 d2), X2,3 = a0 + c2 s1 + c1 s2 -/+ i (n2 d1 - n1 d2).
-                const T c1 = static_cast<T>(0.30901699437494742410), c2 = static_cast<T>(-0.80901699437494742410);
-                const T n1 = static_cast<T>(0.95105651629515357212), n2 = static_cast<T>(0.58778525229247312917);
-                const int t2 = 2 * t1, t3 = 3 * t1, t4 = 4 * t1;
-                for (int q = 0; q < s; ++q) {
-                    const int a = q + s * j, b = q + s * 5 * j;
-                    const Cx<V> a0 = load(ar, ai, a), a1 = load(ar, ai, a + s * m);
-                    const Cx<V> a2 = load(ar, ai, a + 2 * s * m), a3 = load(ar, ai, a + 3 * s * m);
-                    const Cx<V> a4 = load(ar, ai, a + 4 * s * m);
-                    const Cx<V> s1 = a1 + a4, d1 = a1 - a4, s2 = a2 + a3, d2 = a2 - a3;
-                    const Cx<V> e1 = a0 + scale(s1, c1) + scale(s2, c2), e2 = a0 + scale(s1, c2) + scale(s2, c1);
-                    const Cx<V> f1 = mul_neg_i(scale(d1, n1) + scale(d2, n2));
-                    const Cx<V> f2 = mul_neg_i(scale(d1, n2) - scale(d2, n1));
-                    store(br, bi, b, a0 + s1 + s2);
-                    store(br, bi, b + s, mul(e1 + f1, wr[t1], wi[t1]));
-                    store(br, bi, b + 2 * s, mul(e2 + f2, wr[t2], wi[t2]));
-                    store(br, bi, b + 3 * s, mul(e2 - f2, wr[t3], wi[t3]));
-                    store(br, bi, b + 4 * s, mul(e1 - f1, wr[t4], wi[t4]));
-                }
-            } else {  // any other prime: a direct p-point DFT, W_p^r = W_n^(r n / p)
-                const int step = n / p;
-                for (int q = 0; q < s; ++q) {
-                    const int a = q + s * j, b = q + s * p * j;
-                    for (int k = 0; k < p; ++k) {
-                        Cx<V> acc = load(ar, ai, a);
-                        for (int r = 1; r < p; ++r) {
-                            const int w = static_cast<int>((int64_t{r} * k) % p) * step;
-                            acc = acc + mul(load(ar, ai, a + r * s * m), wr[w], wi[w]);
-                        }
-                        store(br, bi, b + k * s, k == 0 ? acc : mul(acc, wr[k * t1], wi[k * t1]));
-                    }
-                }
-            }
+        switch (p) {
+            case 4: fft_detail::stage4(ar, ai, br, bi, s, m, wr, wi); break;
+            case 2: fft_detail::stage2(ar, ai, br, bi, s, m, wr, wi); break;
+            case 3: fft_detail::stage3(ar, ai, br, bi, s, m, wr, wi); break;
+            case 5: fft_detail::stage5(ar, ai, br, bi, s, m, wr, wi); break;
+            default: fft_detail::stage_prime(ar, ai, br, bi, s, m, p, wr, wi);
         }
         s *= p;
     }
