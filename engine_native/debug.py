@@ -187,6 +187,15 @@ def s3gen_mel(model, speech_ids, voice=None, x0=None) -> np.ndarray:
                                                np.asarray(x0, np.float32))
 
 
+def fft(x, inverse: bool = False, single: bool = False) -> np.ndarray:
+    """The engine's FFT (core/fft.h, any length) of a 1-D array: numpy.fft.fft(x), or with
+    inverse the unscaled inverse (n * numpy.fft.ifft(x)); single runs it in float32 as
+    HiFT's convolution tiles do. complex128."""
+    x = np.asarray(x, np.complex128).reshape(-1)
+    re, im = _core.fft(x.real.copy(), x.imag.copy(), bool(inverse), bool(single))
+    return re + 1j * im
+
+
 def mel_24k(model, wav24k) -> np.ndarray:
     """`s3gen.utils.mel.mel_spectrogram` of 24 kHz audio: the voice's prompt_feat, f32 [T, 80]."""
     return _component(model, "Mel24k").compute(np.asarray(wav24k, np.float32).reshape(-1).tolist())
