@@ -8,12 +8,6 @@
 
 namespace cbs {
 
-std::unique_ptr<T3Model> make_t3(const ModelFile& mf, ggml_backend_t backend) {
-    const std::string arch = mf.get_string("chatterbox.t3.arch");
-    if (arch == "gpt2") return std::make_unique<T3Gpt2>(mf, backend);
-    throw ModelError(mf.path() + ": T3 architecture '" + arch + "' is not supported by this engine (known: gpt2)");
-}
-
 // [n, n] causal mask for a prompt from an empty cache: 0 on and below the diagonal.
 static ggml_tensor* causal_mask(ggml_context* ctx, GraphInputs& in, int n) {
     std::vector<ggml_fp16_t> m(static_cast<size_t>(n) * n);
