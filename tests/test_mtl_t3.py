@@ -33,6 +33,9 @@ SOT, EOT, START, STOP = 255, 0, 6561, 6562
 _rng = np.random.default_rng(16)
 TEXT_A = np.r_[SOT, _rng.integers(3, 2454, 10), EOT].astype(np.int32)          # S = 12
 TEXT_B = np.r_[SOT, _rng.integers(3, 2454, 5), EOT].astype(np.int32)           # S = 7
+# A text whose greedy path repeats a token at both sizes (small and full) with the
+# settings of "greedy_repeat" below, so that the analyzer forces the stop.
+TEXT_C = np.asarray([SOT, 212, 442, 583, 447, 1966, 2133, 1429, 99, 233, 817, EOT], np.int32)
 VOICE = {"speaker_emb": (v := _rng.standard_normal(256).astype(np.float32)) / np.linalg.norm(v),
          "cond_prompt_speech_tokens": _rng.integers(0, 6561, 37).astype(np.int32)}
 # Speech ids T3 may emit (>= 6563 included) with one token said twice: the analyzer forces
@@ -51,9 +54,9 @@ CASES = {
                                            speaker_emb=VOICE["speaker_emb"],
                                            prompt_tokens=VOICE["cond_prompt_speech_tokens"])),
     "greedy": ("mtl_t3_generate", dict(text_ids=TEXT_A, n=30)),
-    # A repetition penalty below 1 favours tokens already said: the greedy path repeats
-    # one at once and the analyzer forces the stop.
-    "greedy_repeat": ("mtl_t3_generate", dict(text_ids=TEXT_B, n=30, repetition_penalty=0.3, exaggeration=0.7)),
+    # A repetition penalty below 1 favours tokens already said: the greedy path says one
+    # twice in a row within a few steps and the analyzer forces the stop.
+    "greedy_repeat": ("mtl_t3_generate", dict(text_ids=TEXT_C, n=30, repetition_penalty=0.5, exaggeration=2.0)),
 }
 
 
@@ -90,6 +93,25 @@ def _synthetic_alignment():
 ALIGN_CASES = _synthetic_alignment()
 
 
+def _sampler_case():
+    """Guidance + processors on random rows: the reference's defaults, then each processor
+    pushed (top-p below 1, min-p high, negative and zero guidance, temperature 1)."""
+    rng = np.random.default_rng(8)
+    params = np.asarray([(0.5, 0.8, 2.0, 0.05, 1.0), (0.0, 1.0, 1.0, 0.0, 0.9), (1.5, 0.5, 1.3, 0.2, 0.8),
+                         (-0.5, 1.2, 2.0, 0.0, 1.0)], np.float64)
+    n = len(params)
+    cond = (rng.standard_normal((n, 8194)) * 2).astype(np.float32)
+    uncond = (cond + rng.standard_normal((n, 8194)) * 0.5).astype(np.float32)
+    hist = [np.r_[START, rng.integers(0, 8194, k), 17, 17].astype(np.int64) for k in (0, 5, 40, 200)]
+    for i in (0, 3):
+        cond[i, 17] = np.abs(cond[i]).max()            # a seen token on top: the penalty must act
+    offsets = np.cumsum([0] + [len(h) for h in hist])
+    return dict(cond=cond, uncond=uncond, history=np.concatenate(hist), offsets=offsets, params=params)
+
+
+SAMPLER_CASE = _sampler_case()
+
+
 def _rel(got, ref):
     got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     return float(np.linalg.norm(got - ref) / np.linalg.norm(ref)), float(np.abs(got - ref).max())
@@ -109,13 +131,14 @@ def model():
 @pytest.fixture(scope="module")
 def ref():
     """Every reference output of this module, from one oracle process."""
-    stages = [stage for stage, _ in CASES.values()] + ["mtl_t3_alignment_steps"] * len(ALIGN_CASES)
-    args = [inputs for _, inputs in CASES.values()] + ALIGN_CASES
+    stages = ([stage for stage, _ in CASES.values()] + ["mtl_t3_alignment_steps"] * len(ALIGN_CASES)
+              + ["mtl_t3_sampler"])
+    args = [inputs for _, inputs in CASES.values()] + ALIGN_CASES + [SAMPLER_CASE]
     flat = {f"{i}.{k}": np.asarray(v) for i, inputs in enumerate(args) for k, v in inputs.items()}
     out = run_stage("mtl_t3_many", snapshot_dir("mtl", size=SIZE), stages=np.array(stages), **flat)
     per_case = [{k.split(".", 1)[1]: v for k, v in out.items() if k.split(".", 1)[0] == str(i)}
                 for i in range(len(stages))]
-    return dict(zip(CASES, per_case)), per_case[len(CASES):]
+    return dict(zip(CASES, per_case)), per_case[len(CASES):-1], per_case[-1]
 
 
 def _args(inputs):
@@ -166,6 +189,21 @@ def test_alignment_analyzer_branches(model, ref):
         seen |= {k for k in ("forced", "suppressed", "complete") if got[k].any()}
         seen |= {"unsuppressed"} if (~got["suppressed"] & ~got["forced"]).any() else set()
     assert seen == {"forced", "suppressed", "complete", "unsuppressed"}
+
+
+def test_sampler_order_and_guidance(ref):
+    c, want = SAMPLER_CASE, ref[2]["probs"]
+    for i, (cfg, temperature, rep, min_p, top_p) in enumerate(c["params"]):
+        hist = c["history"][c["offsets"][i]:c["offsets"][i + 1]]
+        got = debug.sampler_process_mtl(c["cond"][i], c["uncond"][i], hist, cfg_weight=cfg, temperature=temperature,
+                                        top_p=top_p, repetition_penalty=rep, min_p=min_p)
+        e = np.exp(got.astype(np.float64) - got.max())
+        probs = e / e.sum()
+        rel, max_abs = _rel(probs, want[i])
+        survivors = int(np.isfinite(got).sum())
+        print(f"sampler {tuple(c['params'][i])}: {survivors} tokens kept, probs rel {rel:.2e} max_abs {max_abs:.2e}")
+        assert np.array_equal(np.isfinite(got), want[i] > 0)
+        assert rel <= 1e-5
 
 
 @pytest.mark.parametrize("case", ["greedy", "greedy_repeat"])

@@ -206,3 +206,28 @@ def mtl_t3_alignment_steps_stage(snapshot: Path, inputs: Inputs) -> Inputs:
         out["text_position"].append(int(a.text_position))
         out["complete"].append(bool(a.complete))
     return {k: np.asarray(v) for k, v in out.items()}
+
+
+@stage("mtl_t3_sampler")
+def mtl_t3_sampler_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """cond, uncond [N, V], history (flat) + offsets, params [N, 5] = (cfg_weight, temperature,
+    repetition_penalty, min_p, top_p) -> probs [N, V]: `T3.inference`'s guidance and processors
+    (the analyzer aside) in its order, then the softmax multinomial draws from."""
+    from transformers.generation.logits_process import (
+        MinPLogitsWarper, RepetitionPenaltyLogitsProcessor, TopPLogitsWarper)
+    cond = torch.from_numpy(np.asarray(inputs["cond"], np.float32))
+    uncond = torch.from_numpy(np.asarray(inputs["uncond"], np.float32))
+    hist, offs = np.asarray(inputs["history"], np.int64), np.asarray(inputs["offsets"], np.int64)
+    probs = []
+    for i, (cfg_weight, temperature, rep, min_p, top_p) in enumerate(np.asarray(inputs["params"], np.float64)):
+        c, u = cond[i:i + 1], uncond[i:i + 1]
+        cfg = torch.as_tensor(float(cfg_weight), dtype=c.dtype)
+        logits = c + cfg * (c - u)
+        ids = torch.from_numpy(hist[offs[i]:offs[i + 1]]).reshape(1, -1)
+        logits = RepetitionPenaltyLogitsProcessor(penalty=float(rep))(ids, logits)
+        if temperature != 1.0:
+            logits = logits / float(temperature)
+        logits = MinPLogitsWarper(min_p=float(min_p))(ids, logits)
+        logits = TopPLogitsWarper(top_p=float(top_p))(ids, logits)
+        probs.append(torch.softmax(logits, dim=-1)[0].numpy())
+    return {"probs": np.stack(probs).astype(np.float32)}

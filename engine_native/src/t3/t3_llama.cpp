@@ -28,23 +28,6 @@ std::vector<float> llama3_inv_freq(int head_dim, float theta, float factor, floa
     return out;
 }
 
-// [n, n] causal mask for a prompt from an empty cache.
-ggml_tensor* causal_mask(ggml_context* ctx, GraphInputs& in, int n_kv, int n_new) {
-    std::vector<ggml_fp16_t> m(static_cast<size_t>(n_kv) * n_new);
-    const int past = n_kv - n_new;
-    for (int i = 0; i < n_new; ++i)
-        for (int j = 0; j < n_kv; ++j)
-            m[static_cast<size_t>(i) * n_kv + j] = ggml_fp32_to_fp16(j <= past + i ? 0.0f : -INFINITY);
-    return in.f16_mask(ctx, std::move(m), n_kv, n_new);
-}
-
-void check_ids(const std::vector<int32_t>& ids, int vocab, const char* what) {
-    for (int32_t id : ids)
-        if (id < 0 || id >= vocab)
-            throw EngineError(std::string(what) + " token id " + std::to_string(id) + " is outside [0, " +
-                              std::to_string(vocab) + ")");
-}
-
 std::vector<int32_t> arange(int from, int n) {
     std::vector<int32_t> v(n);
     for (int i = 0; i < n; ++i) v[i] = from + i;
@@ -131,13 +114,13 @@ void T3Llama::validate(const T3Conditioning& cond, const std::vector<int32_t>& t
     if (static_cast<int>(cond.speaker_emb.size()) != hp_.speaker_embed_size)
         throw VoiceError("speaker embedding has " + std::to_string(cond.speaker_emb.size()) + " values; T3 expects " +
                          std::to_string(hp_.speaker_embed_size));
-    check_ids(cond.prompt_tokens, hp_.speech_vocab, "prompt speech");
+    check_token_ids(cond.prompt_tokens, hp_.speech_vocab, "prompt speech");
     if (static_cast<int>(cond.prompt_tokens.size()) > speech_pos_len_)
         throw VoiceError("the voice has " + std::to_string(cond.prompt_tokens.size()) + " prompt tokens; T3 takes at most " +
                          std::to_string(speech_pos_len_));
     if (!std::isfinite(cond.exaggeration)) throw ParameterError("exaggeration must be a finite number");
-    check_ids(text, hp_.text_vocab, "text");
-    check_ids(speech, hp_.speech_vocab, "speech");
+    check_token_ids(text, hp_.text_vocab, "text");
+    check_token_ids(speech, hp_.speech_vocab, "speech");
     if (text.empty()) throw EngineError("T3 needs at least one text token (the start and stop text tokens)");
     if (static_cast<int>(text.size()) > text_pos_len_)
         throw EngineError("the text has " + std::to_string(text.size()) + " tokens; T3 takes at most " +
@@ -348,7 +331,7 @@ std::vector<float> T3Llama::prompt(T3Cache& cache, const T3Conditioning& cond, c
 }
 
 std::vector<float> T3Llama::step(T3Cache& cache, int32_t speech_token) {
-    check_ids({speech_token}, hp_.speech_vocab, "speech");
+    check_token_ids({speech_token}, hp_.speech_vocab, "speech");
     std::lock_guard<std::mutex> lock(mutex_);
     if (cache.n_past == 0) throw EngineError("T3 step() before prompt()");
     if (cache.n_past + 1 > cache.size())

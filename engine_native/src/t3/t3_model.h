@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/ggml_ops.h"
 #include "ggml-backend.h"
 #include "t3/alignment.h"
 #include "t3/kv_cache.h"
@@ -43,5 +44,11 @@ public:
 // The implementation named by the file's chatterbox.t3.arch; ModelError naming an
 // unknown one.
 std::unique_ptr<T3Model> make_t3(const ModelFile& mf, ggml_backend_t backend);
+
+// Helpers of the implementations.
+// EngineError naming `what` for an id outside [0, vocab).
+void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* what);
+// The f16 causal mask [n_kv, n_new] of n_new positions appended after n_kv - n_new cached ones.
+ggml_tensor* causal_mask(ggml_context* ctx, GraphInputs& in, int n_kv, int n_new);
 
 }  // namespace cbs
