@@ -64,16 +64,25 @@ ggml_context* GraphRunner::begin() {
 }
 
 std::vector<float> GraphRunner::compute(ggml_tensor* out, const GraphInputs& in) {
-    ggml_set_output(out);
-    ggml_build_forward_expand(graph_, out);
+    return std::move(compute(std::vector<ggml_tensor*>{out}, in)[0]);
+}
+
+std::vector<std::vector<float>> GraphRunner::compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in) {
+    for (ggml_tensor* out : outs) {
+        ggml_set_output(out);
+        ggml_build_forward_expand(graph_, out);
+    }
     if (!ggml_gallocr_alloc_graph(alloc_, graph_)) throw EngineError("not enough memory for the computation");
     in.upload();
     const ggml_status status = ggml_backend_graph_compute(backend_, graph_);
     if (status == GGML_STATUS_ABORTED) throw CancelledError("cancelled");
     if (status != GGML_STATUS_SUCCESS) throw EngineError("graph computation failed");
-    std::vector<float> result(ggml_nelements(out));
-    ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
-    return result;
+    std::vector<std::vector<float>> results;
+    for (ggml_tensor* out : outs) {
+        results.emplace_back(ggml_nelements(out));
+        ggml_backend_tensor_get(out, results.back().data(), 0, ggml_nbytes(out));
+    }
+    return results;
 }
 
 }  // namespace cbs

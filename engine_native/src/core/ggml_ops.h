@@ -47,6 +47,8 @@ public:
     ggml_cgraph* graph() const { return graph_; }
     // Allocates, uploads `in`, computes and reads `out` back as float32.
     std::vector<float> compute(ggml_tensor* out, const GraphInputs& in);
+    // The same for several outputs of one graph, in the order given.
+    std::vector<std::vector<float>> compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in);
 
 private:
     ggml_backend_t backend_;
