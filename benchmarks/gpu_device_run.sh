@@ -5,8 +5,9 @@
 #   cpu/      CPU backend modules built elsewhere (every x86-64 variant; optional)
 #   vulkan/   libggml-vulkan.so built elsewhere (optional)   .gl/  Vulkan loader debs
 #   whl/      wheels missing there (gguf)      turbo.skel.gguf (benchmarks/model_skeleton.py)
-# STAGES (default "build tests bench") picks what runs; a build left by an earlier run on
-# the same machine is reused.
+# STAGES (default "build tests bench") picks what runs, BENCH the device/quant pairs,
+# DEADLINE (s) skips benchmarks started later; a build, models left by an earlier run on
+# the same machine are reused.
 set -u
 here=$(pwd)
 OUT=${OUT:-$here/out}
@@ -52,8 +53,12 @@ echo "== CBS_GPU=none" >> "$OUT/info.txt"; CBS_GPU=none cli info >> "$OUT/info.t
 log "info: $(grep -c '^device' "$OUT/info.txt") device lines"
 [ -n "${model_pid:-}" ] && wait $model_pid
 log "model ready"
+requant_pids=""
 for q in f16 q4_0; do
-  [ -s $M/turbo-$q.gguf ] || (cli requantize $M/turbo-f32.gguf -o $M/turbo-$q.gguf --quant $q >> "$OUT/steps.log" 2>&1 &)
+  if [ ! -s $M/turbo-$q.gguf ]; then
+    cli requantize $M/turbo-f32.gguf -o $M/turbo-$q.gguf --quant $q >> "$OUT/steps.log" 2>&1 &
+    requant_pids="$requant_pids $!"
+  fi
 done
 
 if [[ " $stages " == *" tests "* ]]; then
@@ -64,15 +69,17 @@ if [[ " $stages " == *" tests "* ]]; then
 fi
 
 if [[ " $stages " == *" bench "* ]]; then
-  for dq in cuda:0/f32 cuda:0/q4_0 cuda:0/f16 vulkan:0/f32 vulkan:0/q4_0; do
+  for dq in ${BENCH:-cuda:0/f32 cuda:0/q4_0 cuda:0/f16 vulkan:0/f32 vulkan:0/q4_0}; do
     d=${dq%/*} q=${dq#*/}
-    for i in $(seq 60); do [ -s $M/turbo-$q.gguf ] && ! pgrep -f "turbo-$q.gguf --quant" > /dev/null && break; sleep 2; done
+    if [ $SECONDS -gt ${DEADLINE:-100000} ]; then log "bench $dq: skipped (past ${DEADLINE} s)"; continue; fi
+    for i in $(seq 90); do [ -s $M/turbo-$q.gguf ] && break; sleep 2; done
     log "bench $d $q"
     echo "== bench $d $q" >> "$OUT/bench.txt"
     timeout 150 cli bench -m $M/turbo-$q.gguf --device $d >> "$OUT/bench.txt" 2>&1
     log "bench $d $q: exit $?"
   done
 fi
+[ -n "$requant_pids" ] && wait $requant_pids  # a later run on the same machine finds them
 # At most 8 files come back: steps.log, build.log (its tail), info.txt, tests.log, bench.txt.
 tail -c 2000000 "$OUT/build.log" > /tmp/build.tail 2>/dev/null && mv /tmp/build.tail "$OUT/build.log"
 log "done"
