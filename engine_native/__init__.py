@@ -35,10 +35,10 @@ def _find_native_module() -> None:
 
 _find_native_module()
 
-from engine_native.errors import (Cancelled, EmptyTextError, EngineBusyError, EngineError,  # noqa: E402
+from engine_native.errors import (Cancelled, DeviceError, EmptyTextError, EngineBusyError, EngineError,  # noqa: E402
                                   IncompatibleVoiceError, ModelError, OutOfMemoryError, ParameterError,
                                   SilentAudioError, Superseded, VoiceError, VoiceTooShortError)
-from engine_native._core import ModelFile, ggml_version, system_info  # noqa: E402
+from engine_native._core import ModelFile, devices, ggml_version, system_info  # noqa: E402
 
 
 def __getattr__(name: str):  # the engine loads numpy-heavy modules: import it on first use
@@ -59,4 +59,5 @@ def __getattr__(name: str):  # the engine loads numpy-heavy modules: import it o
 
 __all__ = ["Engine", "Voice", "Chunk", "Stream", "Sentence", "split_text", "EngineError", "ModelError", "VoiceError",
            "VoiceTooShortError", "SilentAudioError", "IncompatibleVoiceError", "EmptyTextError", "ParameterError",
-           "Cancelled", "Superseded", "OutOfMemoryError", "EngineBusyError", "ModelFile", "ggml_version", "system_info", "MIN_VOICE_SECONDS"]
+           "Cancelled", "Superseded", "OutOfMemoryError", "EngineBusyError", "DeviceError", "ModelFile", "devices", "ggml_version",
+           "system_info", "MIN_VOICE_SECONDS"]

@@ -29,11 +29,15 @@ def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, seed: int = 0) -> dict:
+def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, seed: int = 0,
+              device: str = "auto") -> dict:
     t0 = time.perf_counter()
-    engine = Engine(model_path, threads=threads)
+    engine = Engine(model_path, threads=threads, device=device)
     r = {"load_ms": _ms(t0), "variant": engine.variant, "quantization": engine.info["quantization"],
-         "threads": threads or engine.info["threads"]}
+         "threads": threads or engine.info["threads"], "device": engine.device, "hift_device": engine.info["hift_device"]}
+    if engine.device != "cpu":
+        # A device's first graphs load kernels and build its caches: time the second run.
+        engine.synthesize(BENCH_TEXT, seed=seed, max_tokens=min(n_tokens, 50))
     voice = engine.builtin_voice
     _, p = engine._options(seed, {"max_tokens": n_tokens})
     ids = engine._text_ids(BENCH_TEXT)

@@ -36,6 +36,7 @@ import os
 import secrets
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +46,8 @@ import numpy as np
 from engine_native import _core
 from engine_native.audio import norm_loudness, resample_sinc, resample_soxr, to_mono
 from engine_native import options as schema
-from engine_native.errors import (Cancelled, EmptyTextError, EngineError, IncompatibleVoiceError, ModelError, ParameterError,
-                                  SilentAudioError, VoiceError, VoiceTooShortError)
+from engine_native.errors import (Cancelled, DeviceError, EmptyTextError, EngineError, IncompatibleVoiceError, ModelError,
+                                  ParameterError, SilentAudioError, VoiceError, VoiceTooShortError)
 from engine_native.speech import check_speech
 from engine_native.text import MAX_TEXT_CHARS, Sentence, has_speech, iter_sentences, split_text
 from engine_native.voice import Voice
@@ -245,24 +246,67 @@ class _CancelToken:
             t3.cancel()
 
 
+def devices() -> list[dict]:
+    """Every device present, the fastest first ("auto" takes the first): dicts of id ("cpu",
+    "cuda:0", "vulkan:0"), name, backend, description, type (cpu/gpu/igpu), memory_free and
+    memory_total (bytes)."""
+    return _core.devices()
+
+
+def _core_device(name: str) -> str:
+    """The id of the device `name` selects ("auto" -> the first present, "cuda" -> "cuda:0")."""
+    ids = [d["id"] for d in _core.devices()]
+    if name == "auto":
+        return ids[0]
+    if name in ids:
+        return name
+    if name == "gpu":
+        return next((d["id"] for d in _core.devices() if d["type"] in ("gpu", "igpu")), "")
+    return next((i for i in ids if i == f"{name}:0"), "")
+
+
+def check_device(name: str) -> str:
+    """The id `name` selects; DeviceError naming the devices present when it selects none."""
+    if not isinstance(name, str) or not name:
+        raise DeviceError("the device must be a name such as auto, cpu, cuda:0 or vulkan:0")
+    found = _core_device(name.lower())
+    if not found:
+        present = ", ".join(d["id"] for d in _core.devices())
+        raise DeviceError(f"device '{name}' is not present (devices: {present})")
+    return found
+
+
 class Engine:
-    def __init__(self, model_path: str | os.PathLike, *, backend: str = "cpu", threads: int | None = None):
+    def __init__(self, model_path: str | os.PathLike, *, device: str = "auto", threads: int | None = None,
+                 backend: str | None = None):
+        """`device`: "auto" (the fastest present), "cpu", "cuda:0", "vulkan:0", ... (`devices()`
+        lists them); one that is not present raises DeviceError naming those that are. A device
+        that fails to start or to hold the model falls back to the CPU: `device_note` says why.
+        `backend` is the former name of `device`."""
         t0 = time.perf_counter()
         self.path = Path(model_path)
         if not self.path.is_file():
             raise ModelError(f"model file not found: {self.path}")
         if threads is not None:
             schema.check("threads", threads)
+        self._threads = int(threads or 0)  # 0: one per core
+        requested = str(backend or device).lower()
+        check_device(requested)
+        self.device_note = ""
         try:
-            self._threads = int(threads or 0)  # 0: one per core
-            self._file = _core.ModelFile(str(self.path), backend=backend, threads=self._threads)
-            self._tokenizer = _core.Gpt2Tokenizer(str(self.path))
-            self._t3 = _core.T3(self._file)
-            self._encoder = _core.S3GenEncoder(self._file)
-            self._cfm = _core.S3GenCfm(self._file)
-            self._hift = _core.HiFT(self._file)
+            self._load(requested)
+        except DeviceError:
+            raise
         except EngineError as e:
-            raise ModelError(str(e)) from None
+            if requested == "cpu" or _core_device(requested) == "cpu":
+                raise ModelError(str(e)) from None
+            # The device could not start or hold the model: the CPU instead, saying so.
+            self.device_note = f"{requested} failed ({e}); running on the CPU"
+            warnings.warn(f"chatterbox-studio: {self.device_note}", RuntimeWarning, stacklevel=2)
+            try:
+                self._load("cpu")
+            except EngineError as e2:
+                raise ModelError(str(e2)) from None
         f = self._file
         self.variant = f.get_string("chatterbox.variant")
         self.sample_rate = f.get_int("chatterbox.s3gen.sample_rate")
@@ -305,6 +349,15 @@ class Engine:
         self._cloner = None
         self.load_seconds = time.perf_counter() - t0
 
+    def _load(self, device: str) -> None:
+        self._file = _core.ModelFile(str(self.path), device=device, threads=self._threads)
+        self._tokenizer = _core.Gpt2Tokenizer(str(self.path))
+        self._t3 = _core.T3(self._file)
+        self._encoder = _core.S3GenEncoder(self._file)
+        self._cfm = _core.S3GenCfm(self._file)
+        self._hift = _core.HiFT(self._file)  # HiFT's kernels are the CPU's: on the CPU whatever the device
+        self.device = self._file.device
+
     @property
     def token_rate(self) -> int:
         """Speech tokens per second of audio (from the GGUF)."""
@@ -320,7 +373,9 @@ class Engine:
         hp["meanflow"] = f.get_bool("chatterbox.s3gen.cfm.meanflow")
         system = _core.system_info()
         return {"path": str(self.path), "variant": self.variant, "quantization": f.get_string("chatterbox.quant"),
-                "backend": "cpu", "threads": self._threads or system["default_threads"], "ggml_version": system["ggml_version"],
+                "backend": self.device, "device": self.device, "device_note": self.device_note,
+                "hift_device": "cpu", "cpu_variant": system["cpu_variant"],
+                "threads": self._threads or system["default_threads"], "ggml_version": system["ggml_version"],
                 "sample_rate": self.sample_rate, "hparams": hp, "defaults": dict(self.defaults),
                 "load_seconds": self.load_seconds}
 

@@ -52,5 +52,9 @@ class OutOfMemoryError(EngineError, MemoryError):
     """The engine could not allocate the memory a model or a computation needs."""
 
 
+class DeviceError(EngineError):
+    """A device (cpu, cuda:0, vulkan:0, ...) that is not present in this build, or one that failed to start."""
+
+
 class EngineBusyError(EngineError):
     """The resource asked for (a KV cache, an engine) is in use by another stream."""

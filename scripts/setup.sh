@@ -18,6 +18,16 @@ apt_packages=(
   libfontconfig1 libdbus-1-3
 )
 [ "$mode" = test ] && apt_packages+=(xvfb xauth imagemagick desktop-file-utils)
+# A GPU here: the Vulkan backend's build tools too (the build makes the CUDA backend when
+# nvcc and cuBLAS are installed, the Vulkan one when these are; CBS_GPU=none|cuda|vulkan
+# forces a choice). CPU-only machines build neither, whatever they have installed.
+gpu_present=no
+if [ -e /dev/nvidia0 ] || [ -e /proc/driver/nvidia/version ] || ls /dev/dri/renderD* >/dev/null 2>&1; then
+  gpu_present=yes
+fi
+if [ "$gpu_present" = yes ] && [ "${CBS_GPU:-auto}" != none ]; then
+  apt_packages+=(libvulkan-dev glslc spirv-headers)
+fi
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -42,8 +52,9 @@ fi
 extras="[server]"
 # Tests also cover Japanese through pykakasi (the GPL `ja` extra: tests only, never in the bundle).
 [ "$mode" = test ] && extras="[server,test,package,ja]"
-echo "setup: building and installing chatterbox-studio$extras into .venv"
+echo "setup: building and installing chatterbox-studio$extras into .venv (GPU present: $gpu_present, CBS_GPU=${CBS_GPU:-auto})"
 .venv/bin/python -m pip install -q ".$extras"
+.venv/bin/python -c "import engine_native as e; print('setup: engine devices:', ', '.join(d['id'] for d in e.devices()), '- CPU variant:', e.system_info()['cpu_variant'] or 'one')"
 
 # --- the PyTorch oracle, in its own venv ------------------------------------
 if [ "$mode" = test ]; then

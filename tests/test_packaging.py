@@ -113,6 +113,14 @@ def built_app(tmp_path_factory):
     # The engine comes from the installed package, compiled; Qt brings both platform plugins.
     internal = app / "_internal"
     assert list((internal / "engine_native").glob("_core*.so"))
+    # ggml's backend modules travel with it, every one the installed engine was built with
+    # (the CPU in each x86-64 variant; CUDA/Vulkan where the build machine made them).
+    import engine_native
+
+    installed = {p.name for p in Path(engine_native.system_info()["backend_dir"]).glob("libggml*.so")}
+    frozen = {p.name for p in (internal / "engine_native").glob("libggml*.so")}
+    assert any(n.startswith("libggml-cpu") for n in frozen), frozen
+    assert installed <= frozen, installed - frozen
     for plugin in ("libqoffscreen.so", "libqxcb.so"):
         assert (internal / "PySide6" / "Qt" / "plugins" / "platforms" / plugin).is_file(), plugin
     assert (internal / "resources" / "chatterbox-studio.svg").is_file()

@@ -63,7 +63,7 @@ def cmd_bench(args) -> int:
     from engine_native.bench import run_bench
 
     try:
-        r = run_bench(args.model, threads=args.threads, n_tokens=args.tokens)
+        r = run_bench(args.model, threads=args.threads, n_tokens=args.tokens, device=args.device)
     except EngineError as e:
         print(f"chatterbox-studio: error: {e}", file=sys.stderr)
         return 1
@@ -77,7 +77,8 @@ def cmd_bench(args) -> int:
             print(f"chatterbox-studio: error: {e}", file=sys.stderr)
             return 1
         ref = {k: float(v) for k, v in ref.items()}
-    print(f"chatterbox-studio bench: {r['variant']} {r['quantization']}, {r['threads']} threads, "
+    print(f"chatterbox-studio bench: {r['variant']} {r['quantization']} on {r['device']} (HiFT on {r['hift_device']}), "
+          f"{r['threads']} threads, "
           f"{r['t3_tokens']} speech tokens ({r['audio_s']:.2f} s of audio)")
     head = f"  {'':<28} {'native':>14}"
     print(head + (f" {'PyTorch':>14} {'speed-up':>9}" if ref else ""))
@@ -120,4 +121,7 @@ def add_parser(sub) -> None:
                    help="also time the PyTorch reference on this snapshot (the model's source weights)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: all cores)")
     p.add_argument("--tokens", type=int, default=250, help="speech tokens (default 250 = 10 s)")
+    from app.cli.speak import add_device_argument
+
+    add_device_argument(p)
     p.set_defaults(func=cmd_bench)

@@ -19,12 +19,19 @@ def _cmd_info(args: argparse.Namespace) -> int:
         return _model_info(args.model)
     import engine_native
 
-    info = engine_native.system_info()
+    try:
+        info = engine_native.system_info()
+    except engine_native.EngineError as e:  # the backend modules could not be loaded
+        return _fail(str(e))
     print(f"chatterbox-studio {__version__}")
     print(f"ggml              {info['ggml_version']}")
-    print(f"backends          {', '.join(info['backends']) or '(none)'}")
-    for dev in info["devices"]:
-        print(f"device            {dev['name']}: {dev['description']}")
+    print(f"backends          {', '.join(info['backends']) or '(none)'} (from {info['backend_dir']})")
+    for i, dev in enumerate(info["devices"]):
+        mem = (f", {dev['memory_free'] / 2**30:.1f} of {dev['memory_total'] / 2**30:.1f} GiB free"
+               if dev["memory_total"] else "")
+        auto = " (auto)" if i == 0 else ""
+        print(f"device            {dev['id']:<10} {dev['backend']} {dev['type']}: {dev['description']}{mem}{auto}")
+    print(f"cpu variant       {info['cpu_variant'] or '(one variant built)'}")
     print(f"cpu features      {' '.join(info['cpu_features']) or '(none)'}")
     print(f"default threads   {info['default_threads']}")
     return 0
@@ -220,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the voice's name")
     p.add_argument("--voice-output", metavar="V.voice.gguf", help="where --bake writes (default: beside the clip)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for --bake (default: all cores)")
+    from app.cli.speak import add_device_argument
+
+    add_device_argument(p)
     p.set_defaults(func=_cmd_lab)
 
     from app.cli.selftest import add_parser as add_selftest_parser  # the packaged app's self-test (packaging/)

@@ -136,7 +136,7 @@ def _load(model: str, threads: int):
     import engine_native
 
     try:
-        engine = engine_native.Engine(model, threads=threads or None)
+        engine = engine_native.Engine(model, threads=threads or None, device=os.environ.get("CBS_DEVICE", "auto"))
     except engine_native.EngineError as e:
         raise SelftestError(f"cannot load {model}: {e}") from None
     info = engine.info

@@ -89,8 +89,8 @@ def add_parser(sub) -> None:
     p.add_argument("--voices", metavar="DIR",
                    help=f"folder of .voice.gguf files to offer (default: the app's library, {library_dir()})")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    p.add_argument("--device", default="auto", help="the engine's device: auto or cpu (GPU backends are not built yet; "
-                   "an unavailable one is refused with the list of those present)")
+    p.add_argument("--device", default="auto", help="the engine's device: auto (the fastest present), cpu, cuda:0, "
+                   "vulkan:0, ... (`chatterbox-studio info` lists them; one not present is refused naming those that are)")
     p.add_argument("--queue", type=int, default=DEFAULT_QUEUE,
                    help=f"requests that may wait for the engine; more get 503 (default {DEFAULT_QUEUE})")
     p.add_argument("--parallel", type=int, default=1, metavar="N",

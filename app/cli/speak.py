@@ -54,6 +54,7 @@ def check_output_target(target: str | None) -> None:
 def add_engine_arguments(p: argparse.ArgumentParser, *, sampling: bool = True) -> None:
     p.add_argument("-m", "--model", required=True, help="the model .gguf")
     add_option_argument(p, "threads", default=None, help="CPU threads (default: all cores)")
+    add_device_argument(p)
     if not sampling:
         return
     g = p.add_argument_group("voice and sampling")
@@ -65,6 +66,12 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, sampling: bool = True) -
                    "a little less detail and likeness)")
     for name in schema.SAMPLING + schema.STREAMING:
         add_option_argument(g, name)
+
+
+def add_device_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", metavar="DEVICE",
+                   help="where the engine runs: auto (the fastest present), cpu, cuda:0, vulkan:0, ... "
+                   "(`chatterbox-studio info` lists them; a device that fails to start falls back to the CPU)")
 
 
 def add_option_argument(group, name: str, **kw) -> None:
@@ -80,9 +87,11 @@ def load_engine(args):
     from engine_native import Engine
 
     t0 = time.perf_counter()
-    engine = Engine(args.model, threads=args.threads)
-    log(f"model     {args.model} ({engine.variant} {engine.info['quantization']}, loaded in "
+    engine = Engine(args.model, device=getattr(args, "device", "auto"), threads=args.threads)
+    log(f"model     {args.model} ({engine.variant} {engine.info['quantization']}, on {engine.device}, loaded in "
         f"{(time.perf_counter() - t0):.1f} s)")
+    if engine.device_note:
+        log(f"device    {engine.device_note}")
     return engine
 
 

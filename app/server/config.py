@@ -21,7 +21,7 @@ class ServerConfig:
     exposed_voices: list[str] | None = None  # None: every voice in the folder; else these paths/stems/names
     expose_builtin: bool = True
     threads: int | None = None
-    device: str = "cpu"                 # the engine's backend ("auto" = the best present; today the CPU)
+    device: str = "auto"                # the engine's device ("auto" = the fastest present, "cpu", "cuda:0", ...)
     queue: int = DEFAULT_QUEUE
     parallel: int = 1                   # generations advanced in turn (round robin); 1: one at a time
     max_input_chars: int = MAX_INPUT_CHARS

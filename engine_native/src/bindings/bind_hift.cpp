@@ -35,7 +35,7 @@ void bind_hift(py::module_& m) {
              "An independent copy (to look ahead without advancing this one).");
 
     py::class_<PyHift>(m, "HiFT", "S3Gen's HiFT vocoder (HiFTGenerator) over a loaded ModelFile.")
-        .def(py::init(&build_on_backend<HiftPair>), py::arg("model"))
+        .def(py::init(&build_on_cpu<HiftPair>), py::arg("model"))  // CPU kernels: on the CPU whatever the device
         .def_property_readonly("in_channels", [](const PyHift& s) { return s->hift.hp().in_channels; })
         .def_property_readonly("samples_per_frame", [](const PyHift& s) { return s->hift.hp().samples_per_frame(); })
         .def_property_readonly("sample_rate", [](const PyHift& s) { return s->hift.hp().sample_rate; })

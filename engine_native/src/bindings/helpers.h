@@ -37,6 +37,7 @@ using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>
 // stream whose S3Gen / HiFT pass is running, so Stop frees the engine within a node.
 struct PyModel {
     BackendPtr backend;
+    BackendPtr cpu;  // the CPU backend when `backend` is another device (else null)
     std::unique_ptr<ModelFile> file;
     std::atomic<bool> abort{false};
 };
@@ -67,6 +68,14 @@ std::unique_ptr<Component<T>> build(const py::object& model, Make&& make) {
 template <class T>
 std::unique_ptr<Component<T>> build_on_backend(const py::object& model) {
     return build<T>(model, [](PyModel& m) { return std::make_unique<T>(*m.file, m.backend.get()); });
+}
+
+// T(file, the CPU backend): a component whose kernels run on the CPU only (HiFT's).
+template <class T>
+std::unique_ptr<Component<T>> build_on_cpu(const py::object& model) {
+    return build<T>(model, [](PyModel& m) {
+        return std::make_unique<T>(*m.file, m.cpu ? m.cpu.get() : m.backend.get());
+    });
 }
 
 // The usual constructor of a host-only component: T(file).

@@ -3,7 +3,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "ggml-cpu.h"
 #include "core/backend.h"
 #include "core/model_file.h"
 #include "bindings/helpers.h"
@@ -42,6 +41,8 @@ void register_errors(py::module_& m) {
             raise_engine_error("VoiceError", e.what());
         } catch (const cbs::CancelledError& e) {
             raise_engine_error("Cancelled", e.what());
+        } catch (const cbs::DeviceError& e) {
+            raise_engine_error("DeviceError", e.what());
         } catch (const cbs::BusyError& e) {
             raise_engine_error("EngineBusyError", e.what());
         } catch (const std::bad_alloc&) {
@@ -54,6 +55,22 @@ void register_errors(py::module_& m) {
         m.attr("EngineError") = py::module_::import("engine_native.errors").attr("EngineError");
     } catch (py::error_already_set&) {
     }
+}
+
+py::list devices_list(const std::vector<cbs::DeviceInfo>& devices) {
+    py::list out;
+    for (const cbs::DeviceInfo& i : devices) {
+        py::dict d;
+        d["id"] = i.id;
+        d["name"] = i.name;
+        d["backend"] = i.backend;
+        d["description"] = i.description;
+        d["type"] = i.type;
+        d["memory_free"] = i.memory_free;
+        d["memory_total"] = i.memory_total;
+        out.append(d);
+    }
+    return out;
 }
 
 }  // namespace
@@ -76,21 +93,28 @@ PYBIND11_MODULE(_core, m) {
 
     using Model = cbs::PyModel;
     py::class_<Model>(m, "ModelFile", "A Chatterbox GGUF model loaded into a ggml backend buffer.")
-        .def(py::init([](const std::string& path, const std::string& backend, int threads) {
+        .def(py::init([](const std::string& path, const std::string& device, int threads) {
                  auto model = std::make_unique<Model>();
                  py::gil_scoped_release release;
-                 model->backend = cbs::make_backend(backend, threads > 0 ? threads : cbs::default_thread_count());
-                 if (ggml_backend_is_cpu(model->backend.get()))
-                     ggml_backend_cpu_set_abort_callback(model->backend.get(), [](void* flag) {
+                 const int n_threads = threads > 0 ? threads : cbs::default_thread_count();
+                 model->backend = cbs::make_backend(device, n_threads);
+                 // The CPU backend for what stays on the host (HiFT's CPU kernels) when the
+                 // device is another one.
+                 model->cpu = cbs::backend_is_cpu(model->backend.get()) ? nullptr : cbs::make_backend("cpu", n_threads);
+                 for (ggml_backend_t b : {model->backend.get(), model->cpu.get()})
+                     if (b) cbs::set_abort_callback(b, [](void* flag) {
                          return static_cast<std::atomic<bool>*>(flag)->load(std::memory_order_relaxed);
                      }, &model->abort);
                  model->file = std::make_unique<cbs::ModelFile>(path, model->backend.get());
                  return model;
              }),
-             py::arg("path"), py::arg("backend") = "cpu", py::arg("threads") = 0)
+             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 0,
+             "Loads a model onto `device` (auto, cpu, cuda:0, vulkan:0, ...; see devices()).")
         .def_property_readonly("path", [](const Model& m) { return m.file->path(); })
         .def_property_readonly("variant", [](const Model& m) { return m.file->variant(); })
         .def_property_readonly("backend", [](const Model& m) { return std::string(ggml_backend_name(m.backend.get())); })
+        .def_property_readonly("device", [](const Model& m) { return cbs::device_id(m.backend.get()); },
+                               "The device the weights and graphs are on (\"cpu\", \"cuda:0\", ...).")
         .def("abort_compute", [](Model& m, bool on) { m.abort.store(on); }, py::arg("on") = true,
              "on: the computation in flight (and any started) stops at its next graph node with Cancelled; "
              "off: computations run again. Engine arms it only for the generation being cancelled.")
@@ -151,18 +175,17 @@ PYBIND11_MODULE(_core, m) {
         py::dict d;
         d["ggml_version"] = s.ggml_version;
         d["cpu_features"] = s.cpu_features;
+        d["cpu_variant"] = s.cpu_variant;
+        d["backend_dir"] = s.backend_dir;
         d["backends"] = s.backends;
-        py::list devices;
-        for (auto& [name, desc] : s.devices) {
-            py::dict dev;
-            dev["name"] = name;
-            dev["description"] = desc;
-            devices.append(dev);
-        }
-        d["devices"] = devices;
+        d["devices"] = devices_list(s.devices);
         d["default_threads"] = s.default_threads;
         return d;
-    }, "ggml version, CPU features, compiled-in backends and devices, default thread count.");
+    }, "ggml version, CPU features and variant, loaded backends and devices, default thread count.");
+
+    m.def("devices", [] { return devices_list(cbs::list_devices()); },
+          "Every device present, the fastest first: [{id, name, backend, description, type, memory_free, "
+          "memory_total}] (auto picks the first).");
 
     bind_t3(m);
     bind_hift(m);

@@ -1,8 +1,17 @@
-// Backend selection: "cpu" always; "cuda"/"vulkan"/"metal"/"gpu" when compiled in.
+// Devices through ggml's backend registry. The backends are modules (GGML_BACKEND_DL)
+// beside the ggml library: load_backends() loads them once, from that folder, picking
+// the CPU variant the running CPU supports best. Environment:
+//   CBS_GPU=auto|none|cuda|vulkan   which GPU modules to load (auto: every one present)
+//   CBS_CPU_VARIANT=NAME            that CPU variant (x64, sse42, haswell, ...) instead
+//                                   of the best; an error names those present when it
+//                                   is missing or the CPU lacks its instructions
+// A device is named "<backend>:<index>" in lower case ("cpu", "cuda:0", "vulkan:0").
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ggml-backend.h"
 
@@ -13,7 +22,37 @@ struct BackendDeleter {
 };
 using BackendPtr = std::unique_ptr<ggml_backend, BackendDeleter>;
 
-// Throws EngineError naming what is available when `name` is not.
-BackendPtr make_backend(const std::string& name, int threads);
+// Loads the backend modules (once; every later call is a no-op). Throws EngineError when
+// no CPU backend could be loaded (the modules are missing beside the ggml library).
+void load_backends();
+
+struct DeviceInfo {
+    std::string id;           // "cpu", "cuda:0", "vulkan:1"
+    std::string name;         // ggml's device name ("CPU", "CUDA0", "Vulkan0")
+    std::string backend;      // the registry's name ("CPU", "CUDA", "Vulkan")
+    std::string description;  // the hardware ("NVIDIA H200", the CPU model)
+    std::string type;         // "cpu", "gpu", "igpu", "accel"
+    size_t memory_free = 0, memory_total = 0;  // bytes
+};
+
+// Every device present, the fastest first (auto's choice is the first).
+std::vector<DeviceInfo> list_devices();
+// The CPU module loaded ("haswell", "x64", ...; "" for a CPU backend of one variant) and
+// the folder the modules were loaded from.
+std::string cpu_variant();
+std::string backend_dir();
+
+// A backend on `device`: "auto" (the first of list_devices()), "cpu", "gpu" (the first
+// GPU), "<backend>" (its first device) or "<backend>:<index>". DeviceError naming the
+// devices present for one that is not; DeviceError when it fails to start.
+BackendPtr make_backend(const std::string& device, int threads);
+// The id (as list_devices() names it) of a backend's device.
+std::string device_id(ggml_backend_t backend);
+
+bool backend_is_cpu(ggml_backend_t backend);
+// CPU backends only (no-op on others): the thread count and the abort callback, through
+// the CPU module's registry (the module is not linked).
+void set_threads(ggml_backend_t backend, int threads);
+void set_abort_callback(ggml_backend_t backend, ggml_abort_callback callback, void* data);
 
 }  // namespace cbs

@@ -38,4 +38,9 @@ struct BusyError : EngineError {
     using EngineError::EngineError;
 };
 
+// A device that is not present, or one that failed to start.
+struct DeviceError : EngineError {
+    using EngineError::EngineError;
+};
+
 }  // namespace cbs

@@ -1,6 +1,8 @@
 #include "core/ggml_ops.h"
 
+#include "core/backend.h"
 #include "core/model_file.h"
+#include "core/system_info.h"
 
 namespace cbs {
 
@@ -47,13 +49,25 @@ void GraphInputs::upload() const {
 }
 
 GraphRunner::GraphRunner(ggml_backend_t backend, size_t max_nodes) : backend_(backend), max_nodes_(max_nodes) {
-    alloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
     meta_.resize(ggml_tensor_overhead() * max_nodes_ + ggml_graph_overhead_custom(max_nodes_, false));
+    if (backend_is_cpu(backend_)) {
+        alloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
+        return;
+    }
+    cpu_ = make_backend("cpu", default_thread_count()).release();
+    ggml_backend_t backends[2] = {backend_, cpu_};  // the CPU last: sched's fallback
+    sched_ = ggml_backend_sched_new(backends, nullptr, 2, max_nodes_, false, false);
+    if (!sched_) {
+        ggml_backend_free(cpu_);
+        throw DeviceError(std::string("could not create a scheduler for ") + ggml_backend_name(backend_));
+    }
 }
 
 GraphRunner::~GraphRunner() {
     if (ctx_) ggml_free(ctx_);
     if (alloc_) ggml_gallocr_free(alloc_);
+    if (sched_) ggml_backend_sched_free(sched_);
+    if (cpu_) ggml_backend_free(cpu_);
 }
 
 ggml_context* GraphRunner::begin() {
@@ -61,6 +75,24 @@ ggml_context* GraphRunner::begin() {
     ctx_ = ggml_init({meta_.size(), meta_.data(), /*no_alloc=*/true});
     graph_ = ggml_new_graph_custom(ctx_, max_nodes_, false);
     return ctx_;
+}
+
+void GraphRunner::run(const GraphInputs& in) {
+    ggml_status status;
+    if (sched_) {
+        ggml_backend_sched_reset(sched_);
+        if (!ggml_backend_sched_alloc_graph(sched_, graph_))
+            throw EngineError(std::string("not enough memory for the computation on ") + ggml_backend_name(backend_));
+        in.upload();
+        status = ggml_backend_sched_graph_compute(sched_, graph_);
+    } else {
+        if (!ggml_gallocr_alloc_graph(alloc_, graph_)) throw EngineError("not enough memory for the computation");
+        in.upload();
+        status = ggml_backend_graph_compute(backend_, graph_);
+    }
+    if (status == GGML_STATUS_ABORTED) throw CancelledError("cancelled");
+    if (status == GGML_STATUS_ALLOC_FAILED) throw EngineError(std::string("out of memory on ") + ggml_backend_name(backend_));
+    if (status != GGML_STATUS_SUCCESS) throw EngineError("graph computation failed");
 }
 
 std::vector<float> GraphRunner::compute(ggml_tensor* out, const GraphInputs& in) {
@@ -72,11 +104,7 @@ std::vector<std::vector<float>> GraphRunner::compute(const std::vector<ggml_tens
         ggml_set_output(out);
         ggml_build_forward_expand(graph_, out);
     }
-    if (!ggml_gallocr_alloc_graph(alloc_, graph_)) throw EngineError("not enough memory for the computation");
-    in.upload();
-    const ggml_status status = ggml_backend_graph_compute(backend_, graph_);
-    if (status == GGML_STATUS_ABORTED) throw CancelledError("cancelled");
-    if (status != GGML_STATUS_SUCCESS) throw EngineError("graph computation failed");
+    run(in);
     std::vector<std::vector<float>> results;
     for (ggml_tensor* out : outs) {
         results.emplace_back(ggml_nelements(out));

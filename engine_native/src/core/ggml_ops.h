@@ -34,7 +34,10 @@ struct GraphInputs {
     void upload() const;
 };
 
-// Builds and runs one graph at a time on a backend, reusing its allocator.
+// Builds and runs one graph at a time on a backend, reusing its allocator. On a device
+// other than the CPU the graph goes through ggml_backend_sched with a CPU backend of its
+// own behind the device: an operation the device lacks runs on the CPU (inputs are
+// uploaded, the output read back, nothing else crosses to the host).
 class GraphRunner {
 public:
     explicit GraphRunner(ggml_backend_t backend, size_t max_nodes = 16384);
@@ -49,11 +52,16 @@ public:
     std::vector<float> compute(ggml_tensor* out, const GraphInputs& in);
     // The same for several outputs of one graph, in the order given.
     std::vector<std::vector<float>> compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in);
+    // Allocates, uploads `in` and computes graph() (its outputs stay on the device).
+    void run(const GraphInputs& in);
+    ggml_backend_t backend() const { return backend_; }
 
 private:
     ggml_backend_t backend_;
     size_t max_nodes_;
-    ggml_gallocr_t alloc_ = nullptr;
+    ggml_gallocr_t alloc_ = nullptr;        // the CPU: one backend, no scheduler
+    ggml_backend_t cpu_ = nullptr;          // another device: its CPU fallback ...
+    ggml_backend_sched_t sched_ = nullptr;  // ... and the scheduler over both
     std::vector<uint8_t> meta_;
     ggml_context* ctx_ = nullptr;
     ggml_cgraph* graph_ = nullptr;

@@ -7,7 +7,6 @@
 #include <memory>
 
 #include "ggml-alloc.h"
-#include "ggml-cpu.h"
 
 namespace cbs {
 

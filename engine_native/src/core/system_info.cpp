@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "ggml-backend.h"
-#include "ggml-cpu.h"
 #include "ggml.h"
 
 namespace cbs {
@@ -37,16 +36,15 @@ static std::vector<std::string> backend_features(ggml_backend_reg_t reg) {
 SystemInfo system_info() {
     SystemInfo info;
     info.ggml_version = ggml_version();
+    info.devices = list_devices();  // loads the backend modules first
+    info.cpu_variant = cpu_variant();
+    info.backend_dir = backend_dir();
     for (size_t i = 0; i < ggml_backend_reg_count(); ++i) {
         ggml_backend_reg_t reg = ggml_backend_reg_get(i);
         info.backends.emplace_back(ggml_backend_reg_name(reg));
         if (std::strcmp(ggml_backend_reg_name(reg), "CPU") == 0) {
             info.cpu_features = backend_features(reg);
         }
-    }
-    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-        info.devices.emplace_back(ggml_backend_dev_name(dev), ggml_backend_dev_description(dev));
     }
     info.default_threads = default_thread_count();
     return info;

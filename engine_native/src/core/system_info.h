@@ -5,13 +5,17 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend.h"
+
 namespace cbs {
 
 struct SystemInfo {
     std::string ggml_version;
     std::vector<std::string> cpu_features;  // features the CPU backend was built for and found
     std::vector<std::string> backends;      // registered ggml backends ("CPU", "CUDA", ...)
-    std::vector<std::pair<std::string, std::string>> devices;  // (name, description)
+    std::vector<DeviceInfo> devices;        // the fastest first
+    std::string cpu_variant;                // the CPU module loaded ("haswell", ...)
+    std::string backend_dir;                // where the backend modules were loaded from
     int default_threads = 1;
 };
 

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <string>
 
-#include "ggml-cpu.h"
+#include "core/backend.h"
 #include "hift/kernels.h"
 
 namespace cbs {
@@ -73,7 +73,7 @@ static std::vector<float> panels16(const std::vector<float>& w, int64_t kc, int6
 Hift::Hift(const ModelFile& mf, ggml_backend_t backend)
     : hp_(HiftHparams::from(mf)), backend_(backend), runner_(backend, 4096) {
     // The kernels above read and write tensor memory directly.
-    if (!ggml_backend_is_cpu(backend_)) throw EngineError("the HiFT vocoder runs on the CPU backend only");
+    if (!backend_is_cpu(backend_)) throw EngineError("the HiFT vocoder runs on the CPU backend only");
     const size_t n_tensors = mf.tensors().size() + 16;
     own_ctx_ = ggml_init({ggml_tensor_overhead() * n_tensors, nullptr, true});
     auto t = [&](const std::string& name) { return mf.tensor("hift." + name); };
@@ -184,10 +184,11 @@ ggml_tensor* Hift::upload(std::vector<float> data, int64_t ne0, int64_t ne1) {
     return t;
 }
 
-// The model's tensor when it is F32, otherwise an F32 copy (HiFT runs in F32).
+// The model's tensor when it is F32 in host memory, otherwise an F32 copy (HiFT runs in
+// F32 on the CPU, also when the model's weights are on another device).
 ggml_tensor* Hift::f32_weight(const ModelFile& mf, const std::string& name) {
     ggml_tensor* t = mf.tensor(name);
-    if (t->type == GGML_TYPE_F32) return t;
+    if (t->type == GGML_TYPE_F32 && t->buffer && ggml_backend_buffer_is_host(t->buffer)) return t;
     ggml_tensor* c = ggml_new_tensor(own_ctx_, GGML_TYPE_F32, GGML_MAX_DIMS, t->ne);
     pending_.emplace_back(c, mf.read_f32(t));
     return c;

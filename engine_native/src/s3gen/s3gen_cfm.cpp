@@ -158,16 +158,15 @@ ggml_tensor* CfmEstimator::run_stage(ggml_context* ctx, ggml_tensor* x, ggml_ten
     return x;
 }
 
-std::vector<float> CfmEstimator::forward(const std::vector<float>& x, const std::vector<float>& mu,
-                                         const std::vector<float>& spks, const std::vector<float>& cond, int T, float t,
-                                         float r) {
+void CfmEstimator::check_inputs(size_t x, size_t mu, size_t spks, size_t cond, int T) const {
     const size_t n = static_cast<size_t>(out_channels_) * T;
-    if (T <= 0 || x.size() != n || mu.size() != n || cond.size() != n || spks.size() != static_cast<size_t>(out_channels_))
+    if (T <= 0 || x != n || mu != n || cond != n || spks != static_cast<size_t>(out_channels_))
         throw EngineError("CFM estimator inputs must be [" + std::to_string(out_channels_) + ", T] with spks [" +
                           std::to_string(out_channels_) + "]");
+}
 
-    ggml_context* ctx = runner_.begin();
-    GraphInputs in;
+ggml_tensor* CfmEstimator::velocity(ggml_context* ctx, GraphInputs& in, ggml_tensor* x, ggml_tensor* mu,
+                                    ggml_tensor* spks, ggml_tensor* cond, float t, float r) const {
     // Time embedding (meanflow: t and r each through the MLP, concatenated, mixed).
     ggml_tensor* temb = time_mlp(ctx, in.f32(ctx, time_sinusoid(t), in_channels_));
     if (meanflow_) {
@@ -177,12 +176,9 @@ std::vector<float> CfmEstimator::forward(const std::vector<float>& x, const std:
 
     // Input: [x; mu; spks repeated over time; cond] along channels, [T, 4 * n_mels].
     const int M = out_channels_;
-    ggml_tensor* xin = in.f32(ctx, x, T, M);
-    ggml_tensor* muin = in.f32(ctx, mu, T, M);
-    ggml_tensor* cin = in.f32(ctx, cond, T, M);
-    ggml_tensor* sp = ggml_repeat(ctx, in.f32(ctx, spks, 1, M), muin);
-    ggml_tensor* h = ggml_concat(ctx, ggml_concat(ctx, ggml_concat(ctx, xin, muin, 1), sp, 1), cin, 1);  // [T, 4M]
-    h = ggml_cont(ctx, ggml_transpose(ctx, h));                                                          // [4M, T]
+    ggml_tensor* sp = ggml_repeat(ctx, spks, mu);
+    ggml_tensor* h = ggml_concat(ctx, ggml_concat(ctx, ggml_concat(ctx, x, mu, 1), sp, 1), cond, 1);  // [T, 4M]
+    h = ggml_cont(ctx, ggml_transpose(ctx, h));                                                      // [4M, T]
 
     h = run_stage(ctx, h, temb, down_);
     ggml_tensor* skip = h;
@@ -194,8 +190,47 @@ std::vector<float> CfmEstimator::forward(const std::vector<float>& x, const std:
     h = block1d(ctx, h, final_c_w_, final_c_b_, final_ln_w_, final_ln_b_);
     // final_proj (1x1 conv), produced time-fastest: [T, M].
     ggml_tensor* out = ggml_mul_mat(ctx, h, ggml_reshape_2d(ctx, proj_w_, proj_w_->ne[1], proj_w_->ne[2]));
-    out = ggml_add(ctx, out, ggml_reshape_2d(ctx, proj_b_, 1, M));
-    return runner_.compute(out, in);
+    return ggml_add(ctx, out, ggml_reshape_2d(ctx, proj_b_, 1, M));
+}
+
+std::vector<float> CfmEstimator::forward(const std::vector<float>& x, const std::vector<float>& mu,
+                                         const std::vector<float>& spks, const std::vector<float>& cond, int T, float t,
+                                         float r) {
+    check_inputs(x.size(), mu.size(), spks.size(), cond.size(), T);
+    const int M = out_channels_;
+    ggml_context* ctx = runner_.begin();
+    GraphInputs in;
+    ggml_tensor* v = velocity(ctx, in, in.f32(ctx, x, T, M), in.f32(ctx, mu, T, M), in.f32(ctx, spks, 1, M),
+                              in.f32(ctx, cond, T, M), t, r);
+    return runner_.compute(v, in);
+}
+
+std::vector<float> CfmEstimator::integrate(const std::vector<float>& x0, const std::vector<float>& mu,
+                                           const std::vector<float>& spks, const std::vector<float>& cond, int T,
+                                           const std::vector<float>& ts) {
+    check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), T);
+    const int M = out_channels_;
+    const int n_steps = static_cast<int>(ts.size()) - 1;
+    std::vector<float> x = x0;
+    int nodes_per_step = 0;
+    for (int s = 0; s < n_steps;) {
+        ggml_context* ctx = runner_.begin();
+        ggml_cgraph* gf = runner_.graph();
+        GraphInputs in;
+        ggml_tensor *xt = in.f32(ctx, x, T, M), *mut = in.f32(ctx, mu, T, M), *spt = in.f32(ctx, spks, 1, M),
+                    *condt = in.f32(ctx, cond, T, M);
+        // As many steps as the graph holds (all of them for the usual few).
+        do {
+            const int before = ggml_graph_n_nodes(gf);
+            const float t = ts[s], r = ts[s + 1];
+            xt = ggml_add(ctx, xt, ggml_scale(ctx, velocity(ctx, in, xt, mut, spt, condt, t, r), r - t));
+            ggml_build_forward_expand(gf, xt);
+            nodes_per_step = std::max(nodes_per_step, ggml_graph_n_nodes(gf) - before);
+            ++s;
+        } while (s < n_steps && ggml_graph_n_nodes(gf) + 2 * nodes_per_step < ggml_graph_size(gf));
+        x = runner_.compute(xt, in);
+    }
+    return x;
 }
 
 // ---------------------------------------------------------------------------
@@ -259,14 +294,8 @@ std::vector<float> S3GenCfm::sample(const std::vector<float>& mu, int T, const s
     for (int f = 0; f < P; ++f)
         for (int c = 0; c < M; ++c) cond[static_cast<size_t>(c) * T + f] = prompt_feat[static_cast<size_t>(f) * M + c];
 
-    // Euler over t_span: x += (r - t) * v(x, t, r).
-    std::vector<float> x = x0;
-    const std::vector<float> ts = t_span(n_steps);
-    for (int s = 0; s < n_steps; ++s) {
-        const float t = ts[s], r = ts[s + 1], dt = r - t;
-        const std::vector<float> v = est_.forward(x, mu, spks, cond, T, t, r);
-        for (size_t k = 0; k < n; ++k) x[k] = x[k] + dt * v[k];
-    }
+    // Euler over t_span: x += (r - t) * v(x, t, r), on the device.
+    const std::vector<float> x = est_.integrate(x0, mu, spks, cond, T, t_span(n_steps));
 
     std::vector<float> out(static_cast<size_t>(M) * (T - P));
     for (int c = 0; c < M; ++c)

@@ -33,6 +33,12 @@ public:
     // t, r: the flow times (r only used by meanflow models). Returns dxdt row-major [n_mels][T].
     std::vector<float> forward(const std::vector<float>& x, const std::vector<float>& mu, const std::vector<float>& spks,
                                const std::vector<float>& cond, int T, float t, float r);
+    // Euler from x0 over the times ts (x += (ts[s+1] - ts[s]) v(x, ts[s], ts[s+1])), every
+    // step in one graph (as many as it holds): the state never leaves the device between
+    // steps. Arguments as forward(); returns x row-major [n_mels][T].
+    std::vector<float> integrate(const std::vector<float>& x0, const std::vector<float>& mu,
+                                 const std::vector<float>& spks, const std::vector<float>& cond, int T,
+                                 const std::vector<float>& ts);
 
     int n_mels() const { return out_channels_; }
     bool meanflow() const { return meanflow_; }
@@ -60,6 +66,11 @@ private:
     ggml_tensor* resnet(ggml_context* ctx, ggml_tensor* x, ggml_tensor* temb, const Resnet& r) const;
     ggml_tensor* transformer(ggml_context* ctx, ggml_tensor* x, const Transformer& b) const;
     ggml_tensor* run_stage(ggml_context* ctx, ggml_tensor* x, ggml_tensor* temb, const Stage& s) const;
+    // One velocity: x, mu, cond ne [T, n_mels] and spks ne [1, n_mels] already in the graph;
+    // returns ne [T, n_mels].
+    ggml_tensor* velocity(ggml_context* ctx, GraphInputs& in, ggml_tensor* x, ggml_tensor* mu, ggml_tensor* spks,
+                          ggml_tensor* cond, float t, float r) const;
+    void check_inputs(size_t x, size_t mu, size_t spks, size_t cond, int T) const;
 
     int in_channels_, out_channels_, channels_, n_head_, head_dim_, time_dim_;
     int64_t ff_ = -1;  // transformer feed-forward width (from the first one)

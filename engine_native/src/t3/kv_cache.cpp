@@ -1,6 +1,7 @@
 #include "t3/kv_cache.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <new>
 #include <string>
 
@@ -29,6 +30,10 @@ void T3Cache::reserve(int n_tokens) {
         throw EngineError("T3 context is " + std::to_string(hp_.n_ctx) + " positions; this request needs " +
                           std::to_string(n_tokens) + " (shorten the text)");
     if (n_tokens <= n_cache_) return;
+    // A multiple of 256 positions (within the context): a step's padded attention view
+    // (T3Gpt2::kStepKvPad) then never stops short of a whole block, which the devices'
+    // single-query attention kernels want.
+    n_tokens = std::min(GGML_PAD(n_tokens, 256), hp_.n_ctx);
     // A bigger cache keeps the voice's prefix: its rows move over (per layer, head and
     // sequence, the first n_prefix_ positions), so growing never costs a new prefix pass.
     const int n_keep = n_prefix_;
@@ -56,6 +61,9 @@ void T3Cache::reserve(int n_tokens) {
     }
     buf_ = ggml_backend_alloc_ctx_tensors(ctx_, backend_);
     if (!buf_) throw std::bad_alloc();
+    // Zeros, not whatever the memory held: a step reads masked positions past n_past too,
+    // and a device's attention weighs them by 0, which NaN garbage would survive.
+    ggml_backend_buffer_clear(buf_, 0);
     n_cache_ = n_tokens;
     size_t next = 0;
     for (size_t i = 0; n_keep > 0 && i < k_.size(); ++i)

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <string>
 
-#include "ggml-cpu.h"
 
 namespace cbs {
 
@@ -35,11 +34,13 @@ T3Gpt2::T3Gpt2(const ModelFile& mf, ggml_backend_t backend)
 
 std::unique_ptr<T3Cache> T3Gpt2::new_cache() const { return std::make_unique<T3Cache>(hp_, backend_, cache_type_); }
 
-// GPT-2 blocks over x [n_embd, n_new] at positions cache.n_past .. cache.n_past + n_new - 1.
+// GPT-2 blocks over x [n_embd, n_new] at positions cache.n_past .. cache.n_past + n_new - 1,
+// attending to the first n_kv cache positions through `mask` (positions past the new
+// ones are masked out: a step attends to a padded n_kv so its graph stays the same from
+// one token to the next, and the device can replay it).
 ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& cache, ggml_tensor* x, int n_new,
-                                  ggml_tensor* mask) {
+                                  int n_kv, ggml_tensor* mask, ggml_tensor* kv_rows) {
     const int E = hp_.n_embd, H = hp_.n_head, D = hp_.head_dim();
-    const int n_kv = cache.n_past + n_new;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
@@ -49,15 +50,16 @@ ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& ca
         ggml_tensor* k = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], E * sizeof(float));
         ggml_tensor* v = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], 2 * E * sizeof(float));
 
-        // Append this call's keys and values: the cache is [D, n_cache, H] per layer, so
-        // the first n_kv positions of every head are a strided view flash attention reads.
+        // Append this call's keys and values at the rows `kv_rows` (positions n_past ..): the
+        // cache is [D, n_cache, H] per layer, so the first n_kv positions of every head are a
+        // strided view flash attention reads.
         auto cache_view = [&](ggml_tensor* cache, int first, int n) {
             return ggml_view_3d(ctx, cache, D, n, H, cache->nb[1], cache->nb[2], first * cache->nb[1]);
         };
         ggml_tensor* k_new = ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, k), D, H, n_new), 0, 2, 1, 3);
         ggml_tensor* v_new = ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, v), D, H, n_new), 0, 2, 1, 3);
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, k_new, cache_view(cache.k(il), cache.n_past, n_new)));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, v_new, cache_view(cache.v(il), cache.n_past, n_new)));
+        ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.k(il), k_new, kv_rows));
+        ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.v(il), v_new, kv_rows));
 
         ggml_tensor* Q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n_new, H]
         ggml_tensor* att = ggml_flash_attn_ext(ctx, Q, cache_view(cache.k(il), 0, n_kv), cache_view(cache.v(il), 0, n_kv),
@@ -86,8 +88,9 @@ void T3Gpt2::run_prefix(T3Cache& cache, const T3Conditioning& cond) {
     if (!cond.prompt_tokens.empty()) x = ggml_concat(ctx, x, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, cond.prompt_tokens)), 1);
     std::vector<int32_t> pos(n_cond);
     for (int i = 0; i < n_cond; ++i) pos[i] = i;
-    x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, pos)));
-    x = transformer(ctx, gf, cache, x, n_cond, causal_mask(ctx, in, n_cond, n_cond));
+    ggml_tensor* rows = in.ids(ctx, pos);
+    x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, rows));
+    x = transformer(ctx, gf, cache, x, n_cond, n_cond, causal_mask(ctx, in, n_cond, n_cond), rows);
     runner_.compute(ggml_view_1d(ctx, x, 1, 0), in);  // the graph's point is the cache writes
     cache.set_prefix(cond, n_cond);
 }
@@ -117,8 +120,9 @@ std::vector<float> T3Gpt2::prompt(T3Cache& cache, const T3Conditioning& cond, co
     if (!text.empty()) x = ggml_concat(ctx, ggml_get_rows(ctx, text_emb_, in.ids(ctx, text)), x, 1);
     std::vector<int32_t> pos(n_new);
     for (int i = 0; i < n_new; ++i) pos[i] = n_cond + i;
-    x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, pos)));
-    x = transformer(ctx, gf, cache, x, n_new, causal_mask(ctx, in, n_tok, n_new));
+    ggml_tensor* rows = in.ids(ctx, pos);
+    x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, rows));
+    x = transformer(ctx, gf, cache, x, n_new, n_tok, causal_mask(ctx, in, n_tok, n_new), rows);
     x = ggml_view_2d(ctx, x, hp_.n_embd, n_out, x->nb[1], (n_new - n_out) * x->nb[1]);
     x = layer_norm(ctx, x, ln_f_w_, ln_f_b_, hp_.ln_eps);
     ggml_tensor* logits = linear(ctx, x, head_w_, head_b_);
@@ -137,8 +141,14 @@ std::vector<float> T3Gpt2::step(T3Cache& cache, int32_t speech_token) {
     ggml_cgraph* gf = runner_.graph();
     GraphInputs in;
     ggml_tensor* x = ggml_get_rows(ctx, speech_emb_, in.ids(ctx, {speech_token}));
-    x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, in.ids(ctx, {cache.n_past})));
-    x = transformer(ctx, gf, cache, x, 1, nullptr);  // one new token sees every cached one
+    ggml_tensor* pos = in.ids(ctx, {cache.n_past});
+    x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, pos));
+    // The new token sees every cached one and itself; the view it reads is padded to
+    // kStepKvPad positions (masked) so the graph is the same for that many tokens.
+    const int n_kv = std::min(cache.size(), GGML_PAD(cache.n_past + 1, kStepKvPad));
+    std::vector<ggml_fp16_t> mask(n_kv);
+    for (int j = 0; j < n_kv; ++j) mask[j] = ggml_fp32_to_fp16(j <= cache.n_past ? 0.0f : -INFINITY);
+    x = transformer(ctx, gf, cache, x, 1, n_kv, in.f16_mask(ctx, std::move(mask), n_kv, 1), pos);
     x = layer_norm(ctx, x, ln_f_w_, ln_f_b_, hp_.ln_eps);
     ggml_tensor* logits = linear(ctx, x, head_w_, head_b_);
     std::vector<float> out = runner_.compute(logits, in);

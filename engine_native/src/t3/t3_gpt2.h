@@ -27,8 +27,10 @@ private:
         ggml_tensor *ln2_w, *ln2_b, *fc_w, *fc_b, *fc_proj_w, *fc_proj_b;
     };
     void run_prefix(T3Cache& cache, const T3Conditioning& cond);
-    ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& cache, ggml_tensor* x, int n_new,
-                             ggml_tensor* mask);
+    ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& cache, ggml_tensor* x, int n_new, int n_kv,
+                             ggml_tensor* mask, ggml_tensor* kv_rows);
+    // A step's attention reads a multiple of this many cache positions (the rest masked).
+    static constexpr int kStepKvPad = 256;
 
     T3Hparams hp_;
     ggml_backend_t backend_;

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU machine's run (the device tool): build the engine with CUDA for this GPU, then
+# the GPU tests and the benchmarks, every log under $OUT. Run from the folder that holds
+#   src/      this repository's files          ggml/  the pinned ggml tree
+#   cpu/      CPU backend modules built elsewhere (every x86-64 variant; optional)
+#   vulkan/   libggml-vulkan.so built elsewhere (optional)   .gl/  Vulkan loader debs
+#   whl/      wheels missing there (gguf)      turbo.skel.gguf (benchmarks/model_skeleton.py)
+# STAGES (default "build tests bench") picks what runs, BENCH the device/quant pairs,
+# DEADLINE (s) skips benchmarks started later; a build, models left by an earlier run on
+# the same machine are reused.
+set -u
+here=$(pwd)
+OUT=${OUT:-$here/out}
+mkdir -p "$OUT"
+B=/tmp/cbs-build
+M=/tmp/cbs-models
+stages=${STAGES:-build tests bench}
+log() { echo "[$(date +%T) +$SECONDS s] $*" | tee -a "$OUT/steps.log"; }
+
+log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1); $(nproc) cores"
+for f in ${GL_DIR:-../.gl}/*.deb; do [ -e "$f" ] && dpkg -x "$f" /; done
+ldconfig 2>/dev/null
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site whl/*.whl \
+  && export PYTHONPATH=/tmp/site
+export PYTHONUNBUFFERED=1
+
+# The random-weight model, F32, while the engine builds (gguf + numpy only).
+mkdir -p $M
+if [ ! -s $M/turbo-f32.gguf ]; then
+  (python3 src/benchmarks/model_skeleton.py unpack turbo.skel.gguf $M/turbo-f32.gguf >> "$OUT/steps.log" 2>&1) &
+  model_pid=$!
+fi
+
+if [[ " $stages " == *" build "* ]] && [ ! -e $B/engine_native/libggml-cuda.so ]; then
+  log "build: cmake (CUDA sm_90, CPU module for this machine)"
+  cmake -S src -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_SOURCE_DIR="$here/ggml" -DCBS_GPU=cuda \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DCBS_CPU_ALL_VARIANTS=OFF \
+    -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v python3)" > "$OUT/build.log" 2>&1 \
+  && cmake --build $B -j"$(nproc)" >> "$OUT/build.log" 2>&1
+  log "build: exit $? ($(grep -c 'Building CUDA' "$OUT/build.log") CUDA objects)"
+fi
+# The portable CPU modules (a wheel's) and the Vulkan module, beside the ones built here.
+cp -f cpu/libggml-cpu-*.so vulkan/libggml-vulkan.so $B/engine_native/ 2>/dev/null
+cp -f $B/engine_native/*.so src/engine_native/
+ls -la $B/engine_native/*.so >> "$OUT/steps.log" 2>&1
+cd src
+cli() { python3 -c "import sys; from app.cli.main import main; sys.exit(main(sys.argv[1:]))" "$@"; }
+cli info > "$OUT/info.txt" 2>&1
+for v in haswell x64 nonesuch; do echo "== CBS_CPU_VARIANT=$v" >> "$OUT/info.txt"; CBS_CPU_VARIANT=$v cli info >> "$OUT/info.txt" 2>&1; done
+echo "== CBS_GPU=none" >> "$OUT/info.txt"; CBS_GPU=none cli info >> "$OUT/info.txt" 2>&1
+log "info: $(grep -c '^device' "$OUT/info.txt") device lines"
+[ -n "${model_pid:-}" ] && wait $model_pid
+log "model ready"
+requant_pids=""
+for q in f16 q4_0; do
+  if [ ! -s $M/turbo-$q.gguf ]; then
+    cli requantize $M/turbo-f32.gguf -o $M/turbo-$q.gguf --quant $q >> "$OUT/steps.log" 2>&1 &
+    requant_pids="$requant_pids $!"
+  fi
+done
+
+if [[ " $stages " == *" tests "* ]]; then
+  log "tests: gpu (cuda:0)"
+  CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 300 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py \
+    > "$OUT/tests.log" 2>&1
+  log "tests: $(tail -1 "$OUT/tests.log")"
+fi
+
+if [[ " $stages " == *" bench "* ]]; then
+  for dq in ${BENCH:-cuda:0/f32 cuda:0/q4_0 cuda:0/f16 vulkan:0/f32 vulkan:0/q4_0}; do
+    d=${dq%/*} q=${dq#*/}
+    if [ $SECONDS -gt ${DEADLINE:-100000} ]; then log "bench $dq: skipped (past ${DEADLINE} s)"; continue; fi
+    for i in $(seq 90); do [ -s $M/turbo-$q.gguf ] && break; sleep 2; done
+    log "bench $d $q"
+    echo "== bench $d $q" >> "$OUT/bench.txt"
+    timeout 150 cli bench -m $M/turbo-$q.gguf --device $d >> "$OUT/bench.txt" 2>&1
+    log "bench $d $q: exit $?"
+  done
+fi
+[ -n "$requant_pids" ] && wait $requant_pids  # a later run on the same machine finds them
+# At most 8 files come back: steps.log, build.log (its tail), info.txt, tests.log, bench.txt.
+tail -c 2000000 "$OUT/build.log" > /tmp/build.tail 2>/dev/null && mv /tmp/build.tail "$OUT/build.log"
+log "done"
