@@ -231,6 +231,23 @@ def test_stream_matches_generate(model):
     assert isinstance(s, _core.SpeechTokenStream)
 
 
+def test_cache_reuse_keys_the_prefix_on_exaggeration(model):
+    """A cache keeps its conditioning prefix for the next stream only when voice and
+    exaggeration are the same; guidance on or off shares it (both rows hold it)."""
+    from engine_native import _core
+    t3 = debug._component(model, "T3")
+    cache = _core.T3Cache(t3)
+    runs = [dict(exaggeration=0.5, cfg_weight=0.0), dict(exaggeration=0.5, cfg_weight=0.5),
+            dict(exaggeration=50.0, cfg_weight=0.5), dict(exaggeration=50.0, cfg_weight=0.5)]
+    fresh = [t3.generate(TEXT_A.tolist(), 6, 0, top_k=1, **kw) for kw in runs]
+    assert fresh[1] != fresh[2]     # the exaggeration changes these tokens: a stale prefix would show
+    for kw, want in zip(runs, fresh):
+        s = t3.stream(TEXT_A.tolist(), 6, 0, top_k=1, cache=cache, **kw)
+        got = s.next(6)
+        s.close()
+        assert got == want, kw
+
+
 def test_bad_inputs_raise_engine_errors(model):
     with pytest.raises(engine_native.EngineError, match="text token id 9999"):
         debug.t3_logits(model, [SOT, 9999, EOT], [START])
