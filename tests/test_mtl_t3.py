@@ -158,6 +158,15 @@ def test_conditioning_and_input_embeddings(model, ref, case):
     assert rel_c <= 1e-5 and rel_i <= 1e-5
 
 
+def test_rope_frequencies(model, ref):
+    """theta 500000 with llama3 scaling (factor 8, low/high 1/4, original 8192), as the
+    reference's config builds them."""
+    got, want = debug.t3_mtl_rope(model), ref[0]["embeds_builtin"]["inv_freq"]
+    rel, max_abs = _rel(got, want)
+    print(f"{SIZE} rope inv_freq: rel {rel:.2e}, {int((got != want).sum())} of {len(want)} differ")
+    assert got.shape == want.shape == (32,) and rel <= 1e-6
+
+
 @pytest.mark.parametrize("case", ["replay_builtin", "replay_voice"])
 def test_teacher_forced_logits_and_alignment(model, ref, case):
     inputs, r = CASES[case][1], ref[0][case]
