@@ -159,6 +159,12 @@ def t3_mtl_inputs(model, text_ids, voice=None, *, exaggeration=None, cfg_weight=
                                    **_t3_args(voice, exaggeration, cfg_weight)))
 
 
+def t3_mtl_rope(model) -> np.ndarray:
+    """Multilingual: the RoPE frequencies after the llama3 scaling, f32 [head_dim / 2]
+    (`LlamaRotaryEmbedding.inv_freq`)."""
+    return _component(model, "T3").mtl_inv_freq
+
+
 def t3_start_token(model) -> int:
     return int(_component(model, "ModelFile").get_int("chatterbox.t3.start_speech_token"))
 

@@ -158,6 +158,15 @@ def test_conditioning_and_input_embeddings(model, ref, case):
     assert rel_c <= 1e-5 and rel_i <= 1e-5
 
 
+def test_rope_frequencies(model, ref):
+    """theta 500000 with llama3 scaling (factor 8, low/high 1/4, original 8192), as the
+    reference's config builds them."""
+    got, want = debug.t3_mtl_rope(model), ref[0]["embeds_builtin"]["inv_freq"]
+    rel, max_abs = _rel(got, want)
+    print(f"{SIZE} rope inv_freq: rel {rel:.2e}, {int((got != want).sum())} of {len(want)} differ")
+    assert got.shape == want.shape == (32,) and rel <= 1e-6
+
+
 @pytest.mark.parametrize("case", ["replay_builtin", "replay_voice"])
 def test_teacher_forced_logits_and_alignment(model, ref, case):
     inputs, r = CASES[case][1], ref[0][case]
@@ -229,6 +238,23 @@ def test_stream_matches_generate(model):
     parts = s.next(2) + s.next(3) + s.next(20)
     assert parts == whole and s.done
     assert isinstance(s, _core.SpeechTokenStream)
+
+
+def test_cache_reuse_keys_the_prefix_on_exaggeration(model):
+    """A cache keeps its conditioning prefix for the next stream only when voice and
+    exaggeration are the same; guidance on or off shares it (both rows hold it)."""
+    from engine_native import _core
+    t3 = debug._component(model, "T3")
+    cache = _core.T3Cache(t3)
+    runs = [dict(exaggeration=0.5, cfg_weight=0.0), dict(exaggeration=0.5, cfg_weight=0.5),
+            dict(exaggeration=50.0, cfg_weight=0.5), dict(exaggeration=50.0, cfg_weight=0.5)]
+    fresh = [t3.generate(TEXT_A.tolist(), 6, 0, top_k=1, **kw) for kw in runs]
+    assert fresh[1] != fresh[2]     # the exaggeration changes these tokens: a stale prefix would show
+    for kw, want in zip(runs, fresh):
+        s = t3.stream(TEXT_A.tolist(), 6, 0, top_k=1, cache=cache, **kw)
+        got = s.next(6)
+        s.close()
+        assert got == want, kw
 
 
 def test_bad_inputs_raise_engine_errors(model):

@@ -157,6 +157,8 @@ void bind_t3(py::module_& m) {
         }, py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
            py::arg("exaggeration") = py::none(),
            "The Multilingual conditioning embeddings [cond_len, n_embd] (T3.prepare_conditioning).")
+        .def_property_readonly("mtl_inv_freq", [](PyT3& self) { return to_numpy(llama(*self.impl).inv_freq()); },
+                               "The Multilingual T3's RoPE frequencies after llama3 scaling [head_dim / 2].")
         .def("mtl_inputs", [](PyT3& self, std::vector<int32_t> text, std::vector<int32_t> speech,
                               py::object speaker_emb, py::object prompt_tokens, py::object exaggeration,
                               py::object cfg_weight) {

@@ -33,6 +33,11 @@ std::vector<float> AlignmentAnalyzer::head_mean(const std::vector<float>& heads,
 
 bool AlignmentAnalyzer::step(std::vector<float>& logits, std::vector<float> chunk, int rows, int32_t last_token) {
     const int S = S_;
+    if (rows < 1 || chunk.size() != static_cast<size_t>(rows) * S)
+        throw EngineError("alignment chunk has " + std::to_string(chunk.size()) + " values; expected rows x " +
+                          std::to_string(S) + " text tokens");
+    if (eos_ < 0 || static_cast<size_t>(eos_) >= logits.size())
+        throw EngineError("the logits do not reach the stop token " + std::to_string(eos_));
     // Monotonic mask: text columns past the frame count are not visible yet.
     for (int r = 0; r < rows; ++r)
         for (int c = frame_ + 1; c < S; ++c) chunk[static_cast<size_t>(r) * S + c] = 0.0f;

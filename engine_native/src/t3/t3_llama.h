@@ -42,6 +42,8 @@ public:
                                         const std::vector<int32_t>& speech);
     int cond_len(const T3Conditioning& cond) const;
     int n_align_heads() const { return static_cast<int>(align_.size()); }
+    // RoPE frequencies after the llama3 scaling [head_dim / 2] (HF's rotary inv_freq).
+    const std::vector<float>& inv_freq() const { return inv_freq_; }
 
 private:
     struct Layer {
