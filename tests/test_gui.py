@@ -450,3 +450,25 @@ def test_first_run_dialog_converts_in_background_and_the_choice_persists(qtbot, 
     again = Settings(QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat))
     assert again.model_path == model and again.model_choice_made
     _close(w)
+
+
+def test_compute_device_menu_lists_the_devices_and_a_missing_one_falls_back(studio, model, qtbot):
+    """The compute device is a menu (remembered in the settings, shown in the status bar); a
+    device remembered from another machine loads the model on the fastest present, saying so."""
+    w = studio
+    w._fill_compute_menu()
+    texts = [a.text() for a in w.compute_menu.actions()]
+    assert texts[0].startswith("Automatic") and any(t.startswith("cpu · ") for t in texts), texts
+    loaded = []
+    w.client.modelChanged.connect(loaded.append)
+    try:
+        w.settings.device = "cuda:7"
+        w.load_model(model)
+        _wait(qtbot, lambda: loaded, 120, "the model on the fallback device")
+    finally:
+        w.client.modelChanged.disconnect(loaded.append)
+        w.settings.device = "auto"
+    info = loaded[-1]
+    assert info and info["device"] == "cpu" and "cuda:7" in info["device_note"], info
+    assert "cuda:7" in w.statusBar().currentMessage()
+    assert " · cpu · " in w.status_model.text()

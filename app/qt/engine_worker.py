@@ -303,19 +303,27 @@ class EngineClient(QObject):
         for job in self.waiting + [j for j in self.pending if j.background]:
             job.cancel()
 
-    def load_model(self, path: str, threads: int = 0, success=None, failure=None) -> EngineJob:
+    def load_model(self, path: str, threads: int = 0, device: str = "auto", success=None,
+                   failure=None) -> EngineJob:
         def fn(worker: EngineWorker, job: EngineJob):
-            from engine_native import Engine
+            from engine_native import DeviceError, Engine
 
             worker.engine = None  # free the old model first: two models may not fit in memory
             worker._voices.clear()
-            engine = Engine(path, threads=threads or None)
+            note = ""
+            try:
+                engine = Engine(path, threads=threads or None, device=device or "auto")
+            except DeviceError as e:  # a device remembered from another machine (or unplugged)
+                engine = Engine(path, threads=threads or None, device="auto")
+                note = f"{e}; using {engine.device} instead"
             worker.engine = engine
             try:  # read here, off the GUI thread: the tokenizer takes seconds to parse
                 tags = engine.expression_tags
             except Exception:  # noqa: BLE001 - an unreadable tag list only leaves the menu with pauses
                 tags = []
-            return {"info": dict(engine.info), "defaults": dict(engine.defaults),
+            info = dict(engine.info)
+            info["device_note"] = note or info.get("device_note", "")
+            return {"info": info, "defaults": dict(engine.defaults),
                     "sample_rate": int(engine.sample_rate), "builtin": engine.builtin_voice.name,
                     "tags": tags}
 

@@ -123,6 +123,14 @@ class ErrorBanner(QFrame):
         self.show()
 
 
+def device_label(d: dict) -> str:
+    """A device as the menu shows it: "cuda:0 · NVIDIA H200 · 139 GiB"."""
+    parts = [d["id"], d.get("description") or d.get("name") or ""]
+    if d.get("type") != "cpu" and d.get("memory_total"):
+        parts.append(f"{d['memory_total'] / 2**30:.0f} GiB")
+    return " · ".join(p for p in parts if p)
+
+
 def freeze_heap() -> None:
     """Exempt the objects alive now (modules, widgets, the loaded model's Python side) from the
     cyclic garbage collector: a full collection walks every tracked object on the GUI thread,
@@ -261,6 +269,8 @@ class MainWindow(QMainWindow):
         m.addSeparator()
         self.device_menu = m.addMenu("Audio output")
         self.device_menu.aboutToShow.connect(self._fill_device_menu)
+        self.compute_menu = m.addMenu("Compute device")
+        self.compute_menu.aboutToShow.connect(self._fill_compute_menu)
         self.threads_menu = m.addMenu("CPU threads")
         group = QActionGroup(self)
         for n in (0, 1, 2, 4, 8, 16):
@@ -368,7 +378,7 @@ class MainWindow(QMainWindow):
                 msg = f"{path}: {msg}"
             self.show_error(f"Could not load the model. {msg}", action=("Choose model…", lambda: self.choose_model()))
 
-        return self.client.load_model(path, self.settings.threads, success=ok, failure=bad)
+        return self.client.load_model(path, self.settings.threads, self.settings.device, success=ok, failure=bad)
 
     def choose_model(self, first_run: bool = False):
         """Open the model dialog (window-modal, no nested event loop); returns it."""
@@ -391,8 +401,10 @@ class MainWindow(QMainWindow):
         if info:
             name = f"{info.get('variant', '?').capitalize()} · {info.get('quantization', '?')}"
             self.model_button.setText(name)
-            self.status_model.setText(f"{os.path.basename(info.get('path', ''))} · {info.get('backend', 'cpu')} · "
+            self.status_model.setText(f"{os.path.basename(info.get('path', ''))} · {info.get('device', 'cpu')} · "
                                       f"{info.get('threads', '?')} threads · ggml {info.get('ggml_version', '')}")
+            if info.get("device_note"):  # the device asked for could not be used: say so, it runs anyway
+                self.statusBar().showMessage(info["device_note"], 15000)
             self.library.set_builtin_name(f"Built-in ({info.get('variant', 'model')})")
             self.editor.tags.set_tags(self.client.expression_tags)
             self.sampling_panel.set_defaults(self.client.defaults)
@@ -402,6 +414,24 @@ class MainWindow(QMainWindow):
             self.model_button.setText("Choose a model…")
             self.status_model.setText("No model loaded")
         self._sync_voice_combo()
+
+    def _fill_compute_menu(self) -> None:
+        from engine_native import devices
+
+        self.compute_menu.clear()
+        group = QActionGroup(self.compute_menu)
+        for key, text in [("auto", "Automatic (the fastest present)")] + [(d["id"], device_label(d)) for d in devices()]:
+            a = self.compute_menu.addAction(text)
+            a.setCheckable(True)
+            a.setChecked(self.settings.device == key)
+            a.triggered.connect(lambda _c=False, k=key: self.set_device(k))
+            group.addAction(a)
+
+    def set_device(self, device: str) -> None:
+        """Remember the compute device and load the model on it (if one is loaded)."""
+        self.settings.device = device
+        if self.settings.model_path and self.client.info:
+            self.load_model(self.settings.model_path)
 
     def set_threads(self, n: int) -> None:
         self.settings.threads = n

@@ -95,6 +95,7 @@ class Settings:
     model_path = Setting("engine/model_path", str, "")
     model_choice_made = Setting("engine/model_choice_made", bool, False)
     threads = Setting("engine/threads", int, 0)  # 0: let the engine choose
+    device = Setting("engine/device", str, "auto")  # "auto" (the fastest present), "cpu", "cuda:0", "vulkan:0"...
     voice = Setting("voice/current", str, "")  # "" = the model's built-in voice, else a .voice.gguf path
     output_device = Setting("audio/output_device", str, "")  # "" = the system default
     preset = Setting("synthesis/preset", str, "Quality")
