@@ -1,6 +1,8 @@
 // Python bindings of the voice-cloning front ends: the three log-mel/fbank features and
 // the VoiceEncoder (the `mel_24k`, `fbank80`, `s3tok_logmel` and `ve_embed` seams), and
 // the engine's FFT under them (the `fft` seam).
+#include <limits>
+
 #include "bindings/helpers.h"
 #include "cloning/audio_features.h"
 #include "cloning/voice_encoder.h"
@@ -36,6 +38,7 @@ template <class T>
 py::tuple fft_seam(const F64Array& re, const F64Array& im, bool inverse) {
     if (re.ndim() != 1 || im.ndim() != 1 || re.size() != im.size())
         throw EngineError("fft takes the real and imaginary parts as two 1-D arrays of one length");
+    if (re.size() > std::numeric_limits<int>::max() / 6) throw EngineError("fft length is too large");
     const int n = static_cast<int>(re.size());
     std::vector<T> buf(6 * static_cast<size_t>(n));  // x, y, scratch, real and imaginary parts
     T *xr = buf.data(), *xi = xr + n, *yr = xi + n, *yi = yr + n;

@@ -36,7 +36,7 @@ FftPlan<T>::FftPlan(int n) : n_(n) {
     int rest = n;
     while (rest % 4 == 0) radices_.push_back(4), rest /= 4;
     for (int p = 2; rest > 1; ++p) {
-        if (p * p > rest) p = rest;  // what is left is prime
+        if (int64_t{p} * p > rest) p = rest;  // what is left is prime
         while (rest % p == 0) radices_.push_back(p), rest /= p;
     }
     unit_roots(n, n, w_re_, w_im_);
