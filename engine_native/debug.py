@@ -101,24 +101,120 @@ def _voice_args(voice) -> dict:
             "prompt_tokens": np.asarray(voice["cond_prompt_speech_tokens"]).reshape(-1).astype(np.int32).tolist()}
 
 
-def t3_logits(model, text_ids, speech_ids, voice=None) -> np.ndarray:
+def _t3_args(voice, exaggeration=None, cfg_weight=None) -> dict:
+    args = _voice_args(voice)
+    if exaggeration is not None:
+        args["exaggeration"] = float(exaggeration)
+    if cfg_weight is not None:
+        args["cfg_weight"] = float(cfg_weight)
+    return args
+
+
+def _two_rows(out: np.ndarray) -> np.ndarray:
+    """The reference's batch of two: without guidance both rows are the same."""
+    return out if out.shape[0] == 2 else np.repeat(out, 2, axis=0)
+
+
+def t3_logits(model, text_ids, speech_ids, voice=None, *, exaggeration=None, cfg_weight=None) -> np.ndarray:
     """Teacher-forced speech logits [len(speech_ids), speech_vocab] (T3.forward's path);
-    `speech_ids` starts with the start-of-speech token."""
+    `speech_ids` starts with the start-of-speech token.
+
+    Multilingual (llama) T3: [2, len(speech_ids), speech_vocab], the cond and uncond rows
+    as `T3.inference` computes them (text_ids with the start/stop text tokens; the start
+    token fed twice at learned speech position 0, speech_ids[j] at position j; row 1's
+    text token embeddings zeroed when cfg_weight > 0, else equal to row 0). exaggeration
+    and cfg_weight default to the model file's."""
     t3 = _component(model, "T3")
-    return t3.logits(np.asarray(text_ids, np.int32).tolist(), np.asarray(speech_ids, np.int32).tolist(),
-                     **_voice_args(voice))
+    text, speech = np.asarray(text_ids, np.int32).tolist(), np.asarray(speech_ids, np.int32).tolist()
+    if t3.arch == "llama":
+        return _two_rows(t3.logits(text, speech, **_t3_args(voice, exaggeration, cfg_weight)))
+    return t3.logits(text, speech, **_voice_args(voice))
 
 
 def t3_generate(model, text_ids, voice=None, n: int = 100, greedy: bool = True, *, seed: int = 0,
                 **sampling) -> np.ndarray:
-    """The first `n` speech tokens of `T3.inference_turbo`, the stop token included if
-    reached. greedy=True is top_k=1 (argmax); otherwise `sampling` (temperature, top_k,
-    top_p, repetition_penalty, min_p) defaults to the reference's, drawn from `seed`."""
+    """The first `n` speech tokens of `T3.inference_turbo` (Multilingual: `T3.inference`,
+    with its alignment analyzer; text_ids with the start/stop text tokens), the stop token
+    included if reached. greedy=True is top_k=1 (argmax after the processors); otherwise
+    `sampling` (temperature, top_k, top_p, repetition_penalty, min_p; Multilingual also
+    cfg_weight, exaggeration) defaults to the model file's, drawn from `seed`."""
     t3 = _component(model, "T3")
     if greedy:
         sampling = {**sampling, "top_k": 1}
     tokens = t3.generate(np.asarray(text_ids, np.int32).tolist(), int(n), int(seed), **sampling, **_voice_args(voice))
     return np.asarray(tokens, np.int32)
+
+
+def t3_mtl_cond(model, voice=None, exaggeration=None) -> np.ndarray:
+    """Multilingual: `T3.prepare_conditioning` -> [cond_len, n_embd] (speaker, 32 perceiver
+    tokens over the voice's prompt speech, emotion)."""
+    return _component(model, "T3").mtl_conditioning(**_t3_args(voice, exaggeration))
+
+
+def t3_mtl_inputs(model, text_ids, voice=None, *, exaggeration=None, cfg_weight=None) -> np.ndarray:
+    """Multilingual: the input embeddings of `T3.inference`'s first forward, [2, cond_len +
+    len(text_ids) + 2, n_embd] (prepare_input_embeds with the start token, then bos_embed)."""
+    t3 = _component(model, "T3")
+    return _two_rows(t3.mtl_inputs(np.asarray(text_ids, np.int32).tolist(), [t3_start_token(model)],
+                                   **_t3_args(voice, exaggeration, cfg_weight)))
+
+
+def t3_mtl_rope(model) -> np.ndarray:
+    """Multilingual: the RoPE frequencies after the llama3 scaling, f32 [head_dim / 2]
+    (`LlamaRotaryEmbedding.inv_freq`)."""
+    return _component(model, "T3").mtl_inv_freq
+
+
+def t3_start_token(model) -> int:
+    return int(_component(model, "ModelFile").get_int("chatterbox.t3.start_speech_token"))
+
+
+def t3_mtl_replay(model, text_ids, forced, voice=None, *, exaggeration=None, cfg_weight=None) -> dict:
+    """Multilingual: `T3.inference` teacher-forced with `forced` (one token per step):
+    logits [2, len(forced) + 1, V] (cond, uncond of every forward), attn [heads, len(forced) + 2,
+    len(text_ids)] (the alignment heads over the text: the start token's two rows, then one
+    per forced token), and per step the AlignmentStreamAnalyzer's decisions on the guided
+    logits (forced, suppressed, text_position, complete). Stops after a forced stop token."""
+    t3 = _component(model, "T3")
+    mf = _component(model, "ModelFile")
+    forced = [int(t) for t in np.asarray(forced).reshape(-1)]
+    stop = mf.get_int("chatterbox.t3.stop_speech_token")
+    if stop in forced:
+        forced = forced[:forced.index(stop) + 1]
+    start = t3_start_token(model)
+    text = np.asarray(text_ids, np.int32).tolist()
+    speech = [start] + [t for t in forced if t != stop]
+    logits, attn = t3.logits(text, speech, alignment=True, **_t3_args(voice, exaggeration, cfg_weight))
+    w = float(cfg_weight) if cfg_weight is not None else float(mf.get_float("chatterbox.sampling.cfg_weight"))
+    analyzer = _core.AlignmentAnalyzer(t3, len(text))
+    steps = {"forced": [], "suppressed": [], "text_position": [], "complete": []}
+    last = start
+    for i in range(len(forced)):
+        row = _core.apply_guidance(logits[0, i], logits[1, i], w) if logits.shape[0] == 2 else logits[0, i]
+        heads = attn[:, :2] if i == 0 else attn[:, i + 1:i + 2]
+        out, was_forced = analyzer.step(row, heads, last)
+        steps["forced"].append(was_forced)
+        steps["suppressed"].append(analyzer.suppressed and not was_forced)
+        steps["text_position"].append(analyzer.text_position)
+        steps["complete"].append(analyzer.complete)
+        last = forced[i]
+    return {"logits": _two_rows(logits), "attn": attn, **{k: np.asarray(v) for k, v in steps.items()}}
+
+
+def alignment_steps(model, n_text: int, heads, logits, last_tokens) -> dict:
+    """Multilingual: the AlignmentStreamAnalyzer over given steps: heads[i] [n_heads, rows,
+    n_text] (step 0 may have several rows), logits[i] [V], last_tokens[i]; per step the
+    logits it leaves, whether it forced the stop token, text_position and complete."""
+    analyzer = _core.AlignmentAnalyzer(_component(model, "T3"), int(n_text))
+    out = {"logits": [], "forced": [], "suppressed": [], "text_position": [], "complete": []}
+    for h, lg, tok in zip(heads, logits, last_tokens, strict=True):
+        lo, forced = analyzer.step(np.asarray(lg, np.float32), np.asarray(h, np.float32), int(tok))
+        out["logits"].append(lo)
+        out["forced"].append(forced)
+        out["suppressed"].append(analyzer.suppressed and not forced)
+        out["text_position"].append(analyzer.text_position)
+        out["complete"].append(analyzer.complete)
+    return {k: np.asarray(v) for k, v in out.items()}
 
 
 def sampler_process(logits, history, *, temperature: float, top_k: int, top_p: float,
@@ -127,6 +223,16 @@ def sampler_process(logits, history, *, temperature: float, top_k: int, top_p: f
     [min-p], repetition penalty); removed tokens are -inf."""
     return _core.sampler_process(np.asarray(logits, np.float32).tolist(), np.asarray(history, np.int32).tolist(),
                                  temperature, top_k, top_p, repetition_penalty, min_p)
+
+
+def sampler_process_mtl(cond, uncond, history, *, cfg_weight: float, temperature: float, top_p: float,
+                        repetition_penalty: float, min_p: float) -> np.ndarray:
+    """Multilingual: guidance (cond + w (cond - uncond)), then the processors in `T3.inference`'s
+    order (repetition penalty, temperature, min-p, top-p) on one row; removed tokens are -inf.
+    The alignment analyzer, which sits between the two, is `alignment_steps`."""
+    guided = _core.apply_guidance(np.asarray(cond, np.float32), np.asarray(uncond, np.float32), float(cfg_weight))
+    return _core.sampler_process_mtl(guided, np.asarray(history, np.int32), temperature, top_p,
+                                     repetition_penalty, min_p)
 
 
 def s3gen_encode(model, speech_ids, voice=None) -> np.ndarray:
@@ -185,6 +291,15 @@ def s3gen_mel(model, speech_ids, voice=None, x0=None) -> np.ndarray:
     prompt_feat = np.asarray(prompt_feat, np.float32).reshape(-1, mu.shape[0])
     return _component(model, "S3GenCfm").sample(mu, prompt_feat, np.asarray(embedding, np.float32).reshape(-1),
                                                np.asarray(x0, np.float32))
+
+
+def fft(x, inverse: bool = False, single: bool = False) -> np.ndarray:
+    """The engine's FFT (core/fft.h, any length) of a 1-D array: numpy.fft.fft(x), or with
+    inverse the unscaled inverse (n * numpy.fft.ifft(x)); single runs it in float32 as
+    HiFT's convolution tiles do. complex128."""
+    x = np.asarray(x, np.complex128).reshape(-1)
+    re, im = _core.fft(x.real.copy(), x.imag.copy(), bool(inverse), bool(single))
+    return re + 1j * im
 
 
 def mel_24k(model, wav24k) -> np.ndarray:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 import time
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -118,6 +119,37 @@ def speaker_names(text: str) -> list[str]:
         if m.group("name") not in out:
             out.append(m.group("name"))
     return out
+
+
+def speaker_at(text: str, pos: int) -> str | None:
+    """The `Name: ` speaker of the line holding character `pos`, or None."""
+    a = text.rfind("\n", 0, max(0, pos)) + 1
+    m = re.match(rf"[ \t]*(?P<name>{_NAME})[ \t]*:[ \t]+\S", text[a:])
+    return m.group("name") if m else None
+
+
+def speaker_label(voice_name: str) -> str:
+    """A `Name: ` prefix for a voice's name: its first three words, capitalised, in the
+    characters a speaker name may hold ("my voice #2" -> "My Voice 2"); "Voice" if none is left."""
+    ascii_name = unicodedata.normalize("NFKD", voice_name).encode("ascii", "ignore").decode()  # "Été" -> "Ete"
+    words = ["".join(ch for ch in w if ch.isalnum() or ch in "'.-") for w in ascii_name.split()]
+    words = [w for w in words if w and w[0].isalnum()]
+    words = [w[0].upper() + w[1:] if w[0].isalpha() else "V" + w for w in words][:3]
+    label = " ".join(words)
+    return label if label and _ANY_NAME.match(label) else "Voice"
+
+
+def assign_speaker(lines: str, name: str) -> str:
+    """Give every non-blank line of `lines` the prefix `name: `, replacing a speaker prefix it
+    already has (how a selection is assigned to a voice in the app)."""
+    if not _ANY_NAME.match(name):
+        raise ParameterError(f"{name!r} is not a speaker name (one to three capitalised words)")
+    own = re.compile(rf"^[ \t]*{_NAME}[ \t]*:[ \t]+")
+    out = []
+    for line in lines.split("\n"):
+        body = own.sub("", line, count=1).strip()
+        out.append(f"{name}: {body}" if body else line)
+    return "\n".join(out)
 
 
 def _speaker_matcher(speakers):

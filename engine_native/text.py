@@ -1,8 +1,8 @@
 """Text -> the pieces T3 speaks one at a time; the one sentence-boundary rule of the project.
 
-A sentence ends at . ! ? … (with any closing quotes/brackets) followed by whitespace, an
-uppercase letter ("Hi.There" is two sentences) or the end of the text, except a period
-after a common abbreviation ("Mr. Smith" is one name, not two utterances). CJK full stops
+A sentence ends at . ! ? … (Hindi's danda । and Arabic's ؟ too; with any closing
+quotes/brackets) followed by whitespace, an uppercase letter ("Hi.There" is two sentences)
+or the end of the text, except a period after a common abbreviation ("Mr. Smith" is one name, not two utterances). CJK full stops
 (。！？) end a sentence with nothing after them. A newline also ends an utterance (titles,
 lists). `split_text`, live typing in the app and `live` on the command line all use
 `sentence_boundaries`; for text still being typed (`at_end=False`) the end of the text
@@ -30,7 +30,7 @@ MAX_TEXT_CHARS = 5_000_000
 
 _BOUNDARY = re.compile(
     r"(?P<cjk>[。！？]+[」』）”’]*)"                          # CJK: needs nothing after it
-    r"|(?P<term>[.!?…]+[\"'”’)\]]*)(?=\s|[A-Z]|\Z)"          # Latin: then space, capital or end
+    r"|(?P<term>[.!?…।؟]+[\"'”’)\]]*)(?=\s|[A-Z]|\Z)"        # Latin, Devanagari, Arabic: then space, capital or end
     r"|(?P<nl>\n)")
 _CLAUSE_BREAK = re.compile(r"[,;:—–]\s+|\s+-\s+")
 _SPEAKABLE = re.compile(r"\w", re.UNICODE)

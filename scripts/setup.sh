@@ -52,7 +52,12 @@ fi
 extras="[server]"
 # Tests also cover Japanese through pykakasi (the GPL `ja` extra: tests only, never in the bundle).
 [ "$mode" = test ] && extras="[server,test,package,ja]"
-echo "setup: building and installing chatterbox-studio$extras into .venv (GPU present: $gpu_present, CBS_GPU=${CBS_GPU:-auto})"
+# Built here for this machine: one CPU backend module for this CPU (every x86-64 variant takes
+# ~12 more compiler minutes on two cores). Wheels and frozen apps for other machines are built
+# with CBS_CPU_ALL_VARIANTS=ON, the build's own default (README, "Building for other machines").
+export CBS_CPU_ALL_VARIANTS="${CBS_CPU_ALL_VARIANTS:-OFF}"
+echo "setup: building and installing chatterbox-studio$extras into .venv (GPU present: $gpu_present," \
+     "CBS_GPU=${CBS_GPU:-auto}, CBS_CPU_ALL_VARIANTS=$CBS_CPU_ALL_VARIANTS)"
 .venv/bin/python -m pip install -q ".$extras"
 .venv/bin/python -c "import engine_native as e; print('setup: engine devices:', ', '.join(d['id'] for d in e.devices()), '- CPU variant:', e.system_info()['cpu_variant'] or 'one')"
 

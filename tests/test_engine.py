@@ -182,6 +182,10 @@ def test_split_text():
     pieces = split_text(long)
     assert len(pieces) > 1 and all(len(p.text) <= 300 for p in pieces)
     assert split_text("... -- !!") == []
+    # the Multilingual model's scripts: CJK full stops need no space; danda and ؟ do
+    assert [x.text for x in split_text("你好。今天天气很好！真的吗？是的")] == ["你好。", "今天天气很好！", "真的吗？", "是的"]
+    assert [x.text for x in split_text("नमस्ते। आप कैसे हैं?")] == ["नमस्ते।", "आप कैसे हैं?"]
+    assert [x.text for x in split_text("مرحبا؟ كيف حالك.")] == ["مرحبا؟", "كيف حالك."]
 
 
 def test_errors_name_their_cause(engine, model, tmp_path):

@@ -5,16 +5,19 @@ synthesises with the good model."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader
 
 from engine_native import Engine, ModelError, _core
 from tests.models import model_path
 
 TEXT = "Hello there."
 
-# component -> (an F32 tensor to shorten by one row, how the component is loaded)
+# component -> (an F32 tensor given a wrong shape, how the component is loaded)
 CASES = {
     "t3": ("t3.blk.1.mlp.c_fc.bias", "engine"),
     "s3gen_encoder": ("s3gen.enc.encoders.0.self_attn.pos_bias_u", "engine"),
@@ -33,29 +36,37 @@ def good_model():
     return model_path("nano", "q4_0")
 
 
-def _write_damaged(src, dst, name: str) -> None:
-    """A copy of src with tensor `name` one row (outermost numpy axis) shorter."""
-    reader = GGUFReader(str(src))
-    writer = GGUFWriter(str(dst), arch="chatterbox")
-    for f in reader.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vtype = GGUFValueType(f.types[0])
-        sub = GGUFValueType(f.types[-1]) if vtype == GGUFValueType.ARRAY else None
-        writer.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
-    found = False
-    for t in reader.tensors:
-        data = np.array(t.data)
-        if t.name == name:
-            assert data.dtype == np.float32, f"{name} must be an F32 tensor for this test"
-            data = data[:-1].copy()
-            found = True
-        writer.add_tensor(t.name, data, raw_dtype=t.tensor_type)
-    assert found, f"{name} not in the model"
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+class DamagedCopy:
+    """A copy of a model whose header can give one tensor a wrong shape: the file stays
+    well-formed (the same bytes per tensor, offsets and data unchanged: ggml's reader checks
+    those), only the shape disagrees with the metadata. A matrix gets its two dimensions
+    swapped; a vector loses its last element (within the 32-byte padding, so its stored size
+    is unchanged). Patched in place, so one copy serves every case."""
+
+    def __init__(self, src, dst):
+        shutil.copyfile(src, dst)
+        self.path = dst
+        self.reader = GGUFReader(str(dst), "r+")
+        self.tensors = {t.name: t for t in self.reader.tensors}
+
+    @contextlib.contextmanager
+    def wrong_shape(self, name: str):
+        t = self.tensors[name]
+        assert t.tensor_type == GGMLQuantizationType.F32, f"{name} must be an F32 tensor for this test"
+        dims = t.field.parts[3]          # the tensor info's dimensions, ggml order
+        good = dims.copy()
+        if len(dims) >= 2:
+            assert dims[0] != dims[1], f"{name}: a square matrix cannot be damaged by a swap"
+            dims[0], dims[1] = good[1], good[0]
+        else:
+            assert dims[0] % 8 != 1, f"{name}: one element less would change its padded size"
+            dims[0] -= 1
+        self.reader.data.flush()
+        try:
+            yield
+        finally:
+            dims[:] = good
+            self.reader.data.flush()
 
 
 def _load(path, how: str) -> None:
@@ -70,16 +81,15 @@ def _load(path, how: str) -> None:
 
 
 def test_each_wrong_shape_is_a_model_error_and_the_good_model_still_works(good_model, tmp_path):
-    damaged = tmp_path / "damaged.gguf"
+    damaged = DamagedCopy(good_model, tmp_path / "damaged.gguf")
     for component, (name, how) in CASES.items():
-        _write_damaged(good_model, damaged, name)
-        with pytest.raises(ModelError) as err:
-            _load(damaged, how)
+        with damaged.wrong_shape(name), pytest.raises(ModelError) as err:
+            _load(damaged.path, how)
         message = str(err.value)
         assert name in message, f"{component}: {message}"
         assert "expected" in message and "shape" in message, f"{component}: {message}"
         print(f"{component}: {message.split(': ', 1)[1]}")
-        damaged.unlink()
+    _load(damaged.path, "engine")   # restored: the copy loads again
 
     engine = Engine(good_model)
     audio = engine.synthesize(TEXT, seed=1, max_tokens=8)

@@ -81,12 +81,13 @@ def test_cli_say_of_a_big_file_starts_speaking_and_a_closed_pipe_ends_quietly(mo
 
 def test_two_threads_synthesize_at_once_and_each_gets_its_whole_result(engine):
     texts = ["One. Two. Three.", "Alpha beta. Gamma delta."]
-    alone = [engine.synthesize(t, seed=5, max_tokens=N) for t in texts]
+    fast = dict(seed=5, max_tokens=N, prompt_seconds=1.0, cfm_steps=1)  # a short S3Gen prompt: cheap passes
+    alone = [engine.synthesize(t, **fast) for t in texts]
     got, errors = [None, None], []
 
     def run(i):
         try:
-            got[i] = engine.synthesize(texts[i], seed=5, max_tokens=N)
+            got[i] = engine.synthesize(texts[i], **fast)
         except Exception as e:  # noqa: BLE001 - the test reports it
             errors.append(e)
 
@@ -99,7 +100,7 @@ def test_two_threads_synthesize_at_once_and_each_gets_its_whole_result(engine):
 def test_two_streams_from_two_threads_interleave_and_both_complete(engine):
     """Each stream has its own T3 session (KV cache): neither can step the other's."""
     texts = ["First voice speaks. Then more.", "Second one here. And again."]
-    opts = dict(seed=9, max_tokens=12, first_chunk_tokens=4, chunk_tokens=4)
+    opts = dict(seed=9, max_tokens=12, first_chunk_tokens=4, chunk_tokens=4, prompt_seconds=1.0, cfm_steps=1)
     alone = [np.concatenate([c.samples for c in engine.stream(t, **opts)]) for t in texts]
     got, order, errors = [[], []], [], []
     barrier = threading.Barrier(2)

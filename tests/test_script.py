@@ -324,3 +324,28 @@ def test_bake_into_model_makes_the_clone_the_built_in_voice(model, engine, two_v
                           engine.synthesize("Hi there.", clone, seed=1, max_tokens=N))
     assert not np.array_equal(baked.synthesize("Hi there.", seed=1, max_tokens=N),
                               engine.synthesize("Hi there.", seed=1, max_tokens=N))
+
+
+def test_chapter_marks_in_an_mp3_read_back_with_ffprobe(tmp_path):
+    """The MP3 container's chapter marks (ID3v2 CHAP frames): titles and times as written, the
+    audio copied, not re-encoded."""
+    import shutil
+
+    from app.core.long_render import add_chapter_marks
+
+    if not (shutil.which("ffmpeg") and shutil.which("ffprobe")):
+        pytest.skip("needs ffmpeg")
+    mp3 = tmp_path / "book.mp3"
+    subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-f", "lavfi", "-i", "sine=f=220:d=3:r=24000",
+                    "-c:a", "libmp3lame", "-b:a", "64k", str(mp3)], check=True)
+    before = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "stream=duration,bit_rate", "-of", "json",
+                             str(mp3)], capture_output=True, check=True).stdout
+    add_chapter_marks(str(mp3), [("Part one; the start", 0, 24000), ("Part = two", 24000, 72000)], 24000)
+    probe = json.loads(subprocess.run(["ffprobe", "-v", "error", "-show_chapters", "-of", "json", str(mp3)],
+                                      capture_output=True, check=True).stdout)
+    got = [(c["tags"]["title"], float(c["start_time"]), float(c["end_time"])) for c in probe["chapters"]]
+    assert got == [("Part one; the start", 0.0, 1.0), ("Part = two", 1.0, 3.0)]
+    after = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "stream=duration,bit_rate", "-of", "json",
+                            str(mp3)], capture_output=True, check=True).stdout
+    assert json.loads(after) == json.loads(before)
+    assert [p.name for p in tmp_path.iterdir()] == ["book.mp3"]          # atomic: no temp file left

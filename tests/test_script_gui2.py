@@ -142,6 +142,60 @@ def test_cast_dialog_maps_speakers_to_library_voices_remembered_and_used(win, qt
     _idle(qtbot, w, "idle")
 
 
+def test_selected_lines_are_assigned_to_a_voice_in_one_undo_step(win, qtbot):
+    from PySide6.QtGui import QTextCursor
+
+    from app.qt.script_panels import load_cast
+
+    w = win
+    carol = _library_voice(w, qtbot, "carol the narrator #2")
+    w.editor.set_text("Once upon a time.\nBob: There was a fox.\n\nThe end.")
+    cur = w.editor.edit.textCursor()
+    cur.setPosition(5)                                        # from inside line 1 ...
+    cur.setPosition(len("Once upon a time.\nBob: Th"), QTextCursor.KeepAnchor)   # ... into line 2
+    w.editor.edit.setTextCursor(cur)
+    w._fill_assign_menu()
+    names = [a.text() for a in w.assign_menu.actions()]
+    assert names[0] == w.client.builtin_voice_name and "carol the narrator #2" in names
+    w.assign_menu.actions()[names.index("carol the narrator #2")].trigger()
+    assert w.editor.text() == ("Carol The Narrator: Once upon a time.\nCarol The Narrator: There was a fox."
+                               "\n\nThe end.")
+    assert load_cast(w.settings, w.editor.text()) == {"Carol The Narrator": carol}
+    opts = w.script_options(w.editor.text())
+    assert opts["voices"] == {"Carol The Narrator": carol} and opts["speakers"] == ["Carol The Narrator"]
+    w.editor.edit.undo()                                      # one step back to the text as it was
+    assert w.editor.text() == "Once upon a time.\nBob: There was a fox.\n\nThe end."
+
+
+def test_regenerating_a_sentence_uses_its_speakers_voice_and_the_lexicon(win, qtbot):
+    from app.qt.script_panels import save_cast
+    from engine_native.lexicon import Lexicon
+
+    w = win
+    alice, bob = _library_voice(w, qtbot, "Alice"), _library_voice(w, qtbot, "Bob")
+    text = "Alice: Hi Bob.\nBob: I met Nguyen."
+    w.editor.set_text(text)
+    save_cast(w.settings, text, {"Alice": alice, "Bob": bob})
+    lex = Lexicon()
+    lex.add("Nguyen", "Win")
+    lex.save(w.lexicon_path)
+    try:
+        take = w.play_text(w.editor.text(), 0)
+        _wait(qtbot, lambda: take.complete, 120, "a cast take")
+        _idle(qtbot, w, "idle")
+        streamed = []
+        real = w.client.stream
+        w.client.stream = lambda text, voice, *a, **k: (streamed.append((text, voice)), real(text, voice, *a, **k))[1]
+        try:
+            assert w.regenerate_at(text.index("met"))
+            _idle(qtbot, w, "the regenerated sentence")
+        finally:
+            w.client.stream = real
+    finally:
+        os.remove(w.lexicon_path)
+    assert streamed == [("I met Win.", bob)]
+
+
 def test_lexicon_editor_hear_it_and_atomic_save(win, qtbot):
     from engine_native.lexicon import Lexicon
 

@@ -56,7 +56,7 @@ def prepare_clip(path, target: float = DEFAULT_TARGET_SECONDS, chain="auto",
                  embed=None, speaker: int | None = None) -> LabResult:
     """Decode `path`, find the speech, pick the window, run the chain; see the module doc.
 
-    `embed(samples, rate) -> vector` (a speaker encoder, e.g. Engine.speaker_embedding)
+    `embed(samples, rate) -> vector` (a speaker encoder, e.g. Engine.speaker_xvector)
     tells the speakers apart (voice_lab.speakers); the window then comes from one speaker
     only: `speaker` (0-based, by most speech), default the one with the most speech. The
     report's "speakers" says who speaks where (absent without `embed`).

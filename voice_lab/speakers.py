@@ -1,7 +1,7 @@
 """One speaker per voice: who speaks where in a recording.
 
 The caller passes the embedding function (`embed(samples, rate) -> vector`; the app and
-`lab` pass the engine's speaker encoder, `Engine.speaker_embedding`), so the Voice Lab
+`lab` pass the engine's speaker-verification encoder, `Engine.speaker_xvector`), so the Voice Lab
 never imports the engine.
 
 Method:

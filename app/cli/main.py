@@ -116,7 +116,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         from engine_native import EngineError
 
         try:
-            embed = load_engine(args).speaker_embedding
+            embed = load_engine(args).speaker_xvector
         except EngineError as e:
             return _fail(str(e))
     try:

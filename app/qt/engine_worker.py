@@ -7,6 +7,12 @@ the callbacks the caller gave, on the GUI thread. A job is cancelled from the GU
 with `job.cancel()`: a running stream is told `it.cancel()` (the engine stops within one
 chunk), a queued job is skipped, and late progress of a cancelled job is dropped, so
 nothing of it reaches the player after Stop.
+
+Background jobs (likeness scores) wait on the GUI side until no other job is pending and go in
+one at a time, so a user's request never queues behind them: a request that arrives while one
+runs asks it to stop, and a background job stopped that way goes back to the front of the
+queue (one that finished anyway delivers its result). A model load cancels them, since they
+belong to the model being replaced.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Callable
 import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 from engine_native.engine import NOMINAL_SAMPLE_RATE
+from engine_native.errors import Cancelled as EngineCancelled
 
 _ids = itertools.count(1)
 
@@ -46,6 +53,8 @@ class EngineJob:
     failure: Callable | None = None
     progress: Callable | None = None
     id: int = field(default_factory=lambda: next(_ids))
+    background: bool = False
+    preempted: bool = False  # a background job asked to stop for a user's request; it runs again later
     cancelled: bool = False
     finished: bool = False
     cancel_requested_at: float | None = None
@@ -89,8 +98,8 @@ class ScriptChunk:
     timings: dict
 
 
-class _JobCancel:
-    """A threading.Event look-alike over a job's cancel flag (engine_native.script.render's `cancel`)."""
+class JobCancel:
+    """A threading.Event look-alike over a job's cancel flag (the engine's `cancel=` arguments)."""
 
     def __init__(self, job: EngineJob):
         self.job = job
@@ -192,7 +201,7 @@ class EngineWorker(QObject):
         seed = params.pop("seed", None)
         if seed is None or seed < 0:
             seed = int.from_bytes(os.urandom(4), "little") >> 1
-        cancel = _JobCancel(job)
+        cancel = JobCancel(job)
         t0, t_last, audio, sent, last, held = time.perf_counter(), time.perf_counter(), 0, 0, None, []
         scores = []
         for part in render(engine, items, voices=vmap, seed=seed, lexicon=lexicon, best_of=best_of,
@@ -246,21 +255,53 @@ class EngineClient(QObject):
         self.worker.failed.connect(self._on_failed)
         self.worker.progressed.connect(self._on_progress)
         self.thread.start()
-        self.pending: list[EngineJob] = []
+        self.pending: list[EngineJob] = []  # submitted to the engine thread, not yet finished
+        self.waiting: list[EngineJob] = []  # background jobs not yet submitted
         self.info: dict | None = None
+        self.model_path: str | None = None  # the loaded model's file
+        self.expression_tags: list[str] = []  # the loaded model's paralinguistic tags ("[laugh]", ...)
         self.defaults: dict = {}
         self.sample_rate = NOMINAL_SAMPLE_RATE  # the loaded model's rate replaces it
         self.builtin_voice_name = "Built-in"
 
     # requests
 
-    def submit(self, fn: Callable, *, label: str = "", success=None, failure=None, progress=None) -> EngineJob:
-        job = EngineJob(fn, label, success, failure, progress)
+    def submit(self, fn: Callable, *, label: str = "", success=None, failure=None, progress=None,
+               background: bool = False) -> EngineJob:
+        job = EngineJob(fn, label, success, failure, progress, background=background)
+        if background:
+            self.waiting.append(job)
+            self._pump()
+        else:
+            for running in self.pending:
+                if running.background and not running.cancelled:
+                    running.preempted = True
+                    running.cancel()
+            self._send(job)
+        return job
+
+    def _send(self, job: EngineJob) -> None:
         self.pending.append(job)
         if len(self.pending) == 1:
             self.busyChanged.emit(True)
         self.worker.submitted.emit(job)
-        return job
+
+    def _pump(self) -> None:
+        """Submit the next background job when the engine thread has nothing else to do."""
+        if self.pending:
+            return
+        while self.waiting:
+            job = self.waiting.pop(0)
+            if job.cancelled:
+                self._report_cancelled(job)
+                continue
+            self._send(job)
+            return
+
+    def cancel_background(self) -> None:
+        """Cancel the background jobs, waiting or running (their results would be stale)."""
+        for job in self.waiting + [j for j in self.pending if j.background]:
+            job.cancel()
 
     def load_model(self, path: str, threads: int = 0, success=None, failure=None) -> EngineJob:
         def fn(worker: EngineWorker, job: EngineJob):
@@ -270,18 +311,26 @@ class EngineClient(QObject):
             worker._voices.clear()
             engine = Engine(path, threads=threads or None)
             worker.engine = engine
+            try:  # read here, off the GUI thread: the tokenizer takes seconds to parse
+                tags = engine.expression_tags
+            except Exception:  # noqa: BLE001 - an unreadable tag list only leaves the menu with pauses
+                tags = []
             return {"info": dict(engine.info), "defaults": dict(engine.defaults),
-                    "sample_rate": int(engine.sample_rate), "builtin": engine.builtin_voice.name}
+                    "sample_rate": int(engine.sample_rate), "builtin": engine.builtin_voice.name,
+                    "tags": tags}
+
+        self.cancel_background()  # scores for the old model: the load must not wait behind them
 
         def ok(result):
-            self.info, self.defaults = result["info"], result["defaults"]
+            self.info, self.defaults, self.model_path = result["info"], result["defaults"], path
             self.sample_rate, self.builtin_voice_name = result["sample_rate"], result["builtin"]
+            self.expression_tags = result["tags"]
             self.modelChanged.emit(self.info)
             if success:
                 success(self.info)
 
         def bad(e):
-            self.info = None
+            self.info = self.model_path = None
             self.modelChanged.emit(None)
             if failure:
                 failure(e)
@@ -302,15 +351,15 @@ class EngineClient(QObject):
     def likeness(self, samples, voice_path, *, success=None, failure=None) -> EngineJob:
         """The likeness of `samples` to a voice (engine_native.likeness), computed on the engine thread."""
         return self.submit(lambda w, _job: w.likeness(samples, voice_path), label="likeness",
-                           success=success, failure=failure)
+                           success=success, failure=failure, background=True)
 
     def cancel_all(self) -> None:
-        for job in list(self.pending):
+        for job in self.waiting + self.pending:
             job.cancel()
 
     @property
     def busy(self) -> bool:
-        return bool(self.pending)
+        return bool(self.pending or self.waiting)
 
     def shutdown(self) -> None:
         """Cancel everything and end the thread; waits for the running chunk (the engine's unit of work)."""
@@ -324,20 +373,30 @@ class EngineClient(QObject):
         job.finished = True
         if job in self.pending:
             self.pending.remove(job)
+            self._pump()
             if not self.pending:
                 self.busyChanged.emit(False)
 
+    def _report_cancelled(self, job: EngineJob) -> None:
+        job.finished = True
+        if job.failure:
+            job.failure(Cancelled(f"{job.label or 'job'} cancelled"))
+
     def _on_done(self, job: EngineJob, result) -> None:
         self._finish(job)
-        if job.cancelled:
-            if job.failure:
-                job.failure(Cancelled(f"{job.label or 'job'} cancelled"))
+        if job.cancelled and not job.preempted:
+            self._report_cancelled(job)
             return
         if job.success:
             job.success(result)
 
     def _on_failed(self, job: EngineJob, error) -> None:
         self._finish(job)
+        if job.preempted and isinstance(error, (Cancelled, EngineCancelled)):
+            self.waiting.insert(0, EngineJob(job.fn, job.label, job.success, job.failure, job.progress,
+                                             background=True))
+            self._pump()
+            return
         if job.failure:
             job.failure(Cancelled(str(error)) if job.cancelled else error)
 

@@ -97,8 +97,9 @@ class PlaybackController(QObject):
         self._set_state("playing")
         self.timer.start()
 
-    def regenerate(self, position: int, voice, params: dict) -> bool:
-        """Synthesize the current take's sentence at editor `position` again and swap it in."""
+    def regenerate(self, position: int, voice, params: dict, lexicon=None) -> bool:
+        """Synthesize the current take's sentence at editor `position` again and swap it in
+        (`voice`: the sentence's own, from the cast; `lexicon`: respellings, as the take had)."""
         take = self.take
         s = take.sentence_containing(position) if take else None
         if s is None:
@@ -127,7 +128,8 @@ class PlaybackController(QObject):
             self.statusText.emit(f"Regenerated: “{s.text}” (seed {result.get('seed')})")
 
         params = {**params, **self.stream_options, "seed": None}
-        self.jobs.append(self.client.stream(s.text, voice, params, on_chunk=on_chunk, success=done,
+        spoken = lexicon.respell(s.text) if lexicon is not None else s.text
+        self.jobs.append(self.client.stream(spoken, voice, params, on_chunk=on_chunk, success=done,
                                             failure=lambda e: self._on_failed(take, e), label="regenerate"))
         self._set_state("generating")
         self.timer.start()

@@ -234,11 +234,11 @@ def export_script(client, text: str, path: str, *, voices: dict, params: dict, l
         cache = PartsCache(parts_dir_for(path), model_path=model_path, stream_options=stream,
                            rate=engine.sample_rate)
         progress = Progress(items)
-        from app.qt.engine_worker import _JobCancel
+        from app.qt.engine_worker import JobCancel
 
         audio = []
         for part in render(engine, items, voices=vmap, seed=seed, lexicon=lexicon, best_of=best_of, options=opts,
-                           stream_options=stream, cache=cache, cancel=_JobCancel(job)):
+                           stream_options=stream, cache=cache, cancel=JobCancel(job)):
             audio.append(part.samples)
             progress.update(part)
             if part.final:

@@ -23,6 +23,7 @@ class Colors:
     wave: str
     wave_dim: str
     speech: str
+    speech2: str  # the second speaker's speech in the Voice Lab
     silence: str
     window_sel: str
     playhead: str
@@ -33,13 +34,13 @@ class Colors:
 DARK = Colors(
     window="#1e2126", base="#16181c", alt_base="#1b1e22", panel="#252930", text="#e3e6ea", muted="#8b929c",
     button="#2c3139", border="#363c45", accent="#4f9dff", accent_text="#ffffff", wave="#6fb3ff",
-    wave_dim="#3a5a80", speech="#2f6b4a", silence="#3a2f33", window_sel="#ffcc66", playhead="#ff6b6b",
+    wave_dim="#3a5a80", speech="#2f6b4a", speech2="#5b4b8a", silence="#3a2f33", window_sel="#ffcc66", playhead="#ff6b6b",
     highlight_sentence="#3a4f6e", error="#ff7b72",
 )
 LIGHT = Colors(
     window="#f3f4f6", base="#ffffff", alt_base="#f7f8fa", panel="#e9ebef", text="#1d2127", muted="#6a717c",
     button="#ffffff", border="#cfd4db", accent="#2f74d0", accent_text="#ffffff", wave="#2f74d0",
-    wave_dim="#a9c4ea", speech="#cfe8d8", silence="#f1dede", window_sel="#d48a00", playhead="#d64545",
+    wave_dim="#a9c4ea", speech="#cfe8d8", speech2="#ddd3f2", silence="#f1dede", window_sel="#d48a00", playhead="#d64545",
     highlight_sentence="#d6e6fb", error="#c0392b",
 )
 

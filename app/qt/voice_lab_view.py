@@ -12,6 +12,7 @@ import os
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
@@ -31,6 +32,7 @@ from voice_lab import CLONING_MIN_SECONDS, OUTPUT_RATE, VoiceLabError
 from app.qt import theme
 from app.qt.background import BackgroundOp, error_text
 from app.qt.chain_editor import ChainEditor
+from app.qt.engine_worker import JobCancel
 from app.qt.icons import icon
 from app.core.voice_lab_ops import Analysis, analyse, render_clip
 from app.qt.waveform import WaveformView
@@ -67,7 +69,9 @@ class VoiceLabView(QWidget):
         self._pending_after_render = None
         self._render_op: BackgroundOp | None = None
         self._clone_job = None
-        self.busy = ""  # "analysing" / "rendering" / "cloning" / ""
+        self.speakers = None  # voice_lab.speakers.Speakers of the recording, once found
+        self.baked_path: str | None = None
+        self.busy = ""  # "analysing" / "speakers" / "rendering" / "cloning" / "baking" / ""
         self._build()
 
     # --- layout ------------------------------------------------------------------------------------
@@ -126,6 +130,15 @@ class VoiceLabView(QWidget):
             legend.addWidget(lab)
             legend.addSpacing(10)
         legend.addStretch(1)
+        self.speakers_label = QLabel("")
+        self.speakers_label.setObjectName("Muted")
+        legend.addWidget(self.speakers_label)
+        self.speaker_combo = QComboBox()
+        self.speaker_combo.setToolTip("The speaker the clone window is taken from")
+        self.speaker_combo.hide()
+        self.speaker_combo.activated.connect(lambda _i: self.auto_window())
+        legend.addWidget(self.speaker_combo)
+        legend.addSpacing(12)
         self.window_label = QLabel("")
         legend.addWidget(self.window_label)
         legend.addSpacing(12)
@@ -218,6 +231,11 @@ class VoiceLabView(QWidget):
         srow.addWidget(self.save_button, 1)
         srow.addWidget(self.export_button, 1)
         klay.addLayout(srow)
+        self.bake_button = QPushButton(" Export model with this voice…")
+        self.bake_button.setToolTip("Write a copy of the loaded model whose built-in voice is this clone: "
+                                    "one file carries both")
+        self.bake_button.clicked.connect(lambda: self.export_model())
+        klay.addWidget(self.bake_button)
         klay.addStretch(1)
         grid.addWidget(kf, 0, 2)
         grid.setColumnStretch(0, 4)
@@ -242,6 +260,7 @@ class VoiceLabView(QWidget):
         self.test_button.setIcon(icon("speaker"))
         self.save_button.setIcon(icon("save"))
         self.export_button.setIcon(icon("export"))
+        self.bake_button.setIcon(icon("export"))
         self.chain_editor.refresh_icons()
 
     # --- state --------------------------------------------------------------------------------------
@@ -250,7 +269,8 @@ class VoiceLabView(QWidget):
         self.busy = what
         self.spinner.setVisible(bool(what))
         self.status.setText({"analysing": "Analysing the recording…", "rendering": "Applying the filter chain…",
-                             "cloning": "Cloning the voice…"}.get(what, ""))
+                             "cloning": "Cloning the voice…", "speakers": "Telling the speakers apart…",
+                             "baking": "Writing the model…"}.get(what, ""))
         self._update_buttons()
 
     def _update_buttons(self) -> None:
@@ -263,6 +283,7 @@ class VoiceLabView(QWidget):
         cloned = self.voice is not None
         for b in (self.test_button, self.save_button, self.export_button):
             b.setEnabled(cloned and idle)
+        self.bake_button.setEnabled(cloned and idle and self.client.model_path is not None)
 
     def _show_error(self, text: str) -> None:
         self.clone_status.setObjectName("Error")
@@ -283,8 +304,10 @@ class VoiceLabView(QWidget):
     # --- loading a recording -----------------------------------------------------------------------
 
     def open_file(self, path: str) -> BackgroundOp:
-        self.analysis = None
+        self.analysis = self.speakers = None
         self.clip = self.clip_key = self.voice = self.voice_key = self.saved_path = None
+        self.speaker_combo.hide()
+        self.speakers_label.setText("")
         self.waveform.clear()
         self.title.setText(f"Voice Lab · {os.path.basename(path)}")
         base = os.path.basename(path)
@@ -325,6 +348,62 @@ class VoiceLabView(QWidget):
             self._show_error(a.window_note)
         self._window_info()
         self._update_buttons()
+        self.find_speakers()
+
+    # --- speakers (engine thread) ---------------------------------------------------------------------
+
+    def find_speakers(self):
+        """Tell the recording's speakers apart with the engine's speaker encoder; with two, the
+        window comes from one of them (the one with the most speech, or the one picked)."""
+        a = self.analysis
+        if a is None or not a.regions:
+            return None
+        if self.client.info is None:
+            self.speakers_label.setText("Load a model to tell speakers apart")
+            return None
+        self._set_busy("speakers")
+
+        def fn(worker, _job):
+            from voice_lab.speakers import find_speakers
+
+            return find_speakers(a.mono, a.rate, a.regions, worker.require_engine().speaker_xvector)
+
+        def ok(found):
+            self._set_busy("")
+            if self.analysis is a:
+                self.show_speakers(found)
+
+        def bad(e):
+            self._set_busy("")
+            self.speakers_label.setText(f"Speakers not told apart: {error_text(e)}")
+
+        return self.client.submit(fn, label="find speakers", success=ok, failure=bad)
+
+    def show_speakers(self, found) -> None:
+        """Show who speaks where (the second speaker's speech in its own colour) and take the
+        window from the chosen speaker."""
+        self.speakers = found
+        self.speaker_combo.clear()
+        if found.count < 2:
+            self.speakers_label.setText("One speaker")
+            self.speaker_combo.hide()
+            return
+        self.speakers_label.setText(f"{found.count} speakers")
+        for i in range(found.count):
+            self.speaker_combo.addItem(f"Speaker {i + 1} · {found.seconds[i]:.1f} s", i)
+        self.speaker_combo.show()
+        second = found.spans_of(1)
+        regions = [(s.start, s.end, "silence") for s in self.analysis.silences]
+        regions += [(s.start, s.end, "speech") for s in found.spans_of(0)]
+        regions += [(s.start, s.end, "speech2") for s in second]
+        self.waveform.regions = regions
+        self.auto_window()
+        if self.spans():
+            self._show_note(f"{found.count} speakers: the clone window comes from speaker "
+                            f"{self.chosen_speaker() + 1} only. Pick another beside the waveform.")
+
+    def chosen_speaker(self) -> int:
+        return int(self.speaker_combo.currentData() or 0)
 
     def auto_window(self) -> None:
         if self.analysis is None:
@@ -332,11 +411,16 @@ class VoiceLabView(QWidget):
         from voice_lab.lab import MIN_CLIP_SECONDS
         from voice_lab.window import choose_window
 
+        regions, who = self.analysis.regions, ""
+        if self.speakers is not None and self.speakers.count > 1:
+            regions, who = self.speakers.spans_of(self.chosen_speaker()), f"speaker {self.chosen_speaker() + 1}: "
         try:
-            w = choose_window(self.analysis.regions, max(self.target_spin.value(), MIN_CLIP_SECONDS),
-                              CLONING_MIN_SECONDS)
+            w = choose_window(regions, max(self.target_spin.value(), MIN_CLIP_SECONDS), CLONING_MIN_SECONDS)
         except VoiceLabError as e:
-            self._show_error(str(e))
+            if who:  # never leave another speaker's window in place
+                self.waveform.set_windows([])
+                self._window_dragged([])
+            self._show_error(who + str(e))
             return
         self.waveform.set_windows([(s.start, s.end) for s in w.spans])
         self._window_dragged(self.spans())
@@ -349,6 +433,7 @@ class VoiceLabView(QWidget):
         total = sum(b - a for a, b in self.spans())
         if not self.spans():
             self.window_label.setText("No window")
+            self._update_buttons()
             return
         warn = "" if total > CLONING_MIN_SECONDS else f"  (needs > {CLONING_MIN_SECONDS:.0f} s)"
         self.window_label.setText(f"Window {total:.1f} s{warn}")
@@ -444,8 +529,7 @@ class VoiceLabView(QWidget):
             # when the job is cancelled (closing the window must not wait for a whole render).
             longest_tokens = int(plausible_seconds(text)[1] * engine.token_rate) + 1
             opts.setdefault("max_tokens", min(longest_tokens, engine.defaults["max_tokens"]))
-            cancel = type("JobCancel", (), {"is_set": lambda _self: job.cancelled})()
-            take = best_take(engine, text, voice, seeds=[0], options=opts, cancel=cancel)
+            take = best_take(engine, text, voice, seeds=[0], options=opts, cancel=JobCancel(job))
             job.check()
             if take is None:
                 return None
@@ -456,7 +540,7 @@ class VoiceLabView(QWidget):
                 self.clone_likeness = score
                 self._show_note(f"{note} Likeness of a test take: {score:.2f}".strip())
 
-        return self.client.submit(fn, label="clone likeness", success=ok, failure=lambda _e: None)
+        return self.client.submit(fn, label="clone likeness", success=ok, failure=lambda _e: None, background=True)
 
     def speak_test(self) -> None:
         if self.voice is not None:
@@ -500,3 +584,35 @@ class VoiceLabView(QWidget):
             return None
         self._show_note(f"Exported to {path}")
         return path
+
+    def export_model(self, path: str | None = None):
+        """Write a copy of the loaded model whose built-in voice is the clone (in the background)."""
+        model = self.client.model_path
+        if self.voice is None or model is None:
+            return None
+        if path is None:
+            from app.qt.voice_library import slug
+
+            stem = os.path.splitext(os.path.basename(model))[0]
+            path, _ = QFileDialog.getSaveFileName(self, "Export model with this voice",
+                                                  f"{stem}-{slug(self.voice_name())}.gguf", "Chatterbox model (*.gguf)")
+            if not path:
+                return None
+        if not path.endswith(".gguf"):
+            path += ".gguf"
+        voice, name = self.voice, self.voice_name()
+        voice.meta.update(name=name, **self._meta())  # the baked voice's name and chain, as `info` shows them
+        self._set_busy("baking")
+
+        def ok(out):
+            self._set_busy("")
+            self.baked_path = str(out)
+            self._show_note(f"Wrote {out}: the model with “{name}” as its built-in voice.")
+
+        def bad(e):
+            self._set_busy("")
+            self._show_error(f"Could not write the model: {error_text(e)}")
+
+        from engine_native.bake import bake_into_model
+
+        return BackgroundOp(lambda _r: bake_into_model(model, voice, path), success=ok, failure=bad).start()

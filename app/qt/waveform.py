@@ -28,7 +28,7 @@ class WaveformView(QWidget):
         self._span_s = 0.0  # the x axis covers max(audio, expected) seconds
         self._expected_s = 0.0
         self._peaks: tuple[np.ndarray, np.ndarray] | None = None
-        self._regions: list[tuple[float, float, str]] = []  # (start, end, "speech" | "silence")
+        self._regions: list[tuple[float, float, str]] = []  # (start, end, "speech" | "speech2" | "silence")
         self.windows: list[list[float]] = []
         self._marks: list[float] = []  # sentence boundaries
         self._pixmap: QPixmap | None = None  # background, regions, waveform and marks: redrawn only on change
@@ -152,7 +152,7 @@ class WaveformView(QWidget):
         p.setClipPath(bg)
         h, mid = self.height(), self.height() / 2
         for a, b, kind in self._regions:
-            col = QColor(c.speech if kind == "speech" else c.silence)
+            col = QColor({"speech": c.speech, "speech2": c.speech2}.get(kind, c.silence))
             col.setAlphaF(0.55)
             p.fillRect(QRectF(self._x(a), 0, self._x(b) - self._x(a), h), col)
         if self._samples.size:

@@ -221,4 +221,4 @@ from . import stages_convert, stages_t3, stages_s3gen, stages_hift, stages_featu
 from . import stages_s3tok  # noqa: E402,F401
 from . import stages_campplus  # noqa: E402,F401
 from . import stages_voice, stages_bench  # noqa: E402,F401
-from . import stages_mtl  # noqa: E402,F401
+from . import stages_mtl, stages_mtl_t3  # noqa: E402,F401

@@ -1,5 +1,6 @@
 // Python bindings of the voice-cloning front ends: the three log-mel/fbank features and
-// the VoiceEncoder (the `mel_24k`, `fbank80`, `s3tok_logmel` and `ve_embed` seams).
+// the VoiceEncoder (the `mel_24k`, `fbank80`, `s3tok_logmel` and `ve_embed` seams), and
+// the engine's FFT under them (the `fft` seam).
 #include "bindings/helpers.h"
 #include "cloning/audio_features.h"
 #include "cloning/voice_encoder.h"
@@ -26,6 +27,28 @@ void bind_frames(py::module_& m, const char* name, const char* doc, const char* 
             const py::ssize_t n_mels = self->n_mels();
             return to_numpy(out, {static_cast<py::ssize_t>(out.size()) / n_mels, n_mels});
         }, py::arg("wav"), compute_doc);
+}
+
+using F64Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
+
+// FftPlan<T> on one complex vector re + i im (T = double, or float as in HiFT's tiles).
+template <class T>
+py::tuple fft_seam(const F64Array& re, const F64Array& im, bool inverse) {
+    if (re.ndim() != 1 || im.ndim() != 1 || re.size() != im.size())
+        throw EngineError("fft takes the real and imaginary parts as two 1-D arrays of one length");
+    const int n = static_cast<int>(re.size());
+    std::vector<T> buf(6 * static_cast<size_t>(n));  // x, y, scratch, real and imaginary parts
+    T *xr = buf.data(), *xi = xr + n, *yr = xi + n, *yi = yr + n;
+    for (int i = 0; i < n; ++i) xr[i] = static_cast<T>(re.data()[i]), xi[i] = static_cast<T>(im.data()[i]);
+    {
+        py::gil_scoped_release release;
+        const FftPlan<T> plan(n);
+        if (inverse)
+            plan.inverse(xr, xi, yr, yi, yi + n, yi + 2 * n);
+        else
+            plan.forward(xr, xi, yr, yi, yi + n, yi + 2 * n);
+    }
+    return py::make_tuple(to_numpy(std::vector<double>(yr, yr + n)), to_numpy(std::vector<double>(yi, yi + n)));
 }
 
 }  // namespace
@@ -58,4 +81,10 @@ void bind_features(py::module_& m) {
             std::vector<float> out = compute(self, [&](S3TokLogMel& f) { return f.compute(x, wav.size(), &frames); });
             return to_numpy(out, {static_cast<py::ssize_t>(self->n_mels()), static_cast<py::ssize_t>(frames)});
         }, py::arg("wav"), "log-mel [128, frames] of 16 kHz audio.");
+
+    m.def("fft", [](const F64Array& re, const F64Array& im, bool inverse, bool single) {
+        return single ? fft_seam<float>(re, im, inverse) : fft_seam<double>(re, im, inverse);
+    }, py::arg("re"), py::arg("im"), py::arg("inverse") = false, py::arg("single") = false,
+       "The engine's FFT (core/fft.h) of re + i im: (real, imaginary) of the forward DFT, or the "
+       "unscaled inverse; single: float twiddles and arithmetic, as HiFT's convolution tiles.");
 }

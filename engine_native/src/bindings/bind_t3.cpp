@@ -1,5 +1,6 @@
 // Python bindings of T3: the model, its KV caches (one per generation session), token
-// streams, and the teacher-forced logits / greedy decoding parity seams.
+// streams, and the teacher-forced logits / greedy decoding parity seams (and, for the
+// Multilingual T3, its conditioning / input embeddings and alignment-head seams).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -8,6 +9,7 @@
 
 #include "bindings/helpers.h"
 #include "t3/sampler.h"
+#include "t3/t3_llama.h"
 #include "t3/t3_model.h"
 #include "t3/token_stream.h"
 
@@ -24,15 +26,36 @@ std::vector<int32_t> read_ids(const ModelFile& mf, const char* name) {
     return v;
 }
 
-// The voice's T3 conditioning: given arrays, or the model's built-in voice.
+// A sampling / conditioning value: the argument, else the model file's default
+// (chatterbox.sampling.KEY), else `fallback`.
+float default_or(const ModelFile& mf, const py::object& v, const char* key, float fallback) {
+    if (!v.is_none()) return v.cast<float>();
+    const std::string k = std::string("chatterbox.sampling.") + key;
+    return mf.has_key(k) ? static_cast<float>(mf.get_float(k)) : fallback;
+}
+int default_or_int(const ModelFile& mf, const py::object& v, const char* key, int fallback) {
+    if (!v.is_none()) return v.cast<int>();
+    const std::string k = std::string("chatterbox.sampling.") + key;
+    return mf.has_key(k) ? static_cast<int>(mf.get_int(k)) : fallback;
+}
+
+// The voice's T3 conditioning: given arrays, or the model's built-in voice; the
+// exaggeration (Multilingual) given or the model's default.
 T3Conditioning conditioning(const ModelFile& mf, int speaker_size, const py::object& speaker_emb,
-                            const py::object& prompt_tokens) {
+                            const py::object& prompt_tokens, const py::object& exaggeration = py::none()) {
     T3Conditioning c;
     c.speaker_emb = speaker_emb.is_none() ? mf.read_f32(mf.tensor("voice.speaker_emb", {speaker_size}))
                                           : optional_vector<float>(speaker_emb);
     c.prompt_tokens = prompt_tokens.is_none() ? read_ids(mf, "voice.cond_prompt_speech_tokens")
                                               : optional_vector<int32_t>(prompt_tokens);
+    c.exaggeration = default_or(mf, exaggeration, "exaggeration", 0.5f);
     return c;
+}
+
+T3Llama& llama(T3Model& t3) {
+    auto* l = dynamic_cast<T3Llama*>(&t3);
+    if (!l) throw EngineError("this seam needs the Multilingual (llama) T3; the model's T3 is " + t3.hp().arch);
+    return *l;
 }
 
 using PyT3 = Component<T3Model>;
@@ -48,8 +71,19 @@ struct PyTokenStream {
     std::unique_ptr<SpeechTokenStream> stream;
 };
 
-SamplingParams params(float temperature, int top_k, float top_p, float repetition_penalty, float min_p) {
-    return SamplingParams{temperature, top_k, top_p, repetition_penalty, min_p};
+SamplingParams params(float temperature, int top_k, float top_p, float repetition_penalty, float min_p,
+                      float cfg_weight = 0.0f) {
+    return SamplingParams{temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight};
+}
+
+// Sampling arguments left None take the model file's defaults (chatterbox.sampling.*),
+// else the Turbo reference's.
+SamplingParams params(const ModelFile& mf, const py::object& temperature, const py::object& top_k,
+                      const py::object& top_p, const py::object& repetition_penalty, const py::object& min_p,
+                      const py::object& cfg_weight) {
+    return params(default_or(mf, temperature, "temperature", 0.8f), default_or_int(mf, top_k, "top_k", 1000),
+                  default_or(mf, top_p, "top_p", 0.95f), default_or(mf, repetition_penalty, "repetition_penalty", 1.2f),
+                  default_or(mf, min_p, "min_p", 0.0f), default_or(mf, cfg_weight, "cfg_weight", 0.0f));
 }
 
 }  // namespace
@@ -78,6 +112,8 @@ void bind_t3(py::module_& m) {
              "Ends the stream and releases its cache.")
         .def_property_readonly("done", [](const PyTokenStream& self) { return self.stream->done(); })
         .def_property_readonly("cancelled", [](const PyTokenStream& self) { return self.stream->cancelled(); })
+        .def_property_readonly("forced_stop", [](const PyTokenStream& self) { return self.stream->forced_stop(); },
+                               "Multilingual: whether the alignment analyzer forced the stop token for the next draw.")
         .def_property_readonly("tokens", [](const PyTokenStream& self) {
             return released([&] { return self.stream->tokens(); });
         });
@@ -88,33 +124,79 @@ void bind_t3(py::module_& m) {
              }), py::arg("model"))
         .def_property_readonly("arch", [](const PyT3& self) { return self->hp().arch; })
         .def("logits", [](PyT3& self, std::vector<int32_t> text, std::vector<int32_t> speech,
-                          py::object speaker_emb, py::object prompt_tokens) {
-            T3Conditioning c = conditioning(*self.model->file, self->hp().speaker_embed_size, speaker_emb, prompt_tokens);
+                          py::object speaker_emb, py::object prompt_tokens, py::object exaggeration,
+                          py::object cfg_weight, bool alignment) -> py::object {
+            const ModelFile& mf = *self.model->file;
+            T3Conditioning c = conditioning(mf, self->hp().speaker_embed_size, speaker_emb, prompt_tokens, exaggeration);
+            c.guidance = self->alignment() && default_or(mf, cfg_weight, "cfg_weight", 0.0f) > 0.0f;
             if (speech.empty()) throw EngineError("speech_ids must hold at least the start-of-speech token");
+            std::unique_ptr<T3Cache> cache = self->new_cache();
             std::vector<float> out = released([&] {
-                std::unique_ptr<T3Cache> cache = self->new_cache();
                 return self->prompt(*cache, c, text, speech, static_cast<int>(speech.size()), 0);
             });
-            return to_numpy(out, {static_cast<py::ssize_t>(speech.size()), self->hp().speech_vocab});
+            const py::ssize_t n = static_cast<py::ssize_t>(speech.size()), V = self->hp().speech_vocab;
+            py::array logits = self->alignment() ? to_numpy(out, {cache->n_rows, n, V}) : to_numpy(out, {n, V});
+            if (!alignment) return logits;
+            const py::ssize_t per_head = static_cast<py::ssize_t>(cache->align_rows) * cache->align_cols;
+            const py::ssize_t heads = per_head ? static_cast<py::ssize_t>(cache->align.size()) / per_head : 0;
+            return py::make_tuple(logits, to_numpy(cache->align, {heads, cache->align_rows, cache->align_cols}));
         }, py::arg("text_ids"), py::arg("speech_ids"), py::arg("speaker_emb") = py::none(),
-           py::arg("prompt_tokens") = py::none(),
-           "Teacher-forced speech logits [len(speech_ids), speech_vocab] (on a temporary cache).")
+           py::arg("prompt_tokens") = py::none(), py::arg("exaggeration") = py::none(),
+           py::arg("cfg_weight") = py::none(), py::arg("alignment") = false,
+           "Teacher-forced speech logits [len(speech_ids), speech_vocab] (on a temporary cache). The "
+           "Multilingual T3 returns [rows, len(speech_ids), speech_vocab] (rows 2: cond, uncond, when "
+           "cfg_weight > 0) as T3.inference computes them (the start token twice); alignment=True adds its "
+           "alignment heads' attention over the text [heads, 1 + len(speech_ids), len(text_ids)].")
+        .def("mtl_conditioning", [](PyT3& self, py::object speaker_emb, py::object prompt_tokens,
+                                    py::object exaggeration) {
+            T3Llama& t3 = llama(*self.impl);
+            T3Conditioning c = conditioning(*self.model->file, self->hp().speaker_embed_size, speaker_emb,
+                                            prompt_tokens, exaggeration);
+            std::vector<float> out = released([&] { return t3.conditioning(c); });
+            return to_numpy(out, {t3.cond_len(c), self->hp().n_embd});
+        }, py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
+           py::arg("exaggeration") = py::none(),
+           "The Multilingual conditioning embeddings [cond_len, n_embd] (T3.prepare_conditioning).")
+        .def_property_readonly("mtl_inv_freq", [](PyT3& self) { return to_numpy(llama(*self.impl).inv_freq()); },
+                               "The Multilingual T3's RoPE frequencies after llama3 scaling [head_dim / 2].")
+        .def("mtl_inputs", [](PyT3& self, std::vector<int32_t> text, std::vector<int32_t> speech,
+                              py::object speaker_emb, py::object prompt_tokens, py::object exaggeration,
+                              py::object cfg_weight) {
+            T3Llama& t3 = llama(*self.impl);
+            const ModelFile& mf = *self.model->file;
+            T3Conditioning c = conditioning(mf, self->hp().speaker_embed_size, speaker_emb, prompt_tokens, exaggeration);
+            c.guidance = default_or(mf, cfg_weight, "cfg_weight", 0.0f) > 0.0f;
+            std::vector<float> out = released([&] { return t3.input_embeddings(c, text, speech); });
+            const py::ssize_t rows = c.guidance ? 2 : 1, E = self->hp().n_embd;
+            return to_numpy(out, {rows, static_cast<py::ssize_t>(out.size()) / (rows * E), E});
+        }, py::arg("text_ids"), py::arg("speech_ids"), py::arg("speaker_emb") = py::none(),
+           py::arg("prompt_tokens") = py::none(), py::arg("exaggeration") = py::none(),
+           py::arg("cfg_weight") = py::none(),
+           "The Multilingual prompt's input embeddings [rows, cond_len + len(text) + 1 + len(speech), n_embd] "
+           "(prepare_input_embeds, then inference's second start token).")
         .def("generate", [](PyT3& self, std::vector<int32_t> text, int max_tokens, uint64_t seed,
-                            float temperature, int top_k, float top_p, float repetition_penalty, float min_p,
-                            py::object speaker_emb, py::object prompt_tokens) {
-            T3Conditioning c = conditioning(*self.model->file, self->hp().speaker_embed_size, speaker_emb, prompt_tokens);
-            SamplingParams p = params(temperature, top_k, top_p, repetition_penalty, min_p);
+                            py::object temperature, py::object top_k, py::object top_p, py::object repetition_penalty,
+                            py::object min_p, py::object speaker_emb, py::object prompt_tokens, py::object cfg_weight,
+                            py::object exaggeration) {
+            const ModelFile& mf = *self.model->file;
+            T3Conditioning c = conditioning(mf, self->hp().speaker_embed_size, speaker_emb, prompt_tokens, exaggeration);
+            SamplingParams p = params(mf, temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight);
             return released([&] { return generate_speech_tokens(*self.impl, c, text, p, max_tokens, seed); });
-        }, py::arg("text_ids"), py::arg("max_tokens"), py::arg("seed") = 0, py::arg("temperature") = 0.8f,
-           py::arg("top_k") = 1000, py::arg("top_p") = 0.95f, py::arg("repetition_penalty") = 1.2f,
-           py::arg("min_p") = 0.0f, py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
-           "Speech tokens as T3.inference_turbo samples them (top_k=1 is greedy; temporary cache); stop token kept.")
+        }, py::arg("text_ids"), py::arg("max_tokens"), py::arg("seed") = 0, py::arg("temperature") = py::none(),
+           py::arg("top_k") = py::none(), py::arg("top_p") = py::none(), py::arg("repetition_penalty") = py::none(),
+           py::arg("min_p") = py::none(), py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
+           py::arg("cfg_weight") = py::none(), py::arg("exaggeration") = py::none(),
+           "Speech tokens as the reference samples them (T3.inference_turbo, or T3.inference for the "
+           "Multilingual T3; top_k=1 is greedy; temporary cache); stop token kept. Sampling values left None "
+           "are the model file's defaults.")
         .def("stream", [](py::object self_obj, std::vector<int32_t> text, int max_tokens, uint64_t seed,
-                          float temperature, int top_k, float top_p, float repetition_penalty, float min_p,
-                          py::object speaker_emb, py::object prompt_tokens, py::object cache) {
+                          py::object temperature, py::object top_k, py::object top_p, py::object repetition_penalty,
+                          py::object min_p, py::object speaker_emb, py::object prompt_tokens, py::object cache,
+                          py::object cfg_weight, py::object exaggeration) {
             PyT3& self = self_obj.cast<PyT3&>();
-            T3Conditioning c = conditioning(*self.model->file, self->hp().speaker_embed_size, speaker_emb, prompt_tokens);
-            SamplingParams p = params(temperature, top_k, top_p, repetition_penalty, min_p);
+            const ModelFile& mf = *self.model->file;
+            T3Conditioning c = conditioning(mf, self->hp().speaker_embed_size, speaker_emb, prompt_tokens, exaggeration);
+            SamplingParams p = params(mf, temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight);
             std::shared_ptr<T3Cache> kv;
             if (!cache.is_none()) {
                 PyT3Cache& pc = cache.cast<PyT3Cache&>();
@@ -127,12 +209,53 @@ void bind_t3(py::module_& m) {
             out->stream = released(
                 [&] { return std::make_unique<SpeechTokenStream>(*self.impl, kv, c, text, p, max_tokens, seed); });
             return out;
-        }, py::arg("text_ids"), py::arg("max_tokens"), py::arg("seed") = 0, py::arg("temperature") = 0.8f,
-           py::arg("top_k") = 1000, py::arg("top_p") = 0.95f, py::arg("repetition_penalty") = 1.2f,
-           py::arg("min_p") = 0.0f, py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
-           py::arg("cache") = py::none(),
+        }, py::arg("text_ids"), py::arg("max_tokens"), py::arg("seed") = 0, py::arg("temperature") = py::none(),
+           py::arg("top_k") = py::none(), py::arg("top_p") = py::none(), py::arg("repetition_penalty") = py::none(),
+           py::arg("min_p") = py::none(), py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
+           py::arg("cache") = py::none(), py::arg("cfg_weight") = py::none(), py::arg("exaggeration") = py::none(),
            "Starts sampling (runs the prompt) and returns a SpeechTokenStream; the same tokens as generate(). "
            "`cache` (a T3Cache of this T3) is held by the stream until it ends or is closed; None: a private one.");
+
+    py::class_<AlignmentAnalyzer>(m, "AlignmentAnalyzer",
+                                  "The Multilingual T3's AlignmentStreamAnalyzer (thresholds from the model file).")
+        .def(py::init([](PyT3& t3, int n_text) {
+                 const AlignmentParams* p = t3->alignment();
+                 if (!p) throw EngineError("the model's T3 (" + t3->hp().arch + ") has no alignment analyzer");
+                 if (n_text < 1) throw EngineError("n_text must be >= 1");
+                 return std::make_unique<AlignmentAnalyzer>(*p, n_text, t3->hp().stop_speech_token);
+             }), py::arg("t3"), py::arg("n_text"))
+        .def("step", [](AlignmentAnalyzer& self, F32Array logits, F32Array heads, int32_t last_token) {
+            // heads: [n_heads, rows, n_text], the alignment heads' attention over the text.
+            if (heads.ndim() != 3) throw EngineError("heads must be [n_heads, rows, n_text], got " + shape_of(heads));
+            std::vector<float> l = to_vector(logits), h = to_vector(heads);
+            const int n_heads = static_cast<int>(heads.shape(0)), rows = static_cast<int>(heads.shape(1));
+            if (rows < 1 || l.empty()) throw EngineError("empty logits or attention");
+            const bool forced = self.step(l, AlignmentAnalyzer::head_mean(h, n_heads), rows, last_token);
+            return py::make_tuple(to_numpy(l), forced);
+        }, py::arg("logits"), py::arg("heads"), py::arg("last_token"),
+           "One step: (logits as the analyzer leaves them, whether it forced the stop token).")
+        .def_property_readonly("text_position", &AlignmentAnalyzer::text_position)
+        .def_property_readonly("complete", &AlignmentAnalyzer::complete)
+        .def_property_readonly("suppressed", &AlignmentAnalyzer::suppressed);
+
+    m.def("apply_guidance", [](F32Array cond, F32Array uncond, float cfg_weight) {
+        if (cond.size() != uncond.size()) throw EngineError("cond and uncond logits differ in size");
+        std::vector<float> c = to_vector(cond), u = to_vector(uncond);
+        apply_guidance(c.data(), u.data(), c.size(), cfg_weight);
+        return to_numpy(c);
+    }, py::arg("cond"), py::arg("uncond"), py::arg("cfg_weight"), "cond + w * (cond - uncond) in float32.");
+
+    m.def("sampler_process_mtl", [](F32Array logits, I32Array history, float temperature, float top_p,
+                                    float repetition_penalty, float min_p, int top_k) {
+        SamplingParams p = params(temperature, top_k, top_p, repetition_penalty, min_p);
+        p.validate_mtl();
+        std::vector<float> s = to_vector(logits);
+        std::vector<int32_t> h = to_vector(history);
+        released([&] { process_logits_mtl(s, h, p); });
+        return to_numpy(s);
+    }, py::arg("logits"), py::arg("history"), py::arg("temperature"), py::arg("top_p"),
+       py::arg("repetition_penalty"), py::arg("min_p"), py::arg("top_k") = 0,
+       "The Multilingual processors (repetition penalty, temperature, min-p, top-p) on one row of logits.");
 
     m.def("sampler_process", [](F32Array logits, I32Array history, float temperature, int top_k, float top_p,
                                 float repetition_penalty, float min_p) {

@@ -56,7 +56,7 @@ std::vector<float> Mel24k::compute(const float* wav, int64_t n) const {
     const int64_t frames = (n + 2 * pad_ - n_fft_) / hop_ + 1;
     std::vector<float> out(static_cast<size_t>(frames) * n_mels_);
     std::vector<double> frame(n_fft_), power(n_freq_);
-    std::vector<cdouble> scratch(fft_.scratch_size());
+    std::vector<double> scratch(fft_.scratch_size());
     std::vector<float> mag(n_freq_);
     for (int64_t f = 0; f < frames; ++f) {
         reflect_windowed_frame(wav, n, f * hop_ - pad_, window_, frame.data());
@@ -101,7 +101,7 @@ std::vector<float> KaldiFbank::compute(const float* wav, int64_t n) const {
     std::vector<float> out(static_cast<size_t>(frames) * n_mels_);
     std::vector<float> x(win_);
     std::vector<double> frame(n_fft_, 0.0), power(n_freq_);
-    std::vector<cdouble> scratch(fft_.scratch_size());
+    std::vector<double> scratch(fft_.scratch_size());
     for (int64_t t = 0; t < frames; ++t) {
         std::copy(wav + t * hop_, wav + t * hop_ + win_, x.begin());
         if (remove_dc_) {
@@ -146,7 +146,7 @@ std::vector<float> S3TokLogMel::compute(const float* wav, int64_t n, int64_t* n_
     const int64_t frames = n / hop_;  // 1 + n / hop frames, the last one dropped
     std::vector<float> logmel(static_cast<size_t>(n_mels_) * frames);
     std::vector<double> frame(n_fft_), power(n_freq_);
-    std::vector<cdouble> scratch(fft_.scratch_size());
+    std::vector<double> scratch(fft_.scratch_size());
     float peak = -INFINITY;
     for (int64_t t = 0; t < frames; ++t) {
         reflect_windowed_frame(wav, n, t * hop_ - pad, window_, frame.data());

@@ -132,7 +132,7 @@ std::vector<float> VoiceEncoder::mel(const float* wav16k, int64_t n_in) const {
     const int64_t frames = 1 + n / hop_;
     std::vector<float> out(static_cast<size_t>(frames) * n_mels_);
     std::vector<double> frame(n_fft_), power(n_freq_);
-    std::vector<cdouble> scratch(fft_.scratch_size());
+    std::vector<double> scratch(fft_.scratch_size());
     for (int64_t t = 0; t < frames; ++t) {
         reflect_windowed_frame(y.data(), n, t * hop_ - pad, window_, frame.data());  // centred, reflect padded
         fft_.power(frame.data(), power.data(), scratch.data());

@@ -113,12 +113,21 @@ void GraphRunner::run(const GraphInputs& in) {
 }
 
 std::vector<float> GraphRunner::compute(ggml_tensor* out, const GraphInputs& in) {
-    ggml_set_output(out);
-    ggml_build_forward_expand(graph_, out);
+    return std::move(compute(std::vector<ggml_tensor*>{out}, in)[0]);
+}
+
+std::vector<std::vector<float>> GraphRunner::compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in) {
+    for (ggml_tensor* out : outs) {
+        ggml_set_output(out);
+        ggml_build_forward_expand(graph_, out);
+    }
     run(in);
-    std::vector<float> result(ggml_nelements(out));
-    ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
-    return result;
+    std::vector<std::vector<float>> results;
+    for (ggml_tensor* out : outs) {
+        results.emplace_back(ggml_nelements(out));
+        ggml_backend_tensor_get(out, results.back().data(), 0, ggml_nbytes(out));
+    }
+    return results;
 }
 
 }  // namespace cbs

@@ -50,6 +50,8 @@ public:
     ggml_cgraph* graph() const { return graph_; }
     // Allocates, uploads `in`, computes and reads `out` back as float32.
     std::vector<float> compute(ggml_tensor* out, const GraphInputs& in);
+    // The same for several outputs of one graph, in the order given.
+    std::vector<std::vector<float>> compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in);
     // Allocates, uploads `in` and computes graph() (its outputs stay on the device).
     void run(const GraphInputs& in);
     ggml_backend_t backend() const { return backend_; }

@@ -194,14 +194,11 @@ ggml_tensor* Hift::f32_weight(const ModelFile& mf, const std::string& name) {
     return c;
 }
 
-// The FFT size for a conv (0: direct): resblock convs (C -> C, stride 1, odd K, "same"
-// padding) with C a multiple of the 16 channels the FFT kernels take at a time. N = 64
-// measured best for K = 3..11 (K = 3 gains 1.4x in products, K = 11 4.5x).
-static int fft_size(int64_t K, int64_t cin, int64_t cout, int stride, int pad, int dil) {
-    constexpr int N = 64;
-    if (stride != 1 || cin != cout || cin % 16 != 0 || K % 2 == 0 || pad != dil * (K - 1) / 2 || 2 * K > N)
-        return 0;
-    return N;
+// Whether a conv goes through the DFT (tiles of n frames): resblock convs (C -> C, stride
+// 1, odd K, "same" padding) with C a multiple of the 16 channels the FFT kernels take at a
+// time and K at most n / 2.
+static bool fft_conv(int64_t K, int64_t cin, int64_t cout, int stride, int pad, int dil, int n) {
+    return stride == 1 && cin == cout && cin % 16 == 0 && K % 2 == 1 && pad == dil * (K - 1) / 2 && 2 * K <= n;
 }
 
 Hift::Conv Hift::conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil,
@@ -209,9 +206,10 @@ Hift::Conv Hift::conv(const ModelFile& mf, const std::string& name, int stride, 
     const ggml_tensor* w = mf.tensor("hift." + name + ".weight", ne);  // ne [K, Cin, Cout]
     const int64_t K = w->ne[0], cin = w->ne[1], cout = w->ne[2];
     Conv c;
-    c.fft_n = allow_fft ? fft_size(K, cin, cout, stride, pad, dil) : 0;
+    static_assert(kFftTile <= kMaxTile);
+    if (allow_fft && fft_conv(K, cin, cout, stride, pad, dil, kFftTile)) c.fft = &tile_fft_;
     std::vector<float> src = mf.read_f32(w);
-    if (c.fft_n) {
+    if (c.fft) {
         // ne [Cout, Cin, K], output channel fastest (cgemm_kernel's layout)
         std::vector<float> dst(src.size());
         for (int64_t oc = 0; oc < cout; ++oc)

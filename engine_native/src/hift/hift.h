@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "core/fft.h"
 #include "core/ggml_ops.h"
 #include "hift/stft.h"
 #include "core/model_file.h"
@@ -58,7 +59,7 @@ private:
     struct Conv {
         ggml_tensor *w = nullptr, *b = nullptr;  // b ne [Cout]
         int K = 1, cin = 0, cout = 0, stride = 1, pad = 0, dil = 1;
-        int fft_n = 0;        // > 0: through the DFT, of this size
+        const FftPlan<float>* fft = nullptr;  // set: through the DFT, tiles of its length (tile_fft_)
         bool panels = false;  // direct through rgemm (Cout a multiple of 16, dilation 1): w in panels
     };
     struct Snake {
@@ -101,6 +102,10 @@ private:
     std::vector<Up> ups_;
     std::vector<Conv> source_downs_;
     std::vector<ResBlock> source_resblocks_, resblocks_;
+    // The FFT convolutions' transform. Tiles of N = 64 frames measured best for K = 3..11
+    // (K = 3 gains 1.4x in products, K = 11 4.5x).
+    static constexpr int kFftTile = 64;
+    FftPlan<float> tile_fft_{kFftTile};
     HiftStft stft_;                 // the host STFT of the source and ISTFT of the output
     std::vector<float> post_bias_;  // conv_post's bias, added on the host with the ISTFT
 

@@ -106,19 +106,18 @@ struct Hift::Graph {
     // c's bias left pending.
     Sig conv_block(const Conv& c, Sig x, Act act, const Snake* s, const FinishOp* fin = nullptr,
                    ggml_tensor* res = nullptr, ggml_tensor* acc = nullptr) {
-        const int N = c.fft_n;
-        if (N == 0) {
+        if (!c.fft) {
             ggml_tensor* y = conv(c, x.t, x.bias, act, s);
             if (!fin) return {y, c.b};
             return {finish(y, c.b, res, acc, fin->div, fin->post, fin->slope), nullptr};
         }
         const int64_t C = c.cin, L = x.t->ne[1];
+        const int N = c.fft->size(), n_bins = N / 2 + 1;
         const FftGeom geom{N, c.K, c.dil, L};
-        const int n_bins = N / 2 + 1;
         FinishOp f = fin ? *fin : FinishOp{true, false, false, 1.0f, Act::none, 0.0f, nullptr};
         f.has_res = res != nullptr;
         f.has_acc = acc != nullptr;
-        const FftInOp in_op{N, c.K, c.dil, x.bias != nullptr, act, 0.0f, nullptr};
+        const FftInOp in_op{c.fft, c.K, c.dil, x.bias != nullptr, act, 0.0f, nullptr};
         ggml_tensor* args[10];
         int n = 0;
         args[n++] = x.t;
@@ -132,7 +131,7 @@ struct Hift::Graph {
         // the three nodes' spectra stay in L3 instead.
         constexpr int64_t fuse_max_bytes = 8 << 20;
         if (int64_t{n_bins} * 2 * C * C * 4 <= fuse_max_bytes) {
-            wprep_ops.push_back({N, c.K, work()});
+            wprep_ops.push_back({c.fft, c.K, work()});
             ggml_tensor* wargs[1] = {c.w};
             ggml_tensor* W = ggml_custom_4d(ctx, GGML_TYPE_F32, 2 * C * C, n_bins, 1, 1, wargs, 1, wprep_kernel,
                                             GGML_N_TASKS_MAX, &wprep_ops.back());
@@ -152,11 +151,11 @@ struct Hift::Graph {
         const int64_t n_chunks = (geom.tiles() + chunk_tiles(C) - 1) / chunk_tiles(C);
         ggml_tensor* X = ggml_custom_4d(ctx, GGML_TYPE_F32, spec_block(C), n_bins, n_chunks, 1, args, n,
                                         fft_in_kernel, GGML_N_TASKS_MAX, &fft_in_ops.back());
-        cgemm_ops.push_back({N, c.K, geom.tiles(), work()});
+        cgemm_ops.push_back({c.fft, c.K, geom.tiles(), work()});
         ggml_tensor* gargs[2] = {X, c.w};
         ggml_tensor* Y = ggml_custom_4d(ctx, GGML_TYPE_F32, spec_block(C), n_bins, n_chunks, 1, gargs, 2,
                                         cgemm_kernel, GGML_N_TASKS_MAX, &cgemm_ops.back());
-        fft_out_ops.push_back({N, c.K, c.dil, f, work()});
+        fft_out_ops.push_back({c.fft, c.K, c.dil, f, work()});
         ggml_tensor* oargs[4] = {Y, c.b};
         n = 2;
         if (res) oargs[n++] = res;

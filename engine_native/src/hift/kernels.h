@@ -16,6 +16,7 @@
 // Snake is computed in these kernels as the signal is read, with a vectorized sin.
 #pragma once
 
+#include "core/fft.h"
 #include "hift/kernels_simd.h"
 
 namespace cbs::hiftk {
@@ -59,6 +60,11 @@ struct RgemmOp {
 // imaginary parts of one complex FFT. A conv is either one fused node (fconv, when all
 // bins' weights fit in cache) or three (fft_in, cgemm, fft_out).
 
+// The tiles' transform (float twiddles), of length at most kMaxTile (its buffers live on
+// the stack).
+using TileFft = FftPlan<float>;
+constexpr int kMaxTile = 128;
+
 // Geometry of the tiles of one FFT convolution over L frames.
 struct FftGeom {
     int N, K, dil;
@@ -95,7 +101,8 @@ inline int64_t spec_tile_offset(int64_t tile, int64_t C, int n_bins) {
 // The input side of an FFT conv: x, then bias when has_bias, then alpha and inv_alpha
 // when act == snake, from src[first] on.
 struct FftInOp {
-    int N, K, dil;
+    const TileFft* fft;  // of the tile length N
+    int K, dil;
     bool has_bias;
     Act act;
     float slope;
@@ -107,7 +114,8 @@ struct FftInOp {
 // made once into a buffer, then each chunk's block of the bin is read once for all
 // output channels. src: X, wt.
 struct CgemmOp {
-    int N, K;
+    const TileFft* fft;
+    int K;
     int64_t tiles;  // the rest of the last chunk is left alone
     Work* work;
 };
@@ -115,14 +123,16 @@ struct CgemmOp {
 // fft_out: chunked output spectra -> y ne [C, L] through the inverse DFT and finish.
 // src: Y, then finish's b, res, acc.
 struct FftOutOp {
-    int N, K, dil;
+    const TileFft* fft;
+    int K, dil;
     FinishOp fin;
     Work* work;
 };
 
 // wprep: W_f of every bin (N/2 + 1 times 2 C^2 floats) from the conv weight wt, for fconv.
 struct WprepOp {
-    int N, K;
+    const TileFft* fft;
+    int K;
     Work* work;
 };
 

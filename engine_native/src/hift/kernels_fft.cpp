@@ -1,6 +1,5 @@
 // HiFT's FFT convolution kernels (see "FFT convolution" in hift/kernels.h): tiles to
 // spectra, per-bin complex products with the weight's DFT, back to frames and finish.
-#include "core/fft_pow2.h"
 #include "hift/kernels.h"
 
 namespace cbs::hiftk {
@@ -32,22 +31,22 @@ CBS_INL void tile_rows(float* rows, const ActIn& in, const FftGeom& g, int64_t t
 // part and c0+8..c0+15 as the imaginary part of one complex FFT; then
 // A = (Z[f] + conj Z[N-f]) / 2 and B = (Z[f] - conj Z[N-f]) / 2i.
 template <class V>
-CBS_INL void tile_forward(float* spec, int64_t bin_stride, const float* rows, int N, int64_t C,
-                          const FftTables& tab) {
-    V re[128], im[128];
+CBS_INL void tile_forward(float* spec, int64_t bin_stride, const float* rows, int64_t C, const TileFft& fft) {
+    const int N = fft.size();
+    V xr[kMaxTile], xi[kMaxTile], zr[kMaxTile], zi[kMaxTile], sr[kMaxTile], si[kMaxTile];
     for (int64_t c0 = 0; c0 < C; c0 += 16) {
         for (int i = 0; i < N; ++i) {
-            re[tab.rev[i]] = vload<V>(rows + i * C + c0);
-            im[tab.rev[i]] = vload<V>(rows + i * C + c0 + 8);
+            xr[i] = vload<V>(rows + i * C + c0);
+            xi[i] = vload<V>(rows + i * C + c0 + 8);
         }
-        fft_vec<V>(re, im, N, tab, false);
+        fft.forward(xr, xi, zr, zi, sr, si);
         for (int f = 0; f <= N / 2; ++f) {
             const int fc = (N - f) % N;
             float* o = spec + f * bin_stride;
-            vstore(o + c0, (re[f] + re[fc]) * 0.5f);
-            vstore(o + C + c0, (im[f] - im[fc]) * 0.5f);
-            vstore(o + c0 + 8, (im[f] + im[fc]) * 0.5f);
-            vstore(o + C + c0 + 8, (re[fc] - re[f]) * 0.5f);
+            vstore(o + c0, (zr[f] + zr[fc]) * 0.5f);
+            vstore(o + C + c0, (zi[f] - zi[fc]) * 0.5f);
+            vstore(o + c0 + 8, (zi[f] + zi[fc]) * 0.5f);
+            vstore(o + C + c0 + 8, (zr[fc] - zr[f]) * 0.5f);
         }
     }
 }
@@ -55,26 +54,26 @@ CBS_INL void tile_forward(float* spec, int64_t bin_stride, const float* rows, in
 // The tile's output spectra (1/N included) -> its M output frames, finished into y.
 template <class V>
 CBS_INL void tile_inverse(float* y, const float* spec, int64_t bin_stride, const FftGeom& g, int64_t tile, int64_t C,
-                          const FftTables& tab, float* rows, const FinishOp& fin, const FinishArgs& fa) {
+                          const TileFft& fft, float* rows, const FinishOp& fin, const FinishArgs& fa) {
     const int N = g.N, M = g.M();
-    V re[128], im[128];
+    V xr[kMaxTile], xi[kMaxTile], zr[kMaxTile], zi[kMaxTile], sr[kMaxTile], si[kMaxTile];
     for (int64_t c0 = 0; c0 < C; c0 += 16) {
-        // Z = A + iB over all N bins (A, B Hermitian), in bit-reversed order
+        // Z = A + iB over all N bins (A, B Hermitian)
         for (int f = 0; f <= N / 2; ++f) {
             const float* s = spec + f * bin_stride;
             const V ar = vload<V>(s + c0), ai = vload<V>(s + C + c0);
             const V br = vload<V>(s + c0 + 8), bi = vload<V>(s + C + c0 + 8);
-            re[tab.rev[f]] = ar - bi;
-            im[tab.rev[f]] = ai + br;
+            xr[f] = ar - bi;
+            xi[f] = ai + br;
             if (f > 0 && f < N / 2) {
-                re[tab.rev[N - f]] = ar + bi;
-                im[tab.rev[N - f]] = br - ai;
+                xr[N - f] = ar + bi;
+                xi[N - f] = br - ai;
             }
         }
-        fft_vec<V>(re, im, N, tab, true);
+        fft.inverse(xr, xi, zr, zi, sr, si);
         for (int j = 0; j < M; ++j) {
-            vstore(rows + j * C + c0, re[j]);
-            vstore(rows + j * C + c0 + 8, im[j]);
+            vstore(rows + j * C + c0, zr[j]);
+            vstore(rows + j * C + c0 + 8, zi[j]);
         }
     }
     int q;
@@ -91,13 +90,14 @@ CBS_INL void tile_inverse(float* y, const float* spec, int64_t bin_stride, const
 // conv weight wt ne [C (out), C (in), K], as cmul_bin reads it: per 16 output channels
 // and input channel, Wr of the 16 then Wi of the 16 (2 C^2 floats).
 template <class V>
-CBS_INL void weight_bin(float* wf, const float* wt, int64_t C, int K, int N, int f, const FftTables& tab) {
-    float cs[64], sn[64];
+CBS_INL void weight_bin(float* wf, const float* wt, int64_t C, int K, int f, const TileFft& fft) {
+    const int N = fft.size();
+    float cs[kMaxTile / 2], sn[kMaxTile / 2];  // K <= N / 2
     const float scale = 1.0f / static_cast<float>(N);
     for (int k = 0; k < K; ++k) {
-        const int m = (f * k) % N;
-        cs[k] = tab.cos[m] * scale;
-        sn[k] = tab.sin[m] * scale;
+        const int m = (f * k) % N;  // cos and sin of 2 pi m / N
+        cs[k] = fft.w_re(m) * scale;
+        sn[k] = -fft.w_im(m) * scale;
     }
     // tap by tap, reading the weight in order (its taps lie C^2 floats apart)
     for (int64_t co = 0; co < C; co += 16) {
@@ -223,16 +223,15 @@ template <bool kWide>
 CBS_INL void fft_in_body(ggml_tensor* dst, const FftInOp& p) {
     const ActIn in = act_in(p, dst, 0);
     const int64_t C = dst->src[0]->ne[0];
-    const FftGeom g{p.N, p.K, p.dil, dst->src[0]->ne[1]};
-    const int n_bins = p.N / 2 + 1;
-    const FftTables& tab = fft_tables(p.N);
+    const int N = p.fft->size(), n_bins = N / 2 + 1;
+    const FftGeom g{N, p.K, p.dil, dst->src[0]->ne[1]};
     float* out = static_cast<float*>(dst->data);
     thread_local std::vector<float> rows;
-    rows.resize(static_cast<size_t>(p.N * C));
+    rows.resize(static_cast<size_t>(N * C));
     for (int64_t t0, t1; p.work->take(g.tiles(), 4, t0, t1);)
         for (int64_t tile = t0; tile < t1; ++tile) {
             tile_rows<Vec<kWide>>(rows.data(), in, g, tile, C);
-            tile_forward<Vec<kWide>>(out + spec_tile_offset(tile, C, n_bins), spec_block(C), rows.data(), p.N, C, tab);
+            tile_forward<Vec<kWide>>(out + spec_tile_offset(tile, C, n_bins), spec_block(C), rows.data(), C, *p.fft);
         }
 }
 
@@ -242,19 +241,19 @@ CBS_INL void cgemm_body(ggml_tensor* dst, const CgemmOp& p) {
     const ggml_tensor* wt = dst->src[1];
     const int64_t C = wt->ne[0], n_chunks = X->ne[2], ct = chunk_tiles(C);
     const int n_bins = static_cast<int>(X->ne[1]);
-    const FftTables& tab = fft_tables(p.N);
+    const int N = p.fft->size();
     thread_local std::vector<float> wf;
     wf.resize(static_cast<size_t>(2 * C * C));
     for (int64_t f0, f1; p.work->take(n_bins, 1, f0, f1);) {
         const int f = static_cast<int>(f0);
-        weight_bin<Vec<kWide>>(wf.data(), data_f32(wt), C, p.K, p.N, f, tab);
+        weight_bin<Vec<kWide>>(wf.data(), data_f32(wt), C, p.K, f, *p.fft);
         // 16 output channels at a time over all chunks: their part of W_f stays in L1
         // and the bin's spectra (a few hundred KB) in L2.
         for (int64_t co = 0; co < C; co += 16)
             for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
                 const int64_t off = (chunk * n_bins + f) * spec_block(C);
                 cmul_bin<kWide>(static_cast<float*>(dst->data) + off, data_f32(X) + off, wf.data(), C,
-                         std::min(ct, p.tiles - chunk * ct), f == 0 || 2 * f == p.N, co, co + 16);
+                         std::min(ct, p.tiles - chunk * ct), f == 0 || 2 * f == N, co, co + 16);
             }
     }
 }
@@ -263,26 +262,24 @@ template <bool kWide>
 CBS_INL void fft_out_body(ggml_tensor* dst, const FftOutOp& p) {
     const FinishArgs fa = finish_args(p.fin, dst, 1);
     const int64_t C = dst->ne[0];
-    const FftGeom g{p.N, p.K, p.dil, dst->ne[1]};
-    const int n_bins = p.N / 2 + 1;
-    const FftTables& tab = fft_tables(p.N);
+    const int N = p.fft->size(), n_bins = N / 2 + 1;
+    const FftGeom g{N, p.K, p.dil, dst->ne[1]};
     const float* yd = data_f32(dst->src[0]);
     thread_local std::vector<float> rows;
-    rows.resize(static_cast<size_t>(p.N * C));
+    rows.resize(static_cast<size_t>(N * C));
     for (int64_t t0, t1; p.work->take(g.tiles(), 4, t0, t1);)
         for (int64_t tile = t0; tile < t1; ++tile)
             tile_inverse<Vec<kWide>>(static_cast<float*>(dst->data), yd + spec_tile_offset(tile, C, n_bins), spec_block(C), g,
-                         tile, C, tab, rows.data(), p.fin, fa);
+                         tile, C, *p.fft, rows.data(), p.fin, fa);
 }
 
 template <bool kWide>
 CBS_INL void wprep_body(ggml_tensor* dst, const WprepOp& p) {
     const ggml_tensor* wt = dst->src[0];
     const int64_t C = wt->ne[0];
-    const FftTables& tab = fft_tables(p.N);
-    for (int64_t f0, f1; p.work->take(p.N / 2 + 1, 1, f0, f1);) {
+    for (int64_t f0, f1; p.work->take(p.fft->size() / 2 + 1, 1, f0, f1);) {
         const int f = static_cast<int>(f0);
-        weight_bin<Vec<kWide>>(static_cast<float*>(dst->data) + f * 2 * C * C, data_f32(wt), C, p.K, p.N, f, tab);
+        weight_bin<Vec<kWide>>(static_cast<float*>(dst->data) + f * 2 * C * C, data_f32(wt), C, p.K, f, *p.fft);
     }
 }
 
@@ -293,9 +290,8 @@ CBS_INL void fconv_body(ggml_tensor* dst, const FconvOp& p) {
     const float* W = data_f32(dst->src[wsrc]);
     const FinishArgs fa = finish_args(p.fin, dst, wsrc + 1);
     const int64_t C = dst->ne[0], ts = 2 * C, ct = p.chunk, bs = ct * ts + 16;
-    const int N = p.in.N, n_bins = N / 2 + 1;
+    const int N = p.in.fft->size(), n_bins = N / 2 + 1;
     const FftGeom g{N, p.in.K, p.in.dil, dst->ne[1]};
-    const FftTables& tab = fft_tables(N);
     thread_local std::vector<float> rows, spec, tmp;
     rows.resize(static_cast<size_t>(N * C));
     spec.resize(static_cast<size_t>(n_bins * bs));
@@ -305,7 +301,7 @@ CBS_INL void fconv_body(ggml_tensor* dst, const FconvOp& p) {
         const int64_t first = chunk * ct, n_t = std::min(ct, tiles - first);
         for (int64_t t = 0; t < n_t; ++t) {
             tile_rows<Vec<kWide>>(rows.data(), in, g, first + t, C);
-            tile_forward<Vec<kWide>>(spec.data() + t * ts, bs, rows.data(), N, C, tab);
+            tile_forward<Vec<kWide>>(spec.data() + t * ts, bs, rows.data(), C, *p.in.fft);
         }
         for (int f = 0; f < n_bins; ++f) {
             float* sf = spec.data() + f * bs;
@@ -313,7 +309,7 @@ CBS_INL void fconv_body(ggml_tensor* dst, const FconvOp& p) {
             std::memcpy(sf, tmp.data(), static_cast<size_t>(n_t * ts) * sizeof(float));
         }
         for (int64_t t = 0; t < n_t; ++t)
-            tile_inverse<Vec<kWide>>(static_cast<float*>(dst->data), spec.data() + t * ts, bs, g, first + t, C, tab, rows.data(),
+            tile_inverse<Vec<kWide>>(static_cast<float*>(dst->data), spec.data() + t * ts, bs, g, first + t, C, *p.in.fft, rows.data(),
                          p.fin, fa);
     }
 }

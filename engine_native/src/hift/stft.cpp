@@ -16,16 +16,15 @@ std::vector<float> HiftStft::forward(const float* x, int64_t n) const {
     if (n <= pad) throw EngineError("source is too short for the STFT's reflection padding");
     const int64_t n_frames = frames(n);
     std::vector<float> out(static_cast<size_t>(n_frames * (N + 2)));
-    std::vector<double> frame(N);
-    std::vector<cdouble> z(N), scratch(N);
+    std::vector<double> buf(6 * N, 0.0);  // the frame (real, imaginary 0), its DFT, scratch
+    double *fr = buf.data(), *fi = fr + N, *zr = fi + N, *zi = zr + N;
     for (int64_t m = 0; m < n_frames; ++m) {
-        reflect_windowed_frame(x, n, m * hop_ - pad, window_, frame.data());
-        for (int i = 0; i < N; ++i) z[i] = frame[i];
-        plan_.forward(z.data(), z.data(), scratch.data());
+        reflect_windowed_frame(x, n, m * hop_ - pad, window_, fr);
+        plan_.forward(fr, fi, zr, zi, zi + N, zi + 2 * N);
         float* o = out.data() + m * (N + 2);
         for (int k = 0; k < nb; ++k) {
-            o[k] = static_cast<float>(z[k].real());
-            o[nb + k] = static_cast<float>(z[k].imag());
+            o[k] = static_cast<float>(zr[k]);
+            o[nb + k] = static_cast<float>(zi[k]);
         }
     }
     return out;
@@ -36,22 +35,24 @@ std::vector<float> HiftStft::inverse(const std::vector<float>& spec, int64_t spe
     const int N = n_fft_, nb = n_bins(), pad = N / 2;
     const int64_t full = N + hop_ * (n_frames - 1);
     std::vector<double> y(full, 0.0), env(full, 0.0);
-    std::vector<cdouble> z(N), scratch(N);
+    std::vector<double> buf(6 * N);  // the spectrum, its inverse DFT, scratch
+    double *xr = buf.data(), *xi = xr + N, *zr = xi + N, *zi = zr + N;
     for (int64_t m = 0; m < n_frames; ++m) {
-        // The conjugate of the Hermitian spectrum: its forward DFT is the real inverse
-        // DFT (times N) of the spectrum.
+        // The Hermitian spectrum (imaginary parts of DC and Nyquist dropped): its inverse
+        // DFT is real, N times the signal.
         for (int k = 0; k < nb; ++k) {
             const float mag = std::min(std::exp(spec[k * spec_len + m] + b[k]), 100.0f);
             const float ph = std::sin(spec[(nb + k) * spec_len + m] + b[nb + k]);
             const double re = static_cast<double>(mag * std::cos(ph)), im = static_cast<double>(mag * std::sin(ph));
             const bool edge = k == 0 || k == nb - 1;
-            z[k] = cdouble(re, edge ? 0.0 : -im);
-            if (!edge) z[N - k] = cdouble(re, im);
+            xr[k] = re;
+            xi[k] = edge ? 0.0 : im;
+            if (!edge) xr[N - k] = re, xi[N - k] = -im;
         }
-        plan_.forward(z.data(), z.data(), scratch.data());
+        plan_.inverse(xr, xi, zr, zi, zi + N, zi + 2 * N);
         for (int i = 0; i < N; ++i) {
             const double w = window_[i];
-            y[m * hop_ + i] += z[i].real() / N * w;
+            y[m * hop_ + i] += zr[i] / N * w;
             env[m * hop_ + i] += w * w;
         }
     }

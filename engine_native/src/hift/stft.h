@@ -33,7 +33,7 @@ public:
 private:
     int n_fft_ = 0, hop_ = 1;
     std::vector<float> window_;  // periodic Hann, n_fft values
-    FftPlan plan_;
+    FftPlan<double> plan_;
 };
 
 }  // namespace cbs

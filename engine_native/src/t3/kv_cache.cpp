@@ -7,8 +7,10 @@
 
 namespace cbs {
 
-T3Cache::T3Cache(const T3Hparams& hp, ggml_backend_t backend, ggml_type type)
-    : hp_(hp), backend_(backend), type_(type) {}
+T3Cache::T3Cache(const T3Hparams& hp, ggml_backend_t backend, ggml_type type, int n_seq)
+    : hp_(hp), backend_(backend), type_(type), n_seq_(n_seq) {
+    if (n_seq < 1) throw EngineError("a T3 cache needs at least one row");
+}
 
 T3Cache::~T3Cache() {
     if (buf_) ggml_backend_buffer_free(buf_);
@@ -16,7 +18,7 @@ T3Cache::~T3Cache() {
 }
 
 bool T3Cache::holds_prefix(const T3Conditioning& cond) const {
-    return n_prefix_ == 1 + static_cast<int>(cond.prompt_tokens.size()) && prefix_cond_ == cond;
+    return n_prefix_ > 0 && prefix_cond_ == cond;
 }
 
 void T3Cache::acquire() {
@@ -32,16 +34,17 @@ void T3Cache::reserve(int n_tokens) {
     // (T3Gpt2::kStepKvPad) then never stops short of a whole block, which the devices'
     // single-query attention kernels want.
     n_tokens = std::min(GGML_PAD(n_tokens, 256), hp_.n_ctx);
-    // A bigger cache keeps the voice's prefix: its rows move over (per layer and head,
-    // the first n_prefix_ positions), so growing never costs a new prefix pass.
+    // A bigger cache keeps the voice's prefix: its rows move over (per layer, head and
+    // sequence, the first n_prefix_ positions), so growing never costs a new prefix pass.
     const int n_keep = n_prefix_;
     std::vector<std::vector<uint8_t>> kept;
     for (size_t i = 0; n_keep > 0 && i < k_.size(); ++i)
         for (ggml_tensor* t : {k_[i], v_[i]})
-            for (int64_t h = 0; h < t->ne[2]; ++h) {
-                kept.emplace_back(n_keep * t->nb[1]);
-                ggml_backend_tensor_get(t, kept.back().data(), h * t->nb[2], kept.back().size());
-            }
+            for (int64_t s = 0; s < t->ne[3]; ++s)
+                for (int64_t h = 0; h < t->ne[2]; ++h) {
+                    kept.emplace_back(n_keep * t->nb[1]);
+                    ggml_backend_tensor_get(t, kept.back().data(), h * t->nb[2] + s * t->nb[3], kept.back().size());
+                }
     if (buf_) ggml_backend_buffer_free(buf_);
     if (ctx_) ggml_free(ctx_);
     buf_ = nullptr;
@@ -53,8 +56,8 @@ void T3Cache::reserve(int n_tokens) {
     v_.clear();
     const int D = hp_.head_dim();
     for (int il = 0; il < hp_.n_layer; ++il) {
-        k_.push_back(ggml_new_tensor_3d(ctx_, type_, D, n_tokens, hp_.n_head));
-        v_.push_back(ggml_new_tensor_3d(ctx_, type_, D, n_tokens, hp_.n_head));
+        k_.push_back(ggml_new_tensor_4d(ctx_, type_, D, n_tokens, hp_.n_head, n_seq_));
+        v_.push_back(ggml_new_tensor_4d(ctx_, type_, D, n_tokens, hp_.n_head, n_seq_));
     }
     buf_ = ggml_backend_alloc_ctx_tensors(ctx_, backend_);
     if (!buf_) throw std::bad_alloc();
@@ -65,8 +68,9 @@ void T3Cache::reserve(int n_tokens) {
     size_t next = 0;
     for (size_t i = 0; n_keep > 0 && i < k_.size(); ++i)
         for (ggml_tensor* t : {k_[i], v_[i]})
-            for (int64_t h = 0; h < t->ne[2]; ++h, ++next)
-                ggml_backend_tensor_set(t, kept[next].data(), h * t->nb[2], kept[next].size());
+            for (int64_t s = 0; s < t->ne[3]; ++s)
+                for (int64_t h = 0; h < t->ne[2]; ++h, ++next)
+                    ggml_backend_tensor_set(t, kept[next].data(), h * t->nb[2] + s * t->nb[3], kept[next].size());
     n_prefix_ = n_keep;
 }
 

@@ -1,6 +1,8 @@
 // T3's KV cache, owned by a generation session (a token stream), not by the model:
-// per layer K and V as [head_dim, n_cache, n_head], the layout ggml_flash_attn_ext
-// reads directly (a view of the first n_kv positions).
+// per layer K and V as [head_dim, n_cache, n_head, n_seq], the layout ggml_flash_attn_ext
+// reads directly (a view of the first n_kv positions). n_seq is 1, or 2 for the
+// Multilingual T3's classifier-free guidance: a pair of caches, row 0 conditional and
+// row 1 unconditional, that share the conditioning prefix.
 //
 // A cache remembers which conditioning's keys and values occupy its first positions
 // (the voice prefix): a later prompt with the same conditioning reuses them, and
@@ -18,7 +20,7 @@ namespace cbs {
 
 class T3Cache {
 public:
-    T3Cache(const T3Hparams& hp, ggml_backend_t backend, ggml_type type);
+    T3Cache(const T3Hparams& hp, ggml_backend_t backend, ggml_type type, int n_seq = 1);
     ~T3Cache();
     T3Cache(const T3Cache&) = delete;
     T3Cache& operator=(const T3Cache&) = delete;
@@ -27,12 +29,23 @@ public:
     // bigger cache keeps the voice prefix.
     void reserve(int n_tokens);
     int size() const { return n_cache_; }
+    int n_seq() const { return n_seq_; }
     ggml_tensor* k(int layer) const { return k_[layer]; }
     ggml_tensor* v(int layer) const { return v_[layer]; }
 
     // Positions written so far (the next token goes at n_past).
     int n_past = 0;
-    // Whether positions [0, 1 + prompt tokens) hold `cond`'s keys and values.
+    // Rows the last prompt ran (1, or 2 with guidance); step() runs as many.
+    int n_rows = 1;
+    // Speech tokens fed so far: the learned speech position of the next one (llama).
+    int n_speech = 0;
+    // The alignment heads' attention over the text in the last call (llama; empty
+    // otherwise): [heads][rows][align_cols], rows = the speech positions of that call,
+    // columns = the text, which starts at KV position align_col0.
+    std::vector<float> align;
+    int align_rows = 0, align_cols = 0, align_col0 = 0;
+
+    // Whether the first positions hold `cond`'s keys and values (the voice prefix).
     bool holds_prefix(const T3Conditioning& cond) const;
     void set_prefix(const T3Conditioning& cond, int n) {
         prefix_cond_ = cond;
@@ -52,6 +65,7 @@ private:
     ggml_context* ctx_ = nullptr;
     ggml_backend_buffer_t buf_ = nullptr;
     std::vector<ggml_tensor*> k_, v_;
+    int n_seq_ = 1;
     int n_cache_ = 0;
     T3Conditioning prefix_cond_;
     int n_prefix_ = 0;

@@ -31,6 +31,15 @@ void SamplingParams::validate_processors() const {
     check_option("min_p", min_p);
 }
 
+void SamplingParams::validate_mtl() const {
+    check_option("temperature", temperature);
+    if (top_k != 0) check_option("top_k", top_k);
+    check_option("top_p", top_p);
+    check_option("repetition_penalty", repetition_penalty);
+    check_option("min_p", min_p);
+    if (!std::isfinite(cfg_weight)) throw ParameterError("cfg_weight must be a finite number");
+}
+
 std::vector<float> softmax(const std::vector<float>& logits) {
     const float mx = *std::max_element(logits.begin(), logits.end());
     std::vector<float> p(logits.size());
@@ -101,6 +110,25 @@ void process_logits(std::vector<float>& s, const std::vector<int32_t>& history, 
     if (p.top_p < 1.0f) top_p_filter(s, p.top_p);
     if (p.min_p > 0.0f) min_p_filter(s, p.min_p);
     if (p.repetition_penalty != 1.0f) repetition_penalty(s, history, p.repetition_penalty);
+}
+
+void process_logits_mtl(std::vector<float>& s, const std::vector<int32_t>& history, const SamplingParams& p) {
+    if (s.empty()) return;
+    repetition_penalty(s, history, p.repetition_penalty);
+    if (p.temperature != 1.0f)
+        for (float& v : s) v = v / p.temperature;
+    if (p.min_p > 0.0f) min_p_filter(s, p.min_p);
+    // At top_p = 1 HF's warper only drops tokens of probability 0: nothing to do.
+    if (p.top_p < 1.0f) top_p_filter(s, p.top_p);
+    if (p.top_k > 0) top_k_filter(s, p.top_k);
+}
+
+void apply_guidance(float* cond, const float* uncond, size_t n, float w) {
+    for (size_t i = 0; i < n; ++i) {
+        const float diff = cond[i] - uncond[i];
+        const float scaled = w * diff;  // separate roundings, as torch's three ops
+        cond[i] = cond[i] + scaled;
+    }
 }
 
 int32_t Sampler::draw(const std::vector<float>& processed) {

@@ -7,20 +7,6 @@
 
 namespace cbs {
 
-std::unique_ptr<T3Model> make_t3(const ModelFile& mf, ggml_backend_t backend) {
-    const std::string arch = mf.get_string("chatterbox.t3.arch");
-    if (arch == "gpt2") return std::make_unique<T3Gpt2>(mf, backend);
-    throw ModelError(mf.path() + ": T3 architecture '" + arch + "' is not supported by this engine (known: gpt2)");
-}
-
-// [n, n] causal mask for a prompt from an empty cache: 0 on and below the diagonal.
-static ggml_tensor* causal_mask(ggml_context* ctx, GraphInputs& in, int n) {
-    std::vector<ggml_fp16_t> m(static_cast<size_t>(n) * n);
-    for (int i = 0; i < n; ++i)
-        for (int j = 0; j < n; ++j) m[static_cast<size_t>(i) * n + j] = ggml_fp32_to_fp16(j <= i ? 0.0f : -INFINITY);
-    return in.f16_mask(ctx, std::move(m), n, n);
-}
-
 T3Gpt2::T3Gpt2(const ModelFile& mf, ggml_backend_t backend)
     : hp_(T3Hparams::from(mf)), backend_(backend), runner_(backend) {
     const int64_t E = hp_.n_embd, F = hp_.n_ff;
@@ -89,12 +75,6 @@ ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& ca
     return x;
 }
 
-static void check_ids(const std::vector<int32_t>& ids, int vocab, const char* what) {
-    for (int32_t id : ids)
-        if (id < 0 || id >= vocab)
-            throw EngineError(std::string(what) + " token id " + std::to_string(id) + " is outside [0, " + std::to_string(vocab) + ")");
-}
-
 // Keys and values of [speaker, prompt speech] at positions 0 .. n_cond - 1.
 void T3Gpt2::run_prefix(T3Cache& cache, const T3Conditioning& cond) {
     const int n_cond = 1 + static_cast<int>(cond.prompt_tokens.size());
@@ -110,7 +90,7 @@ void T3Gpt2::run_prefix(T3Cache& cache, const T3Conditioning& cond) {
     for (int i = 0; i < n_cond; ++i) pos[i] = i;
     ggml_tensor* rows = in.ids(ctx, pos);
     x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, rows));
-    x = transformer(ctx, gf, cache, x, n_cond, n_cond, causal_mask(ctx, in, n_cond), rows);
+    x = transformer(ctx, gf, cache, x, n_cond, n_cond, causal_mask(ctx, in, n_cond, n_cond), rows);
     runner_.compute(ggml_view_1d(ctx, x, 1, 0), in);  // the graph's point is the cache writes
     cache.set_prefix(cond, n_cond);
 }
@@ -120,9 +100,9 @@ std::vector<float> T3Gpt2::prompt(T3Cache& cache, const T3Conditioning& cond, co
     if (static_cast<int>(cond.speaker_emb.size()) != hp_.speaker_embed_size)
         throw VoiceError("speaker embedding has " + std::to_string(cond.speaker_emb.size()) + " values; T3 expects " +
                          std::to_string(hp_.speaker_embed_size));
-    check_ids(cond.prompt_tokens, hp_.speech_vocab, "prompt speech");
-    check_ids(text, hp_.text_vocab, "text");
-    check_ids(speech, hp_.speech_vocab, "speech");
+    check_token_ids(cond.prompt_tokens, hp_.speech_vocab, "prompt speech");
+    check_token_ids(text, hp_.text_vocab, "text");
+    check_token_ids(speech, hp_.speech_vocab, "speech");
     const int n_tok = 1 + static_cast<int>(cond.prompt_tokens.size() + text.size() + speech.size());
     if (n_out < 1 || n_out > static_cast<int>(speech.size())) throw EngineError("n_out must be within the speech tokens");
     std::lock_guard<std::mutex> lock(mutex_);
@@ -142,11 +122,7 @@ std::vector<float> T3Gpt2::prompt(T3Cache& cache, const T3Conditioning& cond, co
     for (int i = 0; i < n_new; ++i) pos[i] = n_cond + i;
     ggml_tensor* rows = in.ids(ctx, pos);
     x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, rows));
-    std::vector<ggml_fp16_t> mask(static_cast<size_t>(n_tok) * n_new);
-    for (int i = 0; i < n_new; ++i)
-        for (int j = 0; j < n_tok; ++j)
-            mask[static_cast<size_t>(i) * n_tok + j] = ggml_fp32_to_fp16(j <= n_cond + i ? 0.0f : -INFINITY);
-    x = transformer(ctx, gf, cache, x, n_new, n_tok, in.f16_mask(ctx, std::move(mask), n_tok, n_new), rows);
+    x = transformer(ctx, gf, cache, x, n_new, n_tok, causal_mask(ctx, in, n_tok, n_new), rows);
     x = ggml_view_2d(ctx, x, hp_.n_embd, n_out, x->nb[1], (n_new - n_out) * x->nb[1]);
     x = layer_norm(ctx, x, ln_f_w_, ln_f_b_, hp_.ln_eps);
     ggml_tensor* logits = linear(ctx, x, head_w_, head_b_);
@@ -156,7 +132,7 @@ std::vector<float> T3Gpt2::prompt(T3Cache& cache, const T3Conditioning& cond, co
 }
 
 std::vector<float> T3Gpt2::step(T3Cache& cache, int32_t speech_token) {
-    check_ids({speech_token}, hp_.speech_vocab, "speech");
+    check_token_ids({speech_token}, hp_.speech_vocab, "speech");
     std::lock_guard<std::mutex> lock(mutex_);
     if (cache.n_past == 0) throw EngineError("T3 step() before prompt()");
     if (cache.n_past + 1 > cache.size())

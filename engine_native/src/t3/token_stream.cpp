@@ -8,7 +8,9 @@ SpeechTokenStream::SpeechTokenStream(T3Model& t3, std::shared_ptr<T3Cache> cache
                                      const std::vector<int32_t>& text, const SamplingParams& params, int max_tokens,
                                      uint64_t seed)
     : t3_(t3), cache_(std::move(cache)), params_(params), max_tokens_(max_tokens), sampler_(seed) {
-    params_.validate();
+    const AlignmentParams* align = t3.alignment();
+    if (align) params_.validate_mtl();
+    else params_.validate();
     check_option("max_tokens", max_tokens);
     check_option("seed", seed);
     if (!cache_) cache_ = t3.new_cache();
@@ -16,12 +18,35 @@ SpeechTokenStream::SpeechTokenStream(T3Model& t3, std::shared_ptr<T3Cache> cache
     holds_cache_ = true;
     try {
         const int start = t3.hp().start_speech_token;
-        logits_ = t3.prompt(*cache_, cond, text, {start}, 1, max_tokens);
-        process_logits(logits_, {start}, params_);  // the reference's first input_ids are the start token
+        T3Conditioning c = cond;
+        c.guidance = align && params_.cfg_weight > 0.0f;
+        logits_ = t3.prompt(*cache_, c, text, {start}, 1, max_tokens);
+        if (align) {
+            analyzer_.emplace(*align, static_cast<int>(text.size()), t3.hp().stop_speech_token);
+            history_ = {start};
+        }
+        process(start);  // the reference's first input_ids are the start token
     } catch (...) {
         finish();
         throw;
     }
+}
+
+void SpeechTokenStream::process(int32_t last_token) {
+    if (!analyzer_) {
+        process_logits(logits_, tokens_.empty() ? std::vector<int32_t>{last_token} : tokens_, params_);
+        return;
+    }
+    const size_t V = static_cast<size_t>(t3_.hp().speech_vocab);
+    if (cache_->n_rows == 2) apply_guidance(logits_.data(), logits_.data() + V, V, params_.cfg_weight);
+    logits_.resize(V);
+    const T3Cache& c = *cache_;
+    const int per_head = c.align_rows * c.align_cols;
+    if (per_head > 0 && !c.align.empty()) {
+        const int n_heads = static_cast<int>(c.align.size()) / per_head;
+        forced_ = analyzer_->step(logits_, AlignmentAnalyzer::head_mean(c.align, n_heads), c.align_rows, last_token);
+    }
+    process_logits_mtl(logits_, history_, params_);
 }
 
 SpeechTokenStream::~SpeechTokenStream() { finish(); }
@@ -63,13 +88,14 @@ std::vector<int32_t> SpeechTokenStream::next(int n) {
             break;
         }
         if (!holds_cache_) break;  // unreachable: only finish() gives the cache up
+        if (analyzer_) history_.push_back(token);
         try {
             logits_ = t3_.step(*cache_, token);
         } catch (...) {
             finish();
             throw;
         }
-        process_logits(logits_, tokens_, params_);
+        process(token);
     }
     if (!done_ && (cancelled_ || static_cast<int>(out.size()) < n)) finish();
     return out;

@@ -1,10 +1,14 @@
-// T3.inference_turbo as a resumable loop over a KV cache the stream holds exclusively.
+// T3's decode loop as a resumable loop over a KV cache the stream holds exclusively:
+// `T3.inference_turbo` (Turbo, Nano), or `T3.inference` for a T3 with an alignment
+// analyzer (Multilingual: guidance over the cache's two rows when cfg_weight > 0, the
+// analyzer, then the MTL processors; the repetition history starts with the start token).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "t3/sampler.h"
@@ -39,8 +43,13 @@ public:
     std::vector<int32_t> tokens() const;
     const std::shared_ptr<T3Cache>& cache() const { return cache_; }
 
+    // Multilingual: whether the analyzer forced the stop token for the next draw.
+    bool forced_stop() const { return forced_; }
+
 private:
     void finish();
+    // Turns the model's logits for the next draw into processed logits.
+    void process(int32_t last_token);
 
     T3Model& t3_;
     std::shared_ptr<T3Cache> cache_;
@@ -50,6 +59,9 @@ private:
     Sampler sampler_;
     std::vector<float> logits_;  // for the next draw, already processed
     std::vector<int32_t> tokens_;
+    std::optional<AlignmentAnalyzer> analyzer_;  // Multilingual only
+    std::vector<int32_t> history_;               // Multilingual: start token + tokens
+    std::atomic<bool> forced_{false};
     std::atomic<bool> done_{false};
     std::atomic<bool> cancelled_{false};
     mutable std::mutex mutex_;  // held by next(), close() and tokens()

@@ -1,0 +1,91 @@
+// T3 for Multilingual (chatterbox.t3.arch = "llama"): the Llama-520M decoder (RMSNorm,
+// RoPE with llama3 frequency scaling, SwiGLU, no biases) over
+//   [speaker, perceiver(prompt speech), emotion] [text] [speech]
+// with learned text and speech position tables, run as `T3.inference` runs it:
+// - the prompt's speech starts with the start-of-speech token twice, both at learned
+//   speech position 0 (prepare_input_embeds' token, then inference's bos_embed); a later
+//   speech token j (prompt or step) is at learned position j, while RoPE positions are
+//   the KV positions;
+// - with guidance (T3Conditioning::guidance) every call runs two rows in one batch:
+//   row 0 conditional, row 1 with the text's token embeddings zeroed (position
+//   embeddings only), each over its own half of a two-row cache. The conditioning
+//   prefix is the same in both rows and runs once.
+// - the alignment heads (chatterbox.t3.align.heads, (layer, head) pairs) of row 0 leave
+//   their post-softmax attention over the text in the cache for the alignment analyzer.
+// Every dimension comes from the GGUF (MULTILINGUAL.md sections 2-5).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "core/ggml_ops.h"
+#include "t3/t3_model.h"
+
+namespace cbs {
+
+class T3Llama final : public T3Model {
+public:
+    T3Llama(const ModelFile& mf, ggml_backend_t backend);
+
+    const T3Hparams& hp() const override { return hp_; }
+    std::unique_ptr<T3Cache> new_cache() const override;  // two rows (guidance)
+    std::vector<float> prompt(T3Cache& cache, const T3Conditioning& cond, const std::vector<int32_t>& text,
+                              const std::vector<int32_t>& speech, int n_out, int reserve_tokens) override;
+    std::vector<float> step(T3Cache& cache, int32_t speech_token) override;
+    const AlignmentParams* alignment() const override { return &align_params_; }
+
+    // Parity seams. The conditioning embeddings [cond_len][n_embd] (prepare_conditioning),
+    // and the input embeddings of a prompt [rows][cond_len + text + 1 + speech][n_embd].
+    std::vector<float> conditioning(const T3Conditioning& cond);
+    std::vector<float> input_embeddings(const T3Conditioning& cond, const std::vector<int32_t>& text,
+                                        const std::vector<int32_t>& speech);
+    int cond_len(const T3Conditioning& cond) const;
+    int n_align_heads() const { return static_cast<int>(align_.size()); }
+    // RoPE frequencies after the llama3 scaling [head_dim / 2] (HF's rotary inv_freq).
+    const std::vector<float>& inv_freq() const { return inv_freq_; }
+
+private:
+    struct Layer {
+        ggml_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *gate, *up, *down;
+    };
+    struct AlignHead {
+        int layer, head;
+    };
+    // The alignment taps one graph computes: rows [row0, row0 + n_rows) of its new
+    // positions, text columns [col0, col0 + n_cols).
+    struct TapSpec {
+        int row0 = 0, n_rows = 0, col0 = 0, n_cols = 0;
+        std::vector<ggml_tensor*> out;  // one [n_cols, n_rows] per alignment head
+    };
+
+    void validate(const T3Conditioning& cond, const std::vector<int32_t>& text,
+                  const std::vector<int32_t>& speech) const;
+    ggml_tensor* build_cond(ggml_context* ctx, GraphInputs& in, const T3Conditioning& cond);
+    ggml_tensor* perceiver_block(ggml_context* ctx, ggml_tensor* x1, ggml_tensor* x2);
+    ggml_tensor* build_inputs(ggml_context* ctx, GraphInputs& in, const std::vector<int32_t>& text,
+                              const std::vector<int32_t>& speech, int first_speech_pos, int rows);
+    ggml_tensor* rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin);
+    ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInputs& in, T3Cache& cache, ggml_tensor* x,
+                             int n_new, int rows, bool all_seqs, ggml_tensor* mask, TapSpec* taps);
+    ggml_tensor* head(ggml_context* ctx, ggml_tensor* x, int n_new, int rows, int n_out);
+    void run_prefix(T3Cache& cache, const T3Conditioning& cond);
+    std::vector<float> finish(T3Cache& cache, ggml_tensor* logits, TapSpec& taps, const GraphInputs& in);
+
+    T3Hparams hp_;
+    ggml_backend_t backend_;
+    int n_query_ = 0, perceiver_heads_ = 0, text_pos_len_ = 0, speech_pos_len_ = 0;
+    float perceiver_eps_ = 1e-5f;
+    std::vector<float> inv_freq_;  // RoPE frequencies after llama3 scaling, [head_dim / 2]
+    std::vector<AlignHead> align_;
+    AlignmentParams align_params_;
+    ggml_tensor *text_emb_, *speech_emb_, *text_pos_, *speech_pos_, *norm_, *head_w_;
+    ggml_tensor *spkr_w_, *spkr_b_, *emotion_w_ = nullptr;
+    ggml_tensor *pq_, *p_norm_w_, *p_norm_b_, *p_q_w_, *p_q_b_, *p_k_w_, *p_k_b_, *p_v_w_, *p_v_b_, *p_o_w_, *p_o_b_;
+    std::vector<Layer> layers_;
+    ggml_type cache_type_ = GGML_TYPE_F32;  // F32 weights: F32 cache (parity); else F16
+    GraphRunner runner_;
+    std::mutex mutex_;  // one graph at a time through runner_
+};
+
+}  // namespace cbs

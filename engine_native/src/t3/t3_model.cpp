@@ -1,0 +1,36 @@
+#include "t3/t3_model.h"
+
+#include <cmath>
+#include <string>
+
+#include "ggml-cpu.h"
+
+#include "t3/t3_gpt2.h"
+#include "t3/t3_llama.h"
+
+namespace cbs {
+
+std::unique_ptr<T3Model> make_t3(const ModelFile& mf, ggml_backend_t backend) {
+    const std::string arch = mf.get_string("chatterbox.t3.arch");
+    if (arch == "gpt2") return std::make_unique<T3Gpt2>(mf, backend);
+    if (arch == "llama") return std::make_unique<T3Llama>(mf, backend);
+    throw ModelError(mf.path() + ": T3 architecture '" + arch + "' is not supported by this engine (known: gpt2, llama)");
+}
+
+void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* what) {
+    for (int32_t id : ids)
+        if (id < 0 || id >= vocab)
+            throw EngineError(std::string(what) + " token id " + std::to_string(id) + " is outside [0, " +
+                              std::to_string(vocab) + ")");
+}
+
+ggml_tensor* causal_mask(ggml_context* ctx, GraphInputs& in, int n_kv, int n_new) {
+    std::vector<ggml_fp16_t> m(static_cast<size_t>(n_kv) * n_new);
+    const int past = n_kv - n_new;
+    for (int i = 0; i < n_new; ++i)
+        for (int j = 0; j < n_kv; ++j)
+            m[static_cast<size_t>(i) * n_kv + j] = ggml_fp32_to_fp16(j <= past + i ? 0.0f : -INFINITY);
+    return in.f16_mask(ctx, std::move(m), n_kv, n_new);
+}
+
+}  // namespace cbs
