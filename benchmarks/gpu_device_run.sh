@@ -3,7 +3,7 @@
 # the GPU tests and the benchmarks, every log under $OUT. Run from the folder that holds
 #   src/      this repository's files          ggml/  the pinned ggml tree
 #   cpu/      CPU backend modules built elsewhere (every x86-64 variant; optional)
-#   vulkan/   libggml-vulkan.so built elsewhere (optional)   .gl/  Vulkan loader debs
+#   vulkan/   libggml-vulkan.so.xz built elsewhere (optional)   ../.gl/  Vulkan loader debs
 #   whl/      wheels missing there (gguf)      turbo.skel.gguf (benchmarks/model_skeleton.py)
 # STAGES (default "build tests bench") picks what runs, BENCH the device/quant pairs,
 # DEADLINE (s after T0, a date +%s) skips benchmarks started later; a build, models left by an earlier run on
@@ -33,19 +33,22 @@ if [ ! -s $M/turbo-f32.gguf ]; then
   model_pid=$!
 fi
 
-if [[ " $stages " == *" build "* ]] && [ ! -e $B/engine_native/libggml-cuda.so ]; then
-  log "build: cmake (CUDA sm_90, CPU module for this machine); flags in the environment: $(env | grep -iE '^(C|CXX|LD|CPP|CUDA)FLAGS=' | tr '\n' ' ')"
+gpu=${BUILD_GPU:-cuda}  # what this machine builds (none: only the carried modules' GPUs)
+if [[ " $stages " == *" build "* ]] && ! ls $B/engine_native/_core*.so > /dev/null 2>&1; then
+  log "build: cmake (CBS_GPU=$gpu, CUDA sm_90, CPU module for this machine); flags in the environment: $(env | grep -iE '^(C|CXX|LD|CPP|CUDA)FLAGS=' | tr '\n' ' ')"
   # The image's compiler flags (a static C++ runtime in each library breaks iostreams
   # across them) are not this build's.
   unset CFLAGS CXXFLAGS LDFLAGS CPPFLAGS
-  cmake -S src -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_SOURCE_DIR="$here/ggml" -DCBS_GPU=cuda \
+  cmake -S src -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_SOURCE_DIR="$here/ggml" -DCBS_GPU=$gpu \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DCBS_CPU_ALL_VARIANTS=OFF \
     -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v python3)" > "$OUT/build.log" 2>&1 \
   && cmake --build $B -j"$(nproc)" >> "$OUT/build.log" 2>&1
   log "build: exit $? ($(grep -c 'Building CUDA' "$OUT/build.log") CUDA objects)"
 fi
 # The portable CPU modules (a wheel's) and the Vulkan module, beside the ones built here.
-cp -f cpu/libggml-cpu-*.so vulkan/libggml-vulkan.so $B/engine_native/ 2>/dev/null
+cp -f cpu/libggml-cpu-*.so $B/engine_native/ 2>/dev/null
+[ -f vulkan/libggml-vulkan.so.xz ] && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+  vulkan/libggml-vulkan.so.xz $B/engine_native/libggml-vulkan.so
 cp -f $B/engine_native/*.so src/engine_native/
 ls -la $B/engine_native/*.so >> "$OUT/steps.log" 2>&1
 echo "libstdc++ symbols defined in libggml.so: $(nm -D --defined-only $B/engine_native/libggml.so | grep -c ' _ZNSt')" >> "$OUT/steps.log"
@@ -86,7 +89,7 @@ if [[ " $stages " == *" bench "* ]]; then
   done
 fi
 if [[ " $stages " == *" tests "* ]]; then
-  log "tests: gpu (cuda:0)"
+  log "tests: gpu (${CBS_TEST_DEVICE:-the first GPU})"
   for sel in "not greedy" "greedy"; do
     CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py -k "$sel" \
       >> "$OUT/tests.log" 2>&1
