@@ -3,10 +3,10 @@
 # the GPU tests and the benchmarks, every log under $OUT. Run from the folder that holds
 #   src/      this repository's files          ggml/  the pinned ggml tree
 #   cpu/      CPU backend modules built elsewhere (every x86-64 variant; optional)
-#   vulkan/   libggml-vulkan.so built elsewhere (optional)   .gl/  Vulkan loader debs
+#   vulkan/   libggml-vulkan.so.xz built elsewhere (optional)   ../.gl/  Vulkan loader debs
 #   whl/      wheels missing there (gguf)      turbo.skel.gguf (benchmarks/model_skeleton.py)
 # STAGES (default "build tests bench") picks what runs, BENCH the device/quant pairs,
-# DEADLINE (s) skips benchmarks started later; a build, models left by an earlier run on
+# DEADLINE (s after T0, a date +%s) skips benchmarks started later; a build, models left by an earlier run on
 # the same machine are reused.
 set -u
 here=$(pwd)
@@ -33,20 +33,29 @@ if [ ! -s $M/turbo-f32.gguf ]; then
   model_pid=$!
 fi
 
-if [[ " $stages " == *" build "* ]] && [ ! -e $B/engine_native/libggml-cuda.so ]; then
-  log "build: cmake (CUDA sm_90, CPU module for this machine)"
-  cmake -S src -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_SOURCE_DIR="$here/ggml" -DCBS_GPU=cuda \
+gpu=${BUILD_GPU:-cuda}  # what this machine builds (none: only the carried modules' GPUs)
+if [[ " $stages " == *" build "* ]] && ! ls $B/engine_native/_core*.so > /dev/null 2>&1; then
+  log "build: cmake (CBS_GPU=$gpu, CUDA sm_90, CPU module for this machine); flags in the environment: $(env | grep -iE '^(C|CXX|LD|CPP|CUDA)FLAGS=' | tr '\n' ' ')"
+  # The image's compiler flags (a static C++ runtime in each library breaks iostreams
+  # across them) are not this build's.
+  unset CFLAGS CXXFLAGS LDFLAGS CPPFLAGS
+  cmake -S src -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_SOURCE_DIR="$here/ggml" -DCBS_GPU=$gpu \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DCBS_CPU_ALL_VARIANTS=OFF \
     -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v python3)" > "$OUT/build.log" 2>&1 \
   && cmake --build $B -j"$(nproc)" >> "$OUT/build.log" 2>&1
   log "build: exit $? ($(grep -c 'Building CUDA' "$OUT/build.log") CUDA objects)"
 fi
 # The portable CPU modules (a wheel's) and the Vulkan module, beside the ones built here.
-cp -f cpu/libggml-cpu-*.so vulkan/libggml-vulkan.so $B/engine_native/ 2>/dev/null
+cp -f cpu/libggml-cpu-*.so $B/engine_native/ 2>/dev/null
+[ -f vulkan/libggml-vulkan.so.xz ] && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+  vulkan/libggml-vulkan.so.xz $B/engine_native/libggml-vulkan.so
 cp -f $B/engine_native/*.so src/engine_native/
 ls -la $B/engine_native/*.so >> "$OUT/steps.log" 2>&1
+echo "libstdc++ symbols defined in libggml.so: $(nm -D --defined-only $B/engine_native/libggml.so | grep -c ' _ZNSt')" >> "$OUT/steps.log"
 cd src
-cli() { python3 -c "import sys; from app.cli.main import main; sys.exit(main(sys.argv[1:]))" "$@"; }
+printf '#!/bin/sh\nexec python3 -c "import sys; from app.cli.main import main; sys.exit(main(sys.argv[1:]))" "$@"\n' > /tmp/cbs
+chmod +x /tmp/cbs
+cli() { /tmp/cbs "$@"; }
 cli info > "$OUT/info.txt" 2>&1
 for v in haswell x64 nonesuch; do echo "== CBS_CPU_VARIANT=$v" >> "$OUT/info.txt"; CBS_CPU_VARIANT=$v cli info >> "$OUT/info.txt" 2>&1; done
 echo "== CBS_GPU=none" >> "$OUT/info.txt"; CBS_GPU=none cli info >> "$OUT/info.txt" 2>&1
@@ -61,24 +70,33 @@ for q in f16 q4_0; do
   fi
 done
 
-if [[ " $stages " == *" tests "* ]]; then
-  log "tests: gpu (cuda:0)"
-  CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 300 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py \
-    > "$OUT/tests.log" 2>&1
-  log "tests: $(tail -1 "$OUT/tests.log")"
+if [[ " $stages " == *" debug "* ]] && [ -f "$here/debug.py" ]; then
+  log "debug: $here/debug.py under cuda-gdb"
+  timeout 120 cuda-gdb -q -batch -ex "set pagination off" -ex run -ex bt -ex "thread apply all bt 8" \
+    --args python3 "$here/debug.py" $M/turbo-f32.gguf > /tmp/debug.log 2>&1
+  log "debug: exit $?"; grep -v "^\[New Thread\|^\[Thread" /tmp/debug.log | tail -150 >> "$OUT/steps.log"
 fi
 
 if [[ " $stages " == *" bench "* ]]; then
   for dq in ${BENCH:-cuda:0/f32 cuda:0/q4_0 cuda:0/f16 vulkan:0/f32 vulkan:0/q4_0}; do
     d=${dq%/*} q=${dq#*/}
-    if [ $SECONDS -gt ${DEADLINE:-100000} ]; then log "bench $dq: skipped (past ${DEADLINE} s)"; continue; fi
+    if [ $(( $(date +%s) - ${T0:-0} )) -gt ${DEADLINE:-100000000000} ]; then log "bench $dq: skipped (past ${DEADLINE} s)"; continue; fi
     for i in $(seq 90); do [ -s $M/turbo-$q.gguf ] && break; sleep 2; done
     log "bench $d $q"
     echo "== bench $d $q" >> "$OUT/bench.txt"
-    timeout 150 cli bench -m $M/turbo-$q.gguf --device $d >> "$OUT/bench.txt" 2>&1
+    timeout 150 /tmp/cbs bench -m $M/turbo-$q.gguf --device $d >> "$OUT/bench.txt" 2>&1
     log "bench $d $q: exit $?"
   done
 fi
+if [[ " $stages " == *" tests "* ]]; then
+  log "tests: gpu (${CBS_TEST_DEVICE:-the first GPU})"
+  for sel in "not greedy" "greedy"; do
+    CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py -k "$sel" \
+      >> "$OUT/tests.log" 2>&1
+    log "tests -k '$sel': exit $? $(tail -1 "$OUT/tests.log")"
+  done
+fi
+
 [ -n "$requant_pids" ] && wait $requant_pids  # a later run on the same machine finds them
 # At most 8 files come back: steps.log, build.log (its tail), info.txt, tests.log, bench.txt.
 tail -c 2000000 "$OUT/build.log" > /tmp/build.tail 2>/dev/null && mv /tmp/build.tail "$OUT/build.log"

@@ -1,5 +1,7 @@
 #include "core/ggml_ops.h"
 
+#include <cstring>
+
 #include "core/backend.h"
 #include "core/model_file.h"
 #include "core/system_info.h"
@@ -77,10 +79,25 @@ ggml_context* GraphRunner::begin() {
     return ctx_;
 }
 
+// An operation a device accepts (supports_op) but whose kernel aborts on these shapes
+// (ggml 0.20.2): it goes to the CPU instead. CUDA's ssm_conv (S3Tokenizer's FSMN memory)
+// has kernels for widths 3, 4, 5, 9 and 15 only.
+static bool device_lacks(ggml_backend_t backend, const ggml_tensor* node) {
+    if (node->op == GGML_OP_SSM_CONV && std::strncmp(ggml_backend_name(backend), "CUDA", 4) == 0) {
+        const int64_t k = node->src[1]->ne[0];
+        return k != 3 && k != 4 && k != 5 && k != 9 && k != 15;
+    }
+    return false;
+}
+
 void GraphRunner::run(const GraphInputs& in) {
     ggml_status status;
     if (sched_) {
         ggml_backend_sched_reset(sched_);
+        for (int i = 0; i < ggml_graph_n_nodes(graph_); ++i) {
+            ggml_tensor* node = ggml_graph_node(graph_, i);
+            if (device_lacks(backend_, node)) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
+        }
         if (!ggml_backend_sched_alloc_graph(sched_, graph_))
             throw EngineError(std::string("not enough memory for the computation on ") + ggml_backend_name(backend_));
         in.upload();

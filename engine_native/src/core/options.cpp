@@ -1,7 +1,7 @@
 #include "core/options.h"
 
 #include <cmath>
-#include <sstream>
+#include <cstdio>
 
 #include "core/errors.h"
 
@@ -38,13 +38,19 @@ const std::vector<OptionSpec>& option_specs() {
     return specs;
 }
 
+// A number as an ostream writes it (%g, 6 digits), without iostreams: a library linked
+// with its own static C++ runtime elsewhere in the process can leave a stream's locale
+// half set up (seen on the GPU machine: a crash formatting a double).
+static std::string num(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
 std::string OptionSpec::range() const {
-    std::ostringstream s;
-    s << (min_open ? "(" : "[");
-    if (integer) s << imin << ", " << imax;
-    else s << min << ", " << max;
-    s << (max_open ? ")" : "]");
-    return s.str();
+    std::string s = min_open ? "(" : "[";
+    s += integer ? std::to_string(imin) + ", " + std::to_string(imax) : num(min) + ", " + num(max);
+    return s + (max_open ? ")" : "]");
 }
 
 const OptionSpec& option_spec(const std::string& name) {
@@ -59,15 +65,13 @@ static void out_of_range(const OptionSpec& s, const std::string& value) {
 
 void check_option(const std::string& name, double v) {
     const OptionSpec& s = option_spec(name);
-    std::ostringstream txt;
-    txt << v;
-    if (!std::isfinite(v)) out_of_range(s, txt.str());
+    if (!std::isfinite(v)) out_of_range(s, num(v));
     if (s.integer) {
         if (v != std::floor(v) || v < static_cast<double>(s.imin) || v > static_cast<double>(s.imax))
-            out_of_range(s, txt.str());
+            out_of_range(s, num(v));
         return;
     }
-    if ((s.min_open ? v <= s.min : v < s.min) || (s.max_open ? v >= s.max : v > s.max)) out_of_range(s, txt.str());
+    if ((s.min_open ? v <= s.min : v < s.min) || (s.max_open ? v >= s.max : v > s.max)) out_of_range(s, num(v));
 }
 
 void check_option(const std::string& name, float v) { check_option(name, static_cast<double>(v)); }
