@@ -399,9 +399,9 @@ class Engine:
             raise EmptyTextError("there is nothing to tokenize: the text is empty")
         return self._text_ids(text)
 
-    def speaker_embedding(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
-        """The VoiceEncoder's speaker embedding (L2-normalised) of any audio, made the way
-        voice_from_audio makes a voice's speaker_emb: 24 kHz, loudness to -27 LUFS, 16 kHz."""
+    @staticmethod
+    def _audio(samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
+        """Any audio an embedding is asked of, as (mono float32, rate); VoiceError if unusable."""
         sr = _SAMPLE_RATE.check(sample_rate)
         try:
             mono = to_mono(samples)
@@ -409,6 +409,12 @@ class Engine:
             raise VoiceError(str(e)) from None
         if mono.size == 0 or not np.all(np.isfinite(mono)):
             raise VoiceError("the audio is empty or holds invalid samples")
+        return mono, sr
+
+    def speaker_embedding(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
+        """The VoiceEncoder's speaker embedding (L2-normalised) of any audio, made the way
+        voice_from_audio makes a voice's speaker_emb: 24 kHz, loudness to -27 LUFS, 16 kHz."""
+        mono, sr = self._audio(samples, sample_rate)
         with self._lock:
             ve = self._voice_encoders()["ve"]
             wav24 = norm_loudness(resample_soxr(mono, sr, self.sample_rate), self.sample_rate)
@@ -419,13 +425,7 @@ class Engine:
         """CAMPPlus's x-vector (L2-normalised) of any audio at 16 kHz, the speaker-verification
         embedding S3Gen is conditioned on: what the Voice Lab tells speakers apart with (a
         verification model separates voices more sharply than T3's VoiceEncoder)."""
-        sr = _SAMPLE_RATE.check(sample_rate)
-        try:
-            mono = to_mono(samples)
-        except ValueError as e:
-            raise VoiceError(str(e)) from None
-        if mono.size == 0 or not np.all(np.isfinite(mono)):
-            raise VoiceError("the audio is empty or holds invalid samples")
+        mono, sr = self._audio(samples, sample_rate)
         with self._lock:
             campplus = self._voice_encoders()["campplus"]
             x = np.asarray(campplus.embed(resample_soxr(mono, sr, self._tokenizer_rate)), np.float32).reshape(-1)
