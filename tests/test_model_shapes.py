@@ -33,8 +33,10 @@ def good_model():
     return model_path("nano", "q4_0")
 
 
-def _write_damaged(src, dst, name: str) -> None:
-    """A copy of src with tensor `name` one row (outermost numpy axis) shorter."""
+def _write_damaged(src, dst, name: str | None = None, keys: dict | None = None) -> None:
+    """A copy of src with tensor `name` one row (outermost numpy axis) shorter and the
+    metadata `keys` set to the values given."""
+    keys = keys or {}
     reader = GGUFReader(str(src))
     writer = GGUFWriter(str(dst), arch="chatterbox")
     for f in reader.fields.values():
@@ -42,7 +44,7 @@ def _write_damaged(src, dst, name: str) -> None:
             continue
         vtype = GGUFValueType(f.types[0])
         sub = GGUFValueType(f.types[-1]) if vtype == GGUFValueType.ARRAY else None
-        writer.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
+        writer.add_key_value(f.name, keys.get(f.name, f.contents()), vtype, sub_type=sub)
     found = False
     for t in reader.tensors:
         data = np.array(t.data)
@@ -51,7 +53,7 @@ def _write_damaged(src, dst, name: str) -> None:
             data = data[:-1].copy()
             found = True
         writer.add_tensor(t.name, data, raw_dtype=t.tensor_type)
-    assert found, f"{name} not in the model"
+    assert found or name is None, f"{name} not in the model"
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -84,3 +86,17 @@ def test_each_wrong_shape_is_a_model_error_and_the_good_model_still_works(good_m
     engine = Engine(good_model)
     audio = engine.synthesize(TEXT, seed=1, max_tokens=8)
     assert audio.size > 0 and np.isfinite(audio).all()
+
+
+# The STFT front ends divide by their hop: one copy with every hop 0, each a ModelError.
+HOPS = {"Mel24k": "chatterbox.fb.mel_24k.hop", "KaldiFbank": "chatterbox.fb.kaldi_80.hop",
+        "VoiceEncoder": "chatterbox.fb.ve_mel.hop", "S3TokLogMel": "chatterbox.s3tok.hop"}
+
+
+def test_a_zero_hop_is_a_model_error(good_model, tmp_path):
+    damaged = tmp_path / "hop0.gguf"
+    _write_damaged(good_model, damaged, keys={key: 0 for key in HOPS.values()})
+    for how in HOPS:
+        with pytest.raises(ModelError) as err:
+            _load(damaged, how)
+        print(f"{how}: {err.value}")
