@@ -50,6 +50,21 @@ class DamagedCopy:
         self.tensors = {t.name: t for t in self.reader.tensors}
 
     @contextlib.contextmanager
+    def metadata(self, values: dict):
+        """Integer metadata keys set to other values (in place: same type, same size)."""
+        fields = {k: self.reader.get_field(k) for k in values}
+        old = {k: f.parts[f.data[0]].copy() for k, f in fields.items()}
+        for k, f in fields.items():
+            f.parts[f.data[0]][:] = values[k]
+        self.reader.data.flush()
+        try:
+            yield
+        finally:
+            for k, f in fields.items():
+                f.parts[f.data[0]][:] = old[k]
+            self.reader.data.flush()
+
+    @contextlib.contextmanager
     def wrong_shape(self, name: str):
         t = self.tensors[name]
         assert t.tensor_type == GGMLQuantizationType.F32, f"{name} must be an F32 tensor for this test"
@@ -94,3 +109,17 @@ def test_each_wrong_shape_is_a_model_error_and_the_good_model_still_works(good_m
     engine = Engine(good_model)
     audio = engine.synthesize(TEXT, seed=1, max_tokens=8)
     assert audio.size > 0 and np.isfinite(audio).all()
+
+
+# The STFT front ends divide by their hop: a copy with every hop 0, each a ModelError at load.
+HOPS = {"Mel24k": "chatterbox.fb.mel_24k.hop", "KaldiFbank": "chatterbox.fb.kaldi_80.hop",
+        "VoiceEncoder": "chatterbox.fb.ve_mel.hop", "S3TokLogMel": "chatterbox.s3tok.hop"}
+
+
+def test_a_zero_hop_is_a_model_error(good_model, tmp_path):
+    damaged = DamagedCopy(good_model, tmp_path / "hop0.gguf")
+    with damaged.metadata({key: 0 for key in HOPS.values()}):
+        for how in HOPS:
+            with pytest.raises(ModelError) as err:
+                _load(damaged.path, how)
+            print(f"{how}: {err.value}")

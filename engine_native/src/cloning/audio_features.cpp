@@ -41,7 +41,8 @@ Mel24k::Mel24k(const ModelFile& mf) {
     mag_eps_ = f("magnitude_eps");
     log_clip_ = f("log_clip");
     const ggml_tensor* filterbank = mf.tensor("fb.mel_24k", {n_freq_, n_mels_});  // ne [n_freq, n_mels]
-    if (win_ != n_fft_ || n_fft_ < 2 || n_fft_ % 2 != 0 || filterbank->ne[0] != n_freq_ || filterbank->ne[1] != n_mels_)
+    if (win_ != n_fft_ || n_fft_ < 2 || n_fft_ % 2 != 0 || hop_ < 1 || pad_ < 0 || filterbank->ne[0] != n_freq_ ||
+        filterbank->ne[1] != n_mels_)
         throw ModelError(mf.path() + ": fb.mel_24k does not match its STFT parameters");
     window_ = hann_window(win_, /*periodic=*/true);
 
@@ -84,7 +85,8 @@ KaldiFbank::KaldiFbank(const ModelFile& mf) {
     log_floor_ = f("log_floor");
     remove_dc_ = mf.get_bool("chatterbox.fb.kaldi_80.remove_dc_offset");
     const ggml_tensor* fb = mf.tensor("fb.kaldi_80", {n_freq_, n_mels_});
-    if (fb->ne[0] != n_freq_ || fb->ne[1] != n_mels_ || win_ > n_fft_ || n_fft_ < 2 || n_fft_ % 2 != 0)
+    if (fb->ne[0] != n_freq_ || fb->ne[1] != n_mels_ || win_ < 1 || win_ > n_fft_ || hop_ < 1 || n_fft_ < 2 ||
+        n_fft_ % 2 != 0)
         throw ModelError(mf.path() + ": fb.kaldi_80 does not match its frame parameters");
     fb_ = MelBank(mf.read_f32(fb), n_mels_, n_freq_);
     fft_ = RealFft(n_fft_);
@@ -133,8 +135,8 @@ S3TokLogMel::S3TokLogMel(const ModelFile& mf) {
     std::vector<float> fb = mf.read_f32(mf.tensor("s3tok._mel_filters", {n_freq_, n_mels_}));
     window_ = mf.read_f32(mf.tensor("s3tok.window", {n_fft_}));
     if (static_cast<int>(fb.size()) != n_mels_ * n_freq_ || static_cast<int>(window_.size()) != n_fft_ || n_fft_ < 2 ||
-        n_fft_ % 2 != 0)
-        throw ModelError(mf.path() + ": S3Tokenizer mel filters or window have the wrong size");
+        n_fft_ % 2 != 0 || hop_ < 1)
+        throw ModelError(mf.path() + ": S3Tokenizer mel filters, window or hop do not match its n_fft");
     fb_ = MelBank(std::move(fb), n_mels_, n_freq_);
     fft_ = RealFft(n_fft_);
 }

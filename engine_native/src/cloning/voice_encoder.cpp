@@ -66,6 +66,10 @@ VoiceEncoder::VoiceEncoder(const ModelFile& mf) {
     std::vector<float> fb = mf.read_f32(mf.tensor("fb.ve_mel", {n_freq_, n_mels_}));
     if (static_cast<int>(fb.size()) != n_mels_ * n_freq_ || n_fft_ < 2 || n_fft_ % 2 != 0 || i("win") != n_fft_)
         throw ModelError(mf.path() + ": fb.ve_mel has the wrong size");
+    // the framing embed() divides by: hops, the trim frame, the partials and their step
+    if (hop_ < 1 || trim_hop_ < 1 || trim_frame_ < 1 || partial_ < 1 || !(rate_ > 0.0f) ||
+        std::lround((16000.0 / rate_) / partial_) < 1)
+        throw ModelError(mf.path() + ": chatterbox.fb.ve_mel framing (hop, trim, partial_frames, rate) is invalid");
     fb_ = MelBank(std::move(fb), n_mels_, n_freq_);
     fft_ = RealFft(n_fft_);
     window_ = hann_window(i("win"), /*periodic=*/true);  // scipy get_window("hann", fftbins=True)
