@@ -26,6 +26,7 @@ import faulthandler
 import gc
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -438,6 +439,23 @@ def recording(tmp_path_factory):
     return audio_fixtures.write_wav(str(folder / "soak speaker.wav"), rec)
 
 
+# The soak runs in a process of its own, as the app does: inside the whole suite's process
+# (5.9 GB of earlier tests' objects and mappings) the GUI thread's CPU time per gap measures
+# that process, not the app (a 112 ms gap there at a model switch; under 85 ms alone).
+IN_CHILD = os.environ.get("CBS_SOAK_CHILD") == "1"
+
+
+def test_gui_soak_in_a_process_of_its_own():
+    if IN_CHILD:
+        pytest.skip("the wrapper of the soak, in the soak's own process")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                        f"{os.path.abspath(__file__)}::test_gui_soak"],
+                       cwd=root, env={**os.environ, "CBS_SOAK_CHILD": "1"})
+    assert r.returncode == 0, "the GUI soak failed (its output is above)"
+
+
+@pytest.mark.skipif(not IN_CHILD, reason="runs in a process of its own: test_gui_soak_in_a_process_of_its_own")
 def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
     from app.qt import theme
     from app.qt.main_window import MainWindow
