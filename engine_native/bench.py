@@ -30,17 +30,21 @@ def _ms(t0: float) -> float:
 
 
 def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, seed: int = 0,
-              device: str = "auto") -> dict:
+              device: str = "auto", language: str | None = None, exaggeration: float | None = None,
+              cfg_weight: float | None = None) -> dict:
+    """`language`, `exaggeration`, `cfg_weight`: a Multilingual model's settings (None: its
+    defaults, the language detected: English)."""
     t0 = time.perf_counter()
     engine = Engine(model_path, threads=threads, device=device)
+    mtl = {"language": language, "exaggeration": exaggeration, "cfg_weight": cfg_weight}
     r = {"load_ms": _ms(t0), "variant": engine.variant, "quantization": engine.info["quantization"],
          "threads": threads or engine.info["threads"], "device": engine.device, "hift_device": engine.info["hift_device"]}
     if engine.device != "cpu":
         # A device's first graphs load kernels and build its caches: time the second run.
-        engine.synthesize(BENCH_TEXT, seed=seed, max_tokens=min(n_tokens, 50))
+        engine.synthesize(BENCH_TEXT, seed=seed, max_tokens=min(n_tokens, 50), **mtl)
     voice = engine.builtin_voice
-    _, p = engine._options(seed, {"max_tokens": n_tokens})
-    ids = engine._text_ids(BENCH_TEXT)
+    _, p = engine._options(seed, {"max_tokens": n_tokens, "exaggeration": exaggeration, "cfg_weight": cfg_weight})
+    ids = engine._text_ids(BENCH_TEXT, engine._language(language, BENCH_TEXT))
     r["text_ids"] = np.asarray(ids, np.int32)
 
     cancel = _CancelToken()
@@ -78,13 +82,13 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
 
     for name, preset in (("ttfa_low_latency_ms", PRESETS["low-latency"]), ("ttfa_default_ms", PRESETS["quality"])):
         t0 = time.perf_counter()
-        it = engine.stream(BENCH_TEXT, seed=seed, **preset)
+        it = engine.stream(BENCH_TEXT, seed=seed, **preset, **mtl)
         next(it)
         r[name] = _ms(t0)
         it.close()
 
     # Whole syntheses of the same text and length: batch, then streamed with each preset.
-    opts = {"seed": seed, "max_tokens": n_tokens}
+    opts = {"seed": seed, "max_tokens": n_tokens, **mtl}
     t0 = time.perf_counter()
     batch = engine.synthesize(BENCH_TEXT, **opts)
     r["batch_ms"] = _ms(t0)
@@ -95,7 +99,7 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
         r[f"stream_{name}_ms"] = _ms(t0)
         r[f"stream_{name}_rtf"] = r[f"stream_{name}_ms"] / 1e3 / (n / engine.sample_rate)
 
-    r["cancel_ms"] = cancel_latency(engine, seed, n_tokens)
+    r["cancel_ms"] = cancel_latency(engine, seed, n_tokens, mtl)
     r["peak_rss_mb"] = _peak_rss_mb()          # synthesis only: the cloning encoders are not loaded
 
     # Cloning a 10 s recording: the batch synthesis above, cut or repeated to 10 s.
@@ -115,7 +119,7 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def cancel_latency(engine: Engine, seed: int, n_tokens: int, delays=(0.1, 0.4, 0.8)) -> list[float]:
+def cancel_latency(engine: Engine, seed: int, n_tokens: int, options=None, delays=(0.1, 0.4, 0.8)) -> list[float]:
     """ms from Stream.cancel() to the engine being free (the next caller holds its lock), for a
     cancel `delay` seconds after a long S3Gen pass (a whole sentence in one chunk) started."""
     out = []
@@ -129,7 +133,8 @@ def cancel_latency(engine: Engine, seed: int, n_tokens: int, delays=(0.1, 0.4, 0
 
         engine._mel = watched
         try:
-            it = engine.stream(BENCH_TEXT, seed=seed, max_tokens=n_tokens, first_chunk_tokens=n_tokens)
+            it = engine.stream(BENCH_TEXT, seed=seed, max_tokens=n_tokens, first_chunk_tokens=n_tokens,
+                               **(options or {}))
             t = threading.Thread(target=lambda: list(it), daemon=True)
             t.start()
             started.wait()

@@ -32,6 +32,7 @@ in flight at its next graph node (ggml's abort callback), so the engine is free 
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
@@ -46,6 +47,7 @@ import numpy as np
 from engine_native import _core
 from engine_native.audio import norm_loudness, resample_sinc, resample_soxr, to_mono
 from engine_native import options as schema
+from engine_native.language import NAMES as LANGUAGE_NAMES, detect_language
 from engine_native.errors import (Cancelled, DeviceError, EmptyTextError, EngineError, IncompatibleVoiceError, ModelError,
                                   ParameterError, SilentAudioError, VoiceError, VoiceTooShortError)
 from engine_native.speech import check_speech
@@ -69,6 +71,12 @@ MIN_VOICE_SECONDS = 5.0
 MIN_SPEECH_SECONDS = 1.0
 # An "early stop": T3 ending with fewer speech tokens than this many per text token.
 _MIN_SPEECH_PER_TEXT_TOKEN = 2.0
+# Multilingual text ids are graphemes (and ~6 Cangjie codes per Chinese glyph): about one
+# speech token per id is normal there, so an early stop is under half of one.
+_MIN_SPEECH_PER_TEXT_TOKEN_MTL = 0.5
+# The Multilingual recipe has no minimum length (the reference asserts none); below 2 s the
+# VoiceEncoder sees less than one of its 1.6 s windows.
+MIN_VOICE_SECONDS_MTL = 2.0
 _MAX_ATTEMPTS = 3
 
 # Stream settings by what matters most. "quality" is the reference model exactly (only the
@@ -97,6 +105,7 @@ class Chunk:
 _SAMPLE_RATE = schema.Option("sample_rate", int, 1000, 768000, False, False, "a recording's sample rate in Hz")
 # Idle T3 sessions kept for reuse (each holds a KV cache; one keeps the last voice's prefix).
 _IDLE_T3_CACHES = 1
+log = logging.getLogger(__name__)
 
 
 def _get_or(f, key: str, default: int) -> int:
@@ -315,8 +324,18 @@ class Engine:
         self._lookahead_frames = (f.get_int("chatterbox.s3gen.enc.pre_lookahead_len")
                                   * f.get_int("chatterbox.s3gen.token_mel_ratio"))
         self._trim = f.get_int("chatterbox.hift.trim_fade_samples")
-        self._n_ctx = f.get_int("chatterbox.t3.n_ctx")
+        self._mtl = self.variant == "mtl"
         self._cond_prompt_len = f.get_int("chatterbox.t3.speech_cond_prompt_len")
+        if self._mtl:
+            # Llama T3: learned position tables bound the text (start/stop included) and the
+            # speech; its KV cache grows as needed.
+            self._max_text_ids = f.get_int("chatterbox.t3.text_pos_len")
+            self._max_speech = f.get_int("chatterbox.t3.max_speech_tokens")
+            self._text_start = f.get_int("chatterbox.t3.start_text_token")
+            self._text_stop = f.get_int("chatterbox.t3.stop_text_token")
+            self._n_ctx = 0
+        else:
+            self._n_ctx = f.get_int("chatterbox.t3.n_ctx")
         # The voice recipe's rates and lengths (prepare_conditionals): from the GGUF; files
         # converted before these keys existed get the Turbo/Nano reference values.
         self._token_rate = f.get_int("chatterbox.s3gen.token_rate")
@@ -324,6 +343,8 @@ class Engine:
         self._tokenizer_rate = f.get_int("chatterbox.s3tok.sample_rate")
         self._s3gen_prompt_seconds = _get_or(f, "chatterbox.s3gen.prompt_seconds", 10)   # DEC_COND_LEN
         self._t3_prompt_seconds = _get_or(f, "chatterbox.t3.prompt_seconds", 15)         # ENC_COND_LEN
+        self._norm_loudness = (f.get_bool("chatterbox.voice.norm_loudness")              # MTL: none
+                               if f.has_key("chatterbox.voice.norm_loudness") else True)
         self.defaults = {
             "temperature": f.get_float("chatterbox.sampling.temperature"),
             "top_k": f.get_int("chatterbox.sampling.top_k"),
@@ -334,6 +355,11 @@ class Engine:
             "max_tokens": f.get_int("chatterbox.sampling.max_gen_len"),
             "prompt_seconds": None,   # None: the voice's whole S3Gen prompt (the reference)
         }
+        if self._mtl:
+            # The reference's generate(): no top-k (None: off; 1..100000 may still be set).
+            self.defaults["top_k"] = None
+            for name in schema.MTL:
+                self.defaults[name] = f.get_float(f"chatterbox.sampling.{name}")
         self.builtin_voice = Voice(
             speaker_emb=f.tensor_f32("voice.speaker_emb").reshape(-1),
             cond_prompt_speech_tokens=f.tensor_f32("voice.cond_prompt_speech_tokens").astype(np.int32).reshape(-1),
@@ -351,7 +377,12 @@ class Engine:
 
     def _load(self, device: str) -> None:
         self._file = _core.ModelFile(str(self.path), device=device, threads=self._threads)
-        self._tokenizer = _core.Gpt2Tokenizer(str(self.path))
+        if self._file.get_string("chatterbox.variant") == "mtl":
+            from engine_native.text_mtl import MtlTokenizer
+
+            self._tokenizer = MtlTokenizer(self.path)
+        else:
+            self._tokenizer = _core.Gpt2Tokenizer(str(self.path))
         self._t3 = _core.T3(self._file)
         self._encoder = _core.S3GenEncoder(self._file)
         self._cfm = _core.S3GenCfm(self._file)
@@ -368,7 +399,8 @@ class Engine:
     def info(self) -> dict:
         f = self._file
         hp = {k: f.get_int(f"chatterbox.t3.{k}") for k in ("n_layer", "n_embd", "n_head", "n_ctx", "text_vocab",
-                                                            "speech_vocab", "speech_cond_prompt_len")}
+                                                            "speech_vocab", "speech_cond_prompt_len")
+              if f.has_key(f"chatterbox.t3.{k}")}
         hp["cfm_steps"] = self._cfm.n_timesteps
         hp["meanflow"] = f.get_bool("chatterbox.s3gen.cfm.meanflow")
         system = _core.system_info()
@@ -377,7 +409,7 @@ class Engine:
                 "hift_device": "cpu", "cpu_variant": system["cpu_variant"],
                 "threads": self._threads or system["default_threads"], "ggml_version": system["ggml_version"],
                 "sample_rate": self.sample_rate, "hparams": hp, "defaults": dict(self.defaults),
-                "load_seconds": self.load_seconds}
+                "languages": self.languages, "load_seconds": self.load_seconds}
 
     @staticmethod
     def split_text(text: str) -> list[Sentence]:
@@ -387,17 +419,54 @@ class Engine:
     @property
     def expression_tags(self) -> list[str]:
         """The paralinguistic tags this model's tokenizer holds ("[laugh]", ...; see engine_native.tags)."""
+        if self._mtl:
+            return []  # the grapheme tokenizer's added tokens are language tags and Cangjie codes
         if getattr(self, "_expression_tags", None) is None:
             from engine_native.tags import read_expression_tags
 
             self._expression_tags = read_expression_tags(self._file, self._tokenizer)
         return list(self._expression_tags)
 
-    def text_tokens(self, text: str) -> list[int]:
-        """T3's text token ids for one sentence, as synthesis makes them (punc_norm, then the tokenizer)."""
+    def text_tokens(self, text: str, language: str | None = None) -> list[int]:
+        """T3's text token ids for one sentence, as synthesis makes them (punc_norm, then the
+        tokenizer; Multilingual: with the language tag, between the start and stop text tokens,
+        the language detected from the text when not given)."""
         if not isinstance(text, str) or not text.strip():
             raise EmptyTextError("there is nothing to tokenize: the text is empty")
-        return self._text_ids(text)
+        return self._text_ids(text, self._language(language, text))
+
+    # ---------------------------------------------------------------- languages (Multilingual)
+    @property
+    def languages(self) -> dict[str, str]:
+        """The languages this model speaks, code -> English name ({} for Turbo and Nano)."""
+        if not self._mtl:
+            return {}
+        return {c: LANGUAGE_NAMES.get(c, c) for c in sorted(self._tokenizer.languages)}
+
+    def detect_language(self, text: str) -> str:
+        """The language code guessed from the text's script (and, for Latin script, its
+        letters and common words) among this model's languages (all 23 for Turbo and Nano, which
+        speak English only: the guess is then only informative); "en" when nothing points elsewhere."""
+        if not isinstance(text, str):
+            raise EmptyTextError(f"text must be a string; got {type(text).__name__}")
+        return detect_language(text, self.languages or None)
+
+    def _language(self, language, text: str) -> str | None:
+        """The request's language code (Multilingual), detected from `text` when None (the guess
+        logged); ParameterError for a Turbo/Nano model given one or an unknown code."""
+        if not self._mtl:
+            if language is not None:
+                raise ParameterError(f"language applies to Multilingual models only; this model is {self.variant}")
+            return None
+        if language is None:
+            guess = self.detect_language(text)
+            log.info("language not given: detected %s (%s) from the text", guess, LANGUAGE_NAMES.get(guess, guess))
+            return guess
+        code = language.strip().lower() if isinstance(language, str) else None
+        if code not in self.languages:
+            raise ParameterError(f"unknown language {language!r}; this model speaks "
+                                 f"{', '.join(self.languages)}")
+        return code
 
     @staticmethod
     def _audio(samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
@@ -413,11 +482,14 @@ class Engine:
 
     def speaker_embedding(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
         """The VoiceEncoder's speaker embedding (L2-normalised) of any audio, made the way
-        voice_from_audio makes a voice's speaker_emb: 24 kHz, loudness to -27 LUFS, 16 kHz."""
+        voice_from_audio makes a voice's speaker_emb: 24 kHz, loudness to -27 LUFS (not for
+        Multilingual models), 16 kHz."""
         mono, sr = self._audio(samples, sample_rate)
         with self._lock:
             ve = self._voice_encoders()["ve"]
-            wav24 = norm_loudness(resample_soxr(mono, sr, self.sample_rate), self.sample_rate)
+            wav24 = resample_soxr(mono, sr, self.sample_rate)
+            if self._norm_loudness:  # Turbo/Nano; the Multilingual recipe has no loudness step
+                wav24 = norm_loudness(wav24, self.sample_rate)
             ref16 = resample_soxr(wav24, self.sample_rate, self._tokenizer_rate)
             return np.asarray(ve.embed(ref16, threads=self._threads), np.float32).reshape(-1)
 
@@ -439,7 +511,8 @@ class Engine:
         if voice.variant != self.variant:
             raise IncompatibleVoiceError(
                 f"{voice.where()} was made with a Chatterbox {voice.variant or 'unknown'} model; this model is "
-                f"{self.variant}. Clone the voice again with this model.")
+                f"{self.variant}. Clone the voice again with this model (Engine.adapt_voice does so from the "
+                f"recording kept beside the voice file, where there is one).")
         voice.validate()
         f = self._file
         expect = {"speaker_emb": f.get_int("chatterbox.t3.speaker_embed_size"),
@@ -488,9 +561,10 @@ class Engine:
             raise VoiceError("the recording contains invalid samples (NaN or infinity)")
         S3GEN_SR, S3_SR = self.sample_rate, self._tokenizer_rate
         duration = mono.size / sr
-        if duration <= MIN_VOICE_SECONDS:
+        shortest = MIN_VOICE_SECONDS_MTL if self._mtl else MIN_VOICE_SECONDS
+        if duration <= shortest:
             raise VoiceTooShortError(f"the recording is {duration:.1f} s long; cloning needs more than "
-                                     f"{MIN_VOICE_SECONDS:.0f} s of audio (10 s or more is best)")
+                                     f"{shortest:.0f} s of audio (10 s or more is best)")
         if not np.any(np.abs(mono) > 1e-6):
             raise SilentAudioError("the recording is silent: there is no signal to clone")
         # The Voice Lab's speech detection, before loudness normalisation lifts noise to speech level.
@@ -499,7 +573,8 @@ class Engine:
             enc = self._voice_encoders()
             t0 = time.perf_counter()
             wav24 = resample_soxr(mono, sr, S3GEN_SR)            # librosa.load(path, sr=24000)
-            wav24 = norm_loudness(wav24, S3GEN_SR)                # to -27 LUFS
+            if self._norm_loudness:                               # to -27 LUFS (Turbo/Nano; not MTL)
+                wav24 = norm_loudness(wav24, S3GEN_SR)
             ref16 = resample_soxr(wav24, S3GEN_SR, S3_SR)         # librosa.resample -> T3 and the VoiceEncoder
             dec = wav24[: self._s3gen_prompt_seconds * S3GEN_SR]  # DEC_COND_LEN
             dec16 = resample_sinc(dec, S3GEN_SR, S3_SR)           # embed_ref's torchaudio Resample
@@ -512,7 +587,7 @@ class Engine:
                     prompt_token = prompt_token[: prompt_feat.shape[0] // ratio]
                 cond_tokens = np.asarray(enc["s3tok"].tokens(ref16[: self._t3_prompt_seconds * S3_SR],
                                                              max_len=self._cond_prompt_len),
-                                         np.int32)                 # ENC_COND_LEN, capped to the prompt length
+                                         np.int32)                 # ENC_COND_LEN (15 s; MTL 6 s), capped
                 speaker_emb = np.asarray(enc["ve"].embed(ref16, threads=self._threads), np.float32)
             except EngineError as e:
                 raise VoiceError(f"cannot clone this recording: {e}") from None
@@ -526,8 +601,64 @@ class Engine:
             return Voice(speaker_emb=speaker_emb, cond_prompt_speech_tokens=cond_tokens, embedding=embedding,
                          prompt_token=prompt_token, prompt_feat=prompt_feat, variant=self.variant, meta=meta)
 
+    CLIP_SUFFIXES = (".wav", ".flac", ".ogg")
+
+    def voice_clip(self, voice: Voice) -> str | None:
+        """The recording a voice file was made from, where it is kept beside the file: for
+        `NAME.voice.gguf`, `NAME.wav` (what `chatterbox-studio lab --bake` writes), `.flac` or
+        `.ogg`; None when there is none."""
+        if not voice.path or not str(voice.path).endswith(".voice.gguf"):
+            return None
+        stem = str(voice.path)[: -len(".voice.gguf")]
+        return next((stem + x for x in self.CLIP_SUFFIXES if os.path.isfile(stem + x)), None)
+
+    def adapt_voice(self, voice: Voice, clip=None) -> Voice:
+        """`voice` made fit for this model: the voice itself when its variant is this model's;
+        else a voice re-made with this model's recipe (`voice_from_audio`) from its recording:
+        `clip` (a path, or (samples, sample_rate)), else the clip kept beside its file
+        (`voice_clip`). Its name and metadata carry over ("remade_from" records the old
+        variant); the result is cached on the voice object. IncompatibleVoiceError when
+        there is no recording to re-make it from."""
+        if not isinstance(voice, Voice):
+            raise VoiceError(f"voice must be an engine_native.Voice; got {type(voice).__name__}")
+        if voice.variant == self.variant:
+            return voice
+        remade = voice.__dict__.setdefault("_remade", {})
+        key = (str(self.path), clip if isinstance(clip, (str, os.PathLike)) else None)
+        if clip is None and key in remade:
+            return remade[key]
+        source = clip if clip is not None else self.voice_clip(voice)
+        if source is None:
+            raise IncompatibleVoiceError(
+                f"{voice.where()} was made with a Chatterbox {voice.variant or 'unknown'} model; this model is "
+                f"{self.variant}, and no recording is kept beside it to re-make it from. Clone the voice again "
+                f"with this model.")
+        if isinstance(source, (str, os.PathLike)):
+            import soundfile as sf
+
+            try:
+                samples, rate = sf.read(os.fspath(source), dtype="float32", always_2d=True)
+            except Exception as e:  # soundfile raises RuntimeError/LibsndfileError on unreadable files
+                raise VoiceError(f"cannot read the recording {source}: {e}") from None
+        else:
+            samples, rate = source
+        made = ("builtin", "clone_seconds", "duration_s", "created_at", "source_sample_rate")  # of the old cloning
+        meta = {k: v for k, v in voice.meta.items() if k not in made}
+        meta["remade_from"] = voice.variant or "unknown"
+        new = self.voice_from_audio(samples, rate, **meta)
+        if clip is None:
+            remade[key] = new
+        return new
+
     # ---------------------------------------------------------------- synthesis
     def _options(self, seed, opts: dict) -> tuple[int, dict]:
+        if not self._mtl:
+            # Multilingual options: None (the app's "model default") is fine; a value is refused.
+            given = [k for k in schema.MTL if opts.get(k) is not None]
+            if given:
+                raise ParameterError(f"{' and '.join(given)} apply to Multilingual models only; this model is "
+                                     f"{self.variant}")
+            opts = {k: v for k, v in opts.items() if k not in schema.MTL}
         unknown = set(opts) - set(self.defaults)
         if unknown:
             raise ParameterError(f"unknown option(s): {', '.join(sorted(map(str, unknown)))}; the options are "
@@ -535,21 +666,38 @@ class Engine:
         p = {**self.defaults, **{k: v for k, v in opts.items() if v is not None}}
         for name in p:
             if name == "max_tokens":
-                # T3's context holds the voice's prompt, the text (up to 300 tokens) and the speech.
-                p[name] = schema.check(name, p[name], upper=self._n_ctx - self._cond_prompt_len - 1 - 300)
+                # T3's context holds the voice's prompt, the text (up to 300 tokens) and the speech;
+                # the Multilingual T3's speech position table bounds the speech.
+                upper = self._max_speech if self._mtl else self._n_ctx - self._cond_prompt_len - 1 - 300
+                p[name] = schema.check(name, p[name], upper=upper)
             elif p[name] is not None:
                 p[name] = schema.check(name, p[name])
         seed = secrets.randbelow(2**31) if seed is None else schema.check("seed", seed)
         return seed, p
 
-    def _sentences(self, text, cancel) -> list[Sentence] | None:
-        """The text's sentences (None when cancelled while splitting: a huge paste can be stopped)."""
+    def _sentences(self, text, cancel, language=None) -> list[Sentence] | None:
+        """The text's sentences (None when cancelled while splitting: a huge paste can be stopped).
+        Multilingual: a sentence over T3's text budget in tokens (Cangjie turns a Chinese glyph
+        into about 6 ids) is cut further."""
         out = []
         for i, s in enumerate(iter_sentences(text)):
-            out.append(s)
+            out.extend(self._fit_budget(s, language) if self._mtl else (s,))
             if i % 1024 == 1023 and cancel.is_set():
                 return None
         return out
+
+    def _fit_budget(self, s: Sentence, language) -> list[Sentence]:
+        """`s`, or its pieces (cut as the splitter cuts long sentences, into ever smaller
+        pieces) when its text ids exceed the Multilingual T3's text position table."""
+        if len(self._text_ids(s.text, language)) <= self._max_text_ids:
+            return [s]
+        limit = len(s.text) // 2
+        while limit > 1:
+            pieces = [Sentence(p.text, s.start + p.start, s.start + p.end) for p in split_text(s.text, limit)]
+            if all(len(self._text_ids(p.text, language)) <= self._max_text_ids for p in pieces):
+                return pieces
+            limit //= 2
+        raise ParameterError(f"a piece of text does not fit T3's {self._max_text_ids} text tokens: {s.text[:40]!r}")
 
     @staticmethod
     def _check_text(text) -> None:
@@ -561,7 +709,10 @@ class Engine:
         if not has_speech(text):
             raise EmptyTextError("there is nothing to say: the text is empty or only punctuation")
 
-    def _text_ids(self, sentence: str) -> list[int]:
+    def _text_ids(self, sentence: str, language: str | None = None) -> list[int]:
+        if self._mtl:  # mtl_tts.generate: punc_norm, the grapheme tokenizer, start/stop text tokens
+            ids = self._tokenizer.tokenize(_core.punc_norm_mtl(sentence), language).astype(np.int32).tolist()
+            return [self._text_start, *ids, self._text_stop]
         return self._tokenizer.encode(_core.punc_norm(sentence)).astype(np.int32).tolist()
 
     def _t3_session(self, ids, seed, p, voice, cancel):
@@ -569,7 +720,13 @@ class Engine:
         # T3's context holds [speaker, voice prompt, text, start-of-speech, speech]; say which
         # part does not fit instead of letting the cache refuse it.
         fixed = 1 + voice.cond_prompt_speech_tokens.size + len(ids) + 1
-        if fixed + p["max_tokens"] > self._n_ctx:
+        extra = {}
+        if self._mtl:
+            if len(ids) > self._max_text_ids:
+                raise ParameterError(f"a sentence of {len(ids)} text tokens does not fit T3's {self._max_text_ids} "
+                                     f"text positions; shorten the sentence")
+            extra = {"cfg_weight": p["cfg_weight"], "exaggeration": p["exaggeration"]}
+        elif fixed + p["max_tokens"] > self._n_ctx:
             room = self._n_ctx - fixed
             if room < 1:
                 raise ParameterError(f"a sentence of {len(ids)} text tokens does not fit T3's context of "
@@ -585,7 +742,7 @@ class Engine:
             t3 = self._t3.stream(ids, p["max_tokens"], seed, temperature=p["temperature"], top_k=p["top_k"],
                                  top_p=p["top_p"], repetition_penalty=p["repetition_penalty"], min_p=p["min_p"],
                                  speaker_emb=voice.speaker_emb, prompt_tokens=voice.cond_prompt_speech_tokens,
-                                 cache=cache)
+                                 cache=cache, **extra)
         cancel.watch(t3)
         return t3, cache
 
@@ -598,7 +755,8 @@ class Engine:
 
     def _early_stop(self, tokens, n_text: int, done: bool) -> bool:
         speech = sum(1 for t in tokens if t < self._speech_codes)
-        return done and speech < max(4, _MIN_SPEECH_PER_TEXT_TOKEN * n_text)
+        ratio = _MIN_SPEECH_PER_TEXT_TOKEN_MTL if self._mtl else _MIN_SPEECH_PER_TEXT_TOKEN
+        return done and speech < max(4, ratio * n_text)
 
     def _speech_tokens(self, tokens, final: bool) -> list[int]:
         speech = [t for t in tokens if t < self._speech_codes]
@@ -636,36 +794,60 @@ class Engine:
         wav[: fade.size] *= fade
         return wav
 
-    def synthesize(self, text: str, voice: Voice | None = None, *, seed: int | None = None, **options) -> np.ndarray:
-        """The whole text as one float32 array at `sample_rate` (sentence by sentence)."""
-        voice, seed, p = self._request(text, voice, seed, options)
+    def synthesize(self, text: str, voice: Voice | None = None, *, seed: int | None = None,
+                   language: str | None = None, **options) -> np.ndarray:
+        """The whole text as one float32 array at `sample_rate` (sentence by sentence).
+        Multilingual models also take `language` (a code of `languages`; None: detected from
+        the text, the guess logged), `exaggeration` and `cfg_weight`; Turbo and Nano refuse
+        those three unless None (ParameterError)."""
+        voice, seed, p = self._request(text, voice, seed, options, language)
         chunks = [c.samples for c in self._chunks(text, voice, seed, p, False, 0, 0, _CancelToken())]
         return np.concatenate(chunks)
 
     def stream(self, text: str, voice: Voice | None = None, *, first_chunk_tokens: int = 10, chunk_tokens: int = 25,
-               seed: int | None = None, **options) -> Stream:
-        """A Stream of Chunks; returns at once (the text is split as the stream runs)."""
+               seed: int | None = None, language: str | None = None, **options) -> Stream:
+        """A Stream of Chunks; returns at once (the text is split as the stream runs). The
+        options are synthesize's."""
         first = schema.check("first_chunk_tokens", first_chunk_tokens)
         every = schema.check("chunk_tokens", chunk_tokens)
         # Validate everything now, so a bad request fails here and not at the first next().
-        voice, seed, p = self._request(text, voice, seed, options)
+        voice, seed, p = self._request(text, voice, seed, options, language)
         return Stream(lambda cancel: self._chunks(text, voice, seed, p, True, first, every, cancel))
 
-    def _request(self, text, voice, seed, options):
+    def speech_tokens(self, text: str, voice: Voice | None = None, *, seed: int | None = None,
+                      language: str | None = None, **options) -> list[list[int]]:
+        """T3's speech tokens for each sentence of `text`, as `synthesize` samples them at the
+        first attempt (stop token and T3's other specials kept): what S3Gen would speak."""
+        voice, seed, p = self._request(text, voice, seed, options, language)
+        out = []
+        cancel = _CancelToken()
+        for si, sentence in enumerate(self._sentences(text, cancel, p["language"])):
+            t3, cache = self._t3_session(self._text_ids(sentence.text, p["language"]), seed + si, p, voice, cancel)
+            try:
+                with self._lock:
+                    out.append(list(t3.next(p["max_tokens"])))
+            finally:
+                self._end_session(t3, cache, cancel)
+        return out
+
+    def _request(self, text, voice, seed, options, language=None):
         self._check_text(text)
-        voice = self.builtin_voice if voice is None else voice
-        self.check_voice(voice)
         seed, p = self._options(seed, options)
+        p["language"] = self._language(language, text)
+        voice = self.builtin_voice if voice is None else voice
+        if isinstance(voice, Voice) and voice.variant != self.variant:
+            voice = self.adapt_voice(voice)  # re-made from its kept recording, else refused
+        self.check_voice(voice)
         return voice, seed, p
 
     def _chunks(self, text, voice, seed, p, streaming, first_tokens, chunk_tokens, cancel):
-        sentences = self._sentences(text, cancel)
+        sentences = self._sentences(text, cancel, p["language"])
         if sentences is None:
             return
         index = 0
         for si, sentence in enumerate(sentences):
             s_seed = seed + si
-            ids = self._text_ids(sentence.text)
+            ids = self._text_ids(sentence.text, p["language"])
             for chunk in (self._sentence_stream if streaming else self._sentence_whole)(
                     ids, voice, s_seed, p, cancel, first_tokens, chunk_tokens):
                 wav, final, timings = chunk

@@ -22,6 +22,8 @@ from engine_native.errors import ParameterError
 # Options that shape the sampling and the audio (sent to synthesize / stream).
 SAMPLING = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens",
             "prompt_seconds")
+# Options of Multilingual models only (a Turbo or Nano model refuses them unless None).
+MTL = ("exaggeration", "cfg_weight")
 # Options of Engine.stream only: how the audio is cut into chunks.
 STREAMING = ("first_chunk_tokens", "chunk_tokens")
 

@@ -63,7 +63,8 @@ def cmd_bench(args) -> int:
     from engine_native.bench import run_bench
 
     try:
-        r = run_bench(args.model, threads=args.threads, n_tokens=args.tokens, device=args.device)
+        r = run_bench(args.model, threads=args.threads, n_tokens=args.tokens, device=args.device,
+                      language=args.language, exaggeration=args.exaggeration, cfg_weight=args.cfg_weight)
     except EngineError as e:
         print(f"chatterbox-studio: error: {e}", file=sys.stderr)
         return 1
@@ -121,7 +122,8 @@ def add_parser(sub) -> None:
                    help="also time the PyTorch reference on this snapshot (the model's source weights)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: all cores)")
     p.add_argument("--tokens", type=int, default=250, help="speech tokens (default 250 = 10 s)")
-    from app.cli.speak import add_device_argument
+    from app.cli.speak import add_device_argument, add_multilingual_arguments
 
     add_device_argument(p)
+    add_multilingual_arguments(p)  # the reference runs generate()'s settings (guidance 0.5, 10 CFM steps)
     p.set_defaults(func=cmd_bench)

@@ -55,6 +55,11 @@ def _model_info(path: str) -> int:
     for key in ("t3.n_layer", "t3.n_embd", "t3.n_head", "t3.text_vocab", "t3.speech_vocab",
                 "s3gen.cfm.meanflow", "s3gen.cfm.n_timesteps", "s3gen.silence_token"):
         print(f"  {key:<28} {meta.get('chatterbox.' + key)}")
+    languages = meta.get("chatterbox.tokenizer.languages")
+    if languages:  # Multilingual: the codes `say --language` takes
+        from engine_native.language import NAMES
+
+        print(f"languages         {len(languages)}: " + ", ".join(f"{c} ({NAMES.get(c, c)})" for c in languages))
     from engine_native.bake import baked_voice_info
 
     baked = baked_voice_info(meta)

@@ -20,6 +20,8 @@ from engine_native import options as schema
 from engine_native.engine import PRESETS
 
 SAMPLING_OPTIONS = schema.SAMPLING
+# Multilingual models only (a Turbo / Nano model refuses them when given).
+MULTILINGUAL_OPTIONS = ("language",) + schema.MTL
 
 
 def log(message: str) -> None:
@@ -65,6 +67,16 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, sampling: bool = True) -
                    help="low-latency: small first chunk, 1 CFM step, 4 s of voice prompt (first audio sooner, "
                    "a little less detail and likeness)")
     for name in schema.SAMPLING + schema.STREAMING:
+        add_option_argument(g, name)
+    add_multilingual_arguments(p)
+
+
+def add_multilingual_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("Multilingual models")
+    g.add_argument("--language", metavar="CODE",
+                   help="the text's language (ar da de el en es fi fr he hi it ja ko ms nl no pl pt ru sv sw tr zh; "
+                   "default: detected from the text). `info MODEL` lists a model's languages")
+    for name in schema.MTL:
         add_option_argument(g, name)
 
 
@@ -132,7 +144,7 @@ def resolve_voice(engine, args):
 
 def stream_options(args) -> dict:
     opts = dict(PRESETS[args.preset])
-    for k in SAMPLING_OPTIONS + ("first_chunk_tokens", "chunk_tokens"):
+    for k in SAMPLING_OPTIONS + ("first_chunk_tokens", "chunk_tokens") + MULTILINGUAL_OPTIONS:
         if getattr(args, k, None) is not None:
             opts[k] = getattr(args, k)
     return opts

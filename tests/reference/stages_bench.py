@@ -14,28 +14,44 @@ from .stages import Inputs, load_conds, stage
 @stage("bench")
 def bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     """Load (from_local), T3 sampling of `tokens` tokens for `text_ids` with the defaults,
-    then S3Gen (encoder + 2-step CFM + HiFT) on the given speech tokens; ms each, peak RSS."""
+    then S3Gen (encoder + CFM + HiFT) on the given speech tokens; ms each, peak RSS. Turbo:
+    inference_turbo and 2 meanflow steps; Multilingual: T3.inference with its analyzer and
+    generate()'s guidance 0.5, and the standard CFM's 10 guided steps."""
     from chatterbox.models.t3.modules.cond_enc import T3Cond
-    from chatterbox.tts_turbo import ChatterboxTurboTTS
 
     torch.set_num_threads(int(inputs["threads"]))
     torch.manual_seed(0)
+    mtl = (Path(snapshot) / "t3_mtl23ls_v2.safetensors").exists()
     t0 = time.perf_counter()
-    tts = ChatterboxTurboTTS.from_local(str(snapshot), "cpu")
+    if mtl:  # ChatterboxMultilingualTTS.generate's settings: guidance 0.5, exaggeration 0.5, 10 CFM steps
+        from chatterbox.mtl_tts import ChatterboxMultilingualTTS
+
+        from .stages_mtl import prepare
+        prepare(snapshot)
+        tts = ChatterboxMultilingualTTS.from_local(str(snapshot), "cpu")
+        conds = tts.conds
+    else:
+        from chatterbox.tts_turbo import ChatterboxTurboTTS
+
+        tts = ChatterboxTurboTTS.from_local(str(snapshot), "cpu")
+        conds = load_conds(snapshot)
     load_ms = (time.perf_counter() - t0) * 1e3
-    conds = load_conds(snapshot)
     text = torch.from_numpy(np.asarray(inputs["text_ids"], np.int64)).reshape(1, -1)
     n = int(inputs["tokens"])
     cond = T3Cond(speaker_emb=conds.t3.speaker_emb, cond_prompt_speech_tokens=conds.t3.cond_prompt_speech_tokens,
-                  emotion_adv=torch.zeros(1, 1, 1))
+                  emotion_adv=(0.5 if mtl else 0.0) * torch.ones(1, 1, 1))
     with torch.inference_mode():
         t0 = time.perf_counter()
-        out = tts.t3.inference_turbo(cond, text, temperature=0.8, top_k=1000, top_p=0.95, repetition_penalty=1.2,
-                                     max_gen_len=n)
+        if mtl:
+            out = tts.t3.inference(t3_cond=cond, text_tokens=torch.cat([text, text]), max_new_tokens=n,
+                                   temperature=0.8, cfg_weight=0.5, repetition_penalty=2.0, min_p=0.05, top_p=1.0)
+        else:
+            out = tts.t3.inference_turbo(cond, text, temperature=0.8, top_k=1000, top_p=0.95,
+                                         repetition_penalty=1.2, max_gen_len=n)
         t3_ms = (time.perf_counter() - t0) * 1e3
         speech = torch.from_numpy(np.asarray(inputs["speech_ids"], np.int64))
         t0 = time.perf_counter()
-        mel = tts.s3gen.flow_inference(speech, ref_dict=conds.gen, n_cfm_timesteps=2, finalize=True)
+        mel = tts.s3gen.flow_inference(speech, ref_dict=conds.gen, n_cfm_timesteps=10 if mtl else 2, finalize=True)
         flow_ms = (time.perf_counter() - t0) * 1e3
         t0 = time.perf_counter()
         wav, _ = tts.s3gen.hift_inference(mel, None)

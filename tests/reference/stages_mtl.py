@@ -173,3 +173,76 @@ def mtl_text_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     if "unicode_texts" in inputs:
         out.update(mtl_unicode_stage(snapshot, {"texts": inputs["unicode_texts"]}))
     return out
+
+
+class _StopAtS3Gen(Exception):
+    """Raised by the patched S3Gen: generate() is followed only up to its speech tokens."""
+
+
+@stage("mtl_engine")
+def mtl_engine_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """What Engine tests compare with, in one process (one model load):
+    - paths [, exaggeration]: `ChatterboxMultilingualTTS.prepare_conditionals(path, exaggeration)`
+      of each; outputs "voice{i}.{tensor}" (the five voice tensors and emotion_adv);
+    - texts, langs ("" = none), n [, voices (per text: an index into paths; -1: conds.pt),
+      exaggerations, cfg_weights (per text)]: `generate(text, lang, exaggeration=...,
+      cfg_weight=...)` up to its speech tokens with `torch.multinomial`
+      -> the first maximum (greedy) and `max_new_tokens=n`; outputs "tokens{j}" (row 0,
+      the stop token kept, before drop_invalid_tokens) and "text_ids{j}" (as T3 gets them)."""
+    from chatterbox.mtl_tts import ChatterboxMultilingualTTS
+    prepare(snapshot)
+    torch.set_num_threads(int(np.asarray(inputs.get("threads", 2))))
+    tts = ChatterboxMultilingualTTS.from_local(str(snapshot), "cpu")
+    builtin = tts.conds
+    exaggeration = float(np.asarray(inputs.get("exaggeration", 0.5)))
+    out: Inputs = {}
+    voices = []
+    for i, path in enumerate(_strings(inputs, "paths") if "paths" in inputs else []):
+        tts.prepare_conditionals(path, exaggeration=exaggeration)
+        t3, gen = tts.conds.t3, tts.conds.gen
+        v = {"speaker_emb": t3.speaker_emb, "cond_prompt_speech_tokens": t3.cond_prompt_speech_tokens,
+             "emotion_adv": t3.emotion_adv, "embedding": gen["embedding"], "prompt_token": gen["prompt_token"],
+             "prompt_feat": gen["prompt_feat"][0]}
+        for k, t in v.items():
+            a = t.detach().numpy()
+            out[f"voice{i}.{k}"] = (a.reshape(-1) if k != "prompt_feat" else a).astype(
+                np.int32 if "token" in k else np.float32)
+        voices.append(tts.conds)
+    if "texts" not in inputs:
+        return out
+    n = int(np.asarray(inputs["n"]))
+    texts = _strings(inputs)
+    per = {k: np.broadcast_to(np.asarray(inputs.get(k, d)), (len(texts),))
+           for k, d in (("voices", -1), ("exaggerations", 0.5), ("cfg_weights", 0.5))}
+    rec = {}
+    t3_inference, s3gen_inference, multinomial = tts.t3.inference, tts.s3gen.inference, torch.multinomial
+
+    def t3_spy(**kw):
+        rec["text_ids"] = kw["text_tokens"][0].clone()
+        kw["max_new_tokens"] = n
+        return t3_inference(**kw)
+
+    def s3gen_spy(speech_tokens, **kw):
+        rec["tokens"] = speech_tokens.clone()
+        raise _StopAtS3Gen
+
+    tts.t3.inference, tts.s3gen.inference = t3_spy, s3gen_spy
+    torch.multinomial = lambda probs, num_samples=1, *a, **k: torch.argmax(probs, dim=-1, keepdim=True)
+    import chatterbox.mtl_tts as mtl
+    drop = mtl.drop_invalid_tokens
+    mtl.drop_invalid_tokens = lambda x: x          # keep what T3 said (stop token included)
+    try:
+        for j, (text, lang) in enumerate(zip(texts, _strings(inputs, "langs"), strict=True)):
+            which = int(per["voices"][j])
+            tts.conds = builtin if which < 0 else voices[which]
+            try:
+                tts.generate(text, lang or None, exaggeration=float(per["exaggerations"][j]),
+                             cfg_weight=float(per["cfg_weights"][j]))
+            except _StopAtS3Gen:
+                pass
+            out[f"tokens{j}"] = rec["tokens"].reshape(-1).numpy().astype(np.int32)
+            out[f"text_ids{j}"] = rec["text_ids"].reshape(-1).numpy().astype(np.int32)
+    finally:
+        tts.t3.inference, tts.s3gen.inference, torch.multinomial = t3_inference, s3gen_inference, multinomial
+        mtl.drop_invalid_tokens = drop
+    return out

@@ -29,6 +29,8 @@ const std::vector<OptionSpec>& option_specs() {
         f("min_p", 0.0, 1.0, false, false, "Drop tokens below min_p times the top token's probability (0: off)."),
         i("cfm_steps", 1, 100, "Flow-matching solver steps of S3Gen (more: slower, smoother)."),
         i("max_tokens", 1, 100000, "Most speech tokens per sentence (the engine narrows it to the model's context)."),
+        f("exaggeration", 0.0, 2.0, false, false, "Multilingual: emotion exaggeration of T3's conditioning (0.5: neutral; higher: more expressive, faster)."),
+        f("cfg_weight", 0.0, 2.0, false, false, "Multilingual: classifier-free guidance weight of T3 (0: off, one pass a token; lower: slower pace)."),
         i("seed", 0, kSeedMax, "Seed of the sampler and the vocoder's noise."),
         f("prompt_seconds", 1.0, 60.0, false, false, "Use only the last N seconds of the voice's S3Gen prompt (faster, a little less likeness)."),
         i("first_chunk_tokens", 1, 1000, "Speech tokens in a sentence's first audio chunk (lower: earlier sound)."),
