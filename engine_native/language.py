@@ -31,7 +31,7 @@ _SCRIPTS = (
     ("ru", ((0x0400, 0x04FF),)),
 )
 
-# Latin letters that point at one language (or a few), and frequent short words.
+# Latin letters that point at one language (or a few), and frequent short words (greetings too).
 _LETTERS = {
     "ß": "de", "ä": "de sv fi", "ö": "de sv fi tr", "ü": "de tr", "ñ": "es", "¿": "es", "¡": "es",
     "á": "es pt", "í": "es pt", "ó": "es pt pl", "ú": "es pt", "ã": "pt", "õ": "pt", "ç": "fr pt tr",
@@ -40,21 +40,21 @@ _LETTERS = {
     "ł": "pl", "ą": "pl", "ę": "pl", "ś": "pl", "ź": "pl", "ż": "pl", "ń": "pl", "ć": "pl",
 }
 _WORDS = {
-    "en": "the and is are you of to it that this with was have what",
-    "de": "der die das und ist nicht ich sie ein eine mit zu den",
-    "es": "el la los las que de y es en por para una un con",
-    "fr": "le la les et est que des une un pas je vous il dans",
-    "it": "il lo gli e che di non è una un per sono della",
-    "pt": "o os que de e é não uma um para com você em",
-    "nl": "de het een en is van ik niet dat je zijn met",
-    "sv": "och är att det jag inte en som på med för",
-    "da": "og er at det jeg ikke en som på med til",
-    "no": "og er at det jeg ikke en som på med til",
-    "fi": "ja on ei se että minä sinä olen mutta kun",
+    "en": "the and is are you of to it that this with was have what hello world there",
+    "de": "der die das und ist nicht ich sie ein eine mit zu den hallo welt wir um uhr",
+    "es": "el la los las que de y es en por para una un con hola mundo",
+    "fr": "le la les et est que des une un pas je vous il dans bonjour monde ici",
+    "it": "il lo gli e che di non è una un per sono della ciao mondo come stai ho",
+    "pt": "o os que de e é não uma um para com você em olá ele disse",
+    "nl": "de het een en is van ik niet dat je zijn met hallo wereld hoe gaat één twee",
+    "sv": "och är att det jag inte en som på med för hej världen",
+    "da": "og er at det jeg ikke en som på med til hej verden hvordan går hedder",
+    "no": "og er at det jeg ikke en som på med til hei verden hvordan har heter god morgen",
+    "fi": "ja on ei se että minä sinä olen mutta kun hei maailma mitä kuuluu hyvää",
     "pl": "i w nie jest to się na że z do jak",
-    "tr": "ve bir bu da de için ne ben sen çok",
-    "ms": "dan yang di ini itu saya tidak ada dengan untuk",
-    "sw": "na ya wa kwa ni za la katika mimi wewe",
+    "tr": "ve bir bu da de için ne ben sen çok merhaba dünya",
+    "ms": "dan yang di ini itu saya tidak ada dengan untuk selamat pagi apa khabar terima kasih",
+    "sw": "na ya wa kwa ni za la katika mimi wewe habari yako asante sana dunia",
 }
 _WORD_SETS = {code: set(words.split()) for code, words in _WORDS.items()}
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)

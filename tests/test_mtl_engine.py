@@ -32,6 +32,7 @@ import soundfile as sf
 from engine_native import Engine, EngineError, IncompatibleVoiceError, ParameterError, Voice
 from engine_native.audio import resample_soxr
 from engine_native.engine import _CancelToken
+from engine_native.text import Sentence
 from tests import audio_fixtures as af
 from tests.models import model_path
 from tests.mtl_corpus import BASE
@@ -67,15 +68,18 @@ def engine():
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory):
-    """espeak-ng speech at 22.05 kHz (9 s: past T3's 6 s window), and a loud, clipped 48 kHz
-    take of it (7 s): the recipe has no loudness step, so the level reaches the voice."""
+    """espeak-ng speech at 22.05 kHz (12 s: past T3's 6 s and S3Gen's 10 s windows), and a
+    loud, clipped 48 kHz take of it (8 s): the recipe has no loudness step, so the level
+    reaches the voice. (A 22.05 kHz clip shorter than 10 s puts the resampler's last
+    samples into S3Gen's prompt: there the last 2 mel frames differ by up to 0.26, as they
+    would for Turbo; the resampler test covers whole signals only.)"""
     if not af.tools_available():
         pytest.skip("espeak-ng / ffmpeg not installed")
     folder = tmp_path_factory.mktemp("mtl-voices")
     speech = af.speech_stream(str(folder))
     r22 = af.ESPEAK_RATE
-    out = {"espeak22k": (speech[: 9 * r22], r22),
-           "clipped48k": (np.clip(resample_soxr(speech[2 * r22: 9 * r22], r22, 48000) * 6.0, -1, 1), 48000)}
+    out = {"espeak22k": (speech[: 12 * r22], r22),
+           "clipped48k": (np.clip(resample_soxr(speech[3 * r22: 11 * r22], r22, 48000) * 6.0, -1, 1), 48000)}
     paths = {}
     for name, (samples, rate) in out.items():
         paths[name] = str(folder / f"{name}.wav")
@@ -173,11 +177,14 @@ def test_options_schema(engine):
 def test_text_budget_in_tokens(engine):
     """A Chinese sentence whose Cangjie codes exceed T3's 2050 text positions is cut into
     pieces that fit, each keeping its span in the text."""
-    text = "今天天气很好" * 60 + "。"   # 361 characters: about 6 ids a glyph in the table
-    pieces = engine._sentences(text, _CancelToken(), "zh")
-    assert len(pieces) > 1
+    text = "前言。" + "今天天气很好" * 100 + "。"   # 600 glyphs of about 4 ids each in the table
+    assert len(engine.text_tokens(text[3:], "zh")) > 2050
+    pieces = engine._fit_budget(Sentence(text[3:], 3, len(text)), "zh")
+    assert len(pieces) > 1 and pieces[0].start == 3 and pieces[-1].end >= len(text) - 1  # (a lone 。 is no piece)
     for p in pieces:
         assert len(engine.text_tokens(p.text, "zh")) <= 2050 and text[p.start:p.end] == p.text
+    # The splitter's 300-character pieces fit already.
+    assert all(len(engine.text_tokens(p.text, "zh")) <= 2050 for p in engine._sentences(text, _CancelToken(), "zh"))
 
 
 def test_voice_of_another_variant_is_remade_from_its_clip(engine, cloned, recordings, tmp_path):
