@@ -688,8 +688,10 @@ class Engine:
 
     def _fit_budget(self, s: Sentence, language) -> list[Sentence]:
         """`s`, or its pieces (cut as the splitter cuts long sentences, into ever smaller
-        pieces) when its text ids exceed the Multilingual T3's text position table."""
-        if len(self._text_ids(s.text, language)) <= self._max_text_ids:
+        pieces) when its text ids exceed the Multilingual T3's text position table. Up to
+        1/8 of the table in characters is taken as fitting (a Cangjie glyph is about 6 ids);
+        `_t3_session` still refuses, by name, a sentence that does not."""
+        if len(s.text) <= self._max_text_ids // 8 or len(self._text_ids(s.text, language)) <= self._max_text_ids:
             return [s]
         limit = len(s.text) // 2
         while limit > 1:

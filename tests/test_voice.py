@@ -89,7 +89,13 @@ def cloned(engine, recordings):
 @pytest.mark.parametrize("name", ["espeak22k", "stereo44k", "clipped48k"])
 def test_voice_from_audio_matches_prepare_conditionals(name, cloned, reference):
     voice, ref = cloned[0][name], reference[name]
-    lines = [f"{name}: clone {cloned[1][name]:.2f} s native vs {float(ref['seconds']):.2f} s reference"]
+    check_voice_matches(voice, ref, [f"{name}: clone {cloned[1][name]:.2f} s native vs {float(ref['seconds']):.2f} s "
+                                     "reference"])
+
+
+def check_voice_matches(voice, ref: dict, lines: list[str]) -> None:
+    """A voice against `prepare_conditionals`' tensors (`ref`: name -> array) at this file's
+    tolerances; prints the figures (also used by the Multilingual engine test)."""
     for t in ("speaker_emb", "embedding"):
         c = cosine(getattr(voice, t), ref[t])
         lines.append(f"  {t:<26} cosine {c:.8f} rel {rel(getattr(voice, t), ref[t]):.2e}")
