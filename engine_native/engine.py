@@ -52,7 +52,7 @@ from engine_native.errors import (Cancelled, DeviceError, EmptyTextError, Engine
                                   ParameterError, SilentAudioError, VoiceError, VoiceTooShortError)
 from engine_native.speech import check_speech
 from engine_native.text import MAX_TEXT_CHARS, Sentence, has_speech, iter_sentences, split_text
-from engine_native.voice import Voice
+from engine_native.voice import Voice, clip_path
 
 # HiFT's receptive field is about 12 mel frames each way (measured: with 12 frames of
 # context a cut decodes to within 5e-8 of the whole); the excitation is cached exactly,
@@ -601,16 +601,12 @@ class Engine:
             return Voice(speaker_emb=speaker_emb, cond_prompt_speech_tokens=cond_tokens, embedding=embedding,
                          prompt_token=prompt_token, prompt_feat=prompt_feat, variant=self.variant, meta=meta)
 
-    CLIP_SUFFIXES = (".wav", ".flac", ".ogg")
-
-    def voice_clip(self, voice: Voice) -> str | None:
-        """The recording a voice file was made from, where it is kept beside the file: for
-        `NAME.voice.gguf`, `NAME.wav` (what `chatterbox-studio lab --bake` writes), `.flac` or
-        `.ogg`; None when there is none."""
-        if not voice.path or not str(voice.path).endswith(".voice.gguf"):
-            return None
-        stem = str(voice.path)[: -len(".voice.gguf")]
-        return next((stem + x for x in self.CLIP_SUFFIXES if os.path.isfile(stem + x)), None)
+    @staticmethod
+    def voice_clip(voice: Voice) -> str | None:
+        """The recording a voice file was made from, where it is kept beside the file
+        (`engine_native.voice.clip_path`: NAME.wav, .flac or .ogg beside NAME.voice.gguf, as
+        `chatterbox-studio lab --bake` leaves them and `voice.save_clip` writes); else None."""
+        return clip_path(voice.path)
 
     def adapt_voice(self, voice: Voice, clip=None) -> Voice:
         """`voice` made fit for this model: the voice itself when its variant is this model's;

@@ -139,3 +139,35 @@ class Voice:
                    variant=str(kv.get("voice.variant", "")), meta=meta, path=str(path))
         voice.validate()
         return voice
+
+
+# The recording a voice was cloned from, kept beside its file so that the voice can be
+# re-made for a model of another variant (Engine.adapt_voice): NAME.wav beside
+# NAME.voice.gguf, as `chatterbox-studio lab --bake` leaves them.
+CLIP_SUFFIXES = (".wav", ".flac", ".ogg")
+
+
+def clip_path(voice_path: str | os.PathLike | None) -> str | None:
+    """The recording kept beside a voice file (NAME.wav, .flac or .ogg), or None."""
+    if not voice_path or not str(voice_path).endswith(".voice.gguf"):
+        return None
+    stem = str(voice_path)[: -len(".voice.gguf")]
+    return next((stem + x for x in CLIP_SUFFIXES if os.path.isfile(stem + x)), None)
+
+
+def save_clip(voice_path: str | os.PathLike, samples, sample_rate: int) -> Path:
+    """Keeps the recording a voice was made from beside its file (NAME.wav, float, written
+    atomically); a library that renames or deletes the voice should move the clip with it."""
+    import soundfile as sf
+
+    from engine_native.files import WriteFailed, atomic_write
+
+    if not str(voice_path).endswith(".voice.gguf"):
+        raise VoiceError(f"{voice_path}: a voice file's name ends in .voice.gguf")
+    target = Path(str(voice_path)[: -len(".voice.gguf")] + ".wav")
+    data = np.asarray(samples, np.float32)
+    try:
+        return atomic_write(target, lambda tmp: sf.write(str(tmp), data, int(sample_rate), format="WAV",
+                                                         subtype="FLOAT"))
+    except WriteFailed as e:
+        raise VoiceError(str(e)) from None

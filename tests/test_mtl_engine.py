@@ -35,6 +35,7 @@ from engine_native import Engine, EngineError, IncompatibleVoiceError, Parameter
 from engine_native.audio import resample_soxr
 from engine_native.engine import _CancelToken
 from engine_native.text import Sentence
+from engine_native.voice import save_clip
 from tests import audio_fixtures as af
 from tests.models import model_path
 from tests.mtl_corpus import BASE
@@ -178,6 +179,9 @@ def test_voice_of_another_variant_is_remade_from_its_clip(engine, cloned, record
     kept = Voice.load(foreign.save(tmp_path / "mine.voice.gguf"))
     shutil.copy(recordings["espeak22k"], tmp_path / "mine.wav")  # what `lab --bake` leaves beside it
     assert engine.voice_clip(kept) == str(tmp_path / "mine.wav")
+    samples, rate = sf.read(recordings["espeak22k"], dtype="float32")
+    save_clip(tmp_path / "other.voice.gguf", samples, rate)       # the same through the engine's writer
+    assert np.array_equal(sf.read(tmp_path / "other.wav", dtype="float32")[0], samples)
     remade = engine.adapt_voice(kept)
     assert remade.variant == "mtl" and remade.name == "Mine" and remade.meta["remade_from"] == "turbo"
     for t in VOICE_TENSORS:
@@ -263,3 +267,17 @@ def test_cli_lists_languages_and_checks_the_multilingual_flags(tmp_path):
     assert r.returncode == 1 and "exaggeration must be a number in [0.0, 2.0]" in r.stderr, r.stderr
     r = _cli("say", "Hello.", "-m", str(model_path("turbo", "f32")), "-o", "x.wav", "--cfg-weight", "0.3", cwd=tmp_path)
     assert r.returncode == 1 and "Multilingual models only" in r.stderr, r.stderr
+
+
+def test_japanese_without_pykakasi_says_once_what_is_missing(tmp_path):
+    """pykakasi (GPL) is the optional `ja` extra: without it kanji pass through (the
+    reference's ImportError branch) and one warning names the package and the extra."""
+    code = ("import sys; sys.modules['pykakasi'] = None\n"
+            "from engine_native import Engine\n"
+            f"e = Engine({str(model_path('mtl', 'f32', **SNAPSHOT))!r}, threads=1)\n"
+            "a = e.text_tokens('日本語の文章です。', 'ja'); b = e.text_tokens('今日は天気がいいです。', 'ja')\n"
+            "print(len(a), len(b))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("pykakasi is not installed") == 1, r.stderr
+    assert "pip install 'chatterbox-studio[ja]'" in r.stderr
