@@ -619,8 +619,8 @@ class Engine:
             raise VoiceError(f"voice must be an engine_native.Voice; got {type(voice).__name__}")
         if voice.variant == self.variant:
             return voice
-        remade = voice.__dict__.setdefault("_remade", {})
-        key = (str(self.path), clip if isinstance(clip, (str, os.PathLike)) else None)
+        remade = voice.__dict__.setdefault("_remade", {})  # model path -> the voice re-made from its kept clip
+        key = str(self.path)
         if clip is None and key in remade:
             return remade[key]
         source = clip if clip is not None else self.voice_clip(voice)

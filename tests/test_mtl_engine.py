@@ -151,6 +151,7 @@ def test_options_schema(engine):
     assert d["exaggeration"] == pytest.approx(0.5) and d["cfg_weight"] == pytest.approx(0.5)
     assert d["top_k"] is None and d["repetition_penalty"] == pytest.approx(2.0) and d["cfm_steps"] == 10
     for bad in ({"exaggeration": 2.5}, {"exaggeration": -0.1}, {"cfg_weight": 3.0}, {"cfg_weight": float("nan")},
+                {"exaggeration": 2**64}, {"exaggeration": True}, {"cfg_weight": "0.5"}, {"cfg_weight": 10**400},
                 {"top_k": 0}, {"max_tokens": 5000}):
         with pytest.raises(ParameterError, match=next(iter(bad))):
             engine.stream("Hello.", language="en", **bad)
