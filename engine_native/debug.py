@@ -272,25 +272,55 @@ def hift_inference(model, mel, seed: int = 0) -> np.ndarray:
     return _component(model, "HiFT").inference(np.asarray(mel, np.float32), int(seed))
 
 
-def s3gen_mel(model, speech_ids, voice=None, x0=None) -> np.ndarray:
+def _s3gen_voice(model, voice):
+    """The CFM's prompt mel [T_prompt, 80] and x-vector [192]: the model's built-in voice or `voice`'s."""
+    if voice is None:
+        mf = _component(model, "ModelFile")
+        return mf.tensor_f32("voice.prompt_feat"), mf.tensor_f32("voice.embedding")
+    return voice["prompt_feat"], voice["embedding"]
+
+
+def s3gen_mel(model, speech_ids, voice=None, x0=None, steps: int | None = None, *,
+              guidance_batched: bool | None = None) -> np.ndarray:
     """CFM output for the speech frames only, f32 [80, 2 x len(speech_ids)] (prompt frames
     removed, as `flow_inference` returns it): the voice's prompt tokens then `speech_ids`
     through the encoder, then the CFM sampler from `x0` f32 [80, 2 x (prompt + speech
     tokens)], the initial noise exactly as the estimator first receives it. voice: None
     (built-in) or a mapping with `prompt_token`, `prompt_feat` [T_prompt, 80] and
-    `embedding` [192]."""
+    `embedding` [192]. steps: Euler steps (None: the model's). The Multilingual model's
+    standard CFM runs classifier-free guidance inside every step; guidance_batched picks
+    one batch-of-two evaluation or two evaluations per step (None: the engine's choice)."""
     if x0 is None:
         raise ValueError("x0 is required")
-    mf = _component(model, "ModelFile")
-    if voice is None:
-        prompt_feat = mf.tensor_f32("voice.prompt_feat")
-        embedding = mf.tensor_f32("voice.embedding")
-    else:
-        prompt_feat, embedding = voice["prompt_feat"], voice["embedding"]
+    prompt_feat, embedding = _s3gen_voice(model, voice)
     mu = s3gen_encode(model, speech_ids, voice)
     prompt_feat = np.asarray(prompt_feat, np.float32).reshape(-1, mu.shape[0])
-    return _component(model, "S3GenCfm").sample(mu, prompt_feat, np.asarray(embedding, np.float32).reshape(-1),
-                                               np.asarray(x0, np.float32))
+    cfm = _component(model, "S3GenCfm")
+    saved = cfm.guidance_batched
+    if guidance_batched is not None:
+        cfm.guidance_batched = bool(guidance_batched)
+    try:
+        return cfm.sample(mu, prompt_feat, np.asarray(embedding, np.float32).reshape(-1), np.asarray(x0, np.float32),
+                          n_steps=int(steps or 0))
+    finally:
+        cfm.guidance_batched = saved
+
+
+def s3gen_velocities(model, speech_ids, x, t: float, voice=None, r: float = 0.0) -> list[np.ndarray]:
+    """One CFM estimator evaluation at time t on x f32 [80, 2 x (prompt + speech tokens)],
+    conditioned as s3gen_mel conditions it: [v_cond] for a meanflow model (r its second
+    time), [v_cond, v_uncond] (mu, speaker and prompt mel zero) for the standard CFM."""
+    prompt_feat, embedding = _s3gen_voice(model, voice)
+    mu = s3gen_encode(model, speech_ids, voice)
+    return _component(model, "S3GenCfm").velocities(
+        mu, np.asarray(prompt_feat, np.float32).reshape(-1, mu.shape[0]), np.asarray(embedding, np.float32).reshape(-1),
+        np.asarray(x, np.float32), float(t), float(r))
+
+
+def cfm_t_span(model, steps: int) -> np.ndarray:
+    """The CFM's Euler times f32 [steps + 1]: linspace(0, 1) in float32, then for the standard
+    CFM 1 - cos(t * 0.5 * pi) in float32, as CausalConditionalCFM.forward computes them."""
+    return _component(model, "S3GenCfm").t_span(int(steps))
 
 
 def fft(x, inverse: bool = False, single: bool = False) -> np.ndarray:

@@ -222,3 +222,4 @@ from . import stages_s3tok  # noqa: E402,F401
 from . import stages_campplus  # noqa: E402,F401
 from . import stages_voice, stages_bench  # noqa: E402,F401
 from . import stages_mtl, stages_mtl_t3  # noqa: E402,F401
+from . import stages_mtl_cfm  # noqa: E402,F401

@@ -135,16 +135,16 @@ ggml_tensor* CfmEstimator::resnet(ggml_context* ctx, ggml_tensor* x, ggml_tensor
 // BasicTransformerBlock: pre-norm self-attention (full context, no qkv bias), pre-norm
 // FFN with exact (erf) GELU. x [C, T].
 ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const Transformer& b) const {
-    const int64_t T = x->ne[1], H = n_head_, D = head_dim_;
+    const int64_t T = x->ne[1], B = x->ne[2], H = n_head_, D = head_dim_;
     ggml_tensor* h = layer_norm(ctx, x, b.n1_w, b.n1_b, ln_eps_);
-    ggml_tensor* q = ggml_permute(ctx, ggml_reshape_3d(ctx, linear(ctx, h, b.q_w, nullptr), D, H, T), 0, 2, 1, 3);  // [D, T, H]
-    ggml_tensor* k = ggml_permute(ctx, ggml_reshape_3d(ctx, linear(ctx, h, b.k_w, nullptr), D, H, T), 0, 2, 1, 3);
-    ggml_tensor* v = ggml_reshape_3d(ctx, linear(ctx, h, b.v_w, nullptr), D, H, T);
+    auto heads = [&](ggml_tensor* w) {  // [D, T, H, B]
+        return ggml_permute(ctx, ggml_reshape_4d(ctx, linear(ctx, h, w, nullptr), D, H, T, B), 0, 2, 1, 3);
+    };
     // Full-context attention (the reference's mask is all ones: static_chunk_size 0).
-    ggml_tensor* vp = ggml_permute(ctx, v, 0, 2, 1, 3);  // [D, T, H]
-    ggml_tensor* o = ggml_flash_attn_ext(ctx, q, k, vp, nullptr, 1.0f / std::sqrt(static_cast<float>(D)), 0.0f, 0.0f);
+    ggml_tensor* o = ggml_flash_attn_ext(ctx, heads(b.q_w), heads(b.k_w), heads(b.v_w), nullptr,
+                                         1.0f / std::sqrt(static_cast<float>(D)), 0.0f, 0.0f);
     ggml_flash_attn_ext_set_prec(o, GGML_PREC_F32);
-    o = ggml_reshape_2d(ctx, o, D * H, T);  // result is [D, H, T]
+    o = ggml_reshape_3d(ctx, o, D * H, T, B);  // result is [D, H, T, B]
     x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b));
 
     h = layer_norm(ctx, x, b.n3_w, b.n3_b, ln_eps_);
@@ -165,32 +165,41 @@ void CfmEstimator::check_inputs(size_t x, size_t mu, size_t spks, size_t cond, i
                           std::to_string(out_channels_) + "]");
 }
 
-ggml_tensor* CfmEstimator::velocity(ggml_context* ctx, GraphInputs& in, ggml_tensor* x, ggml_tensor* mu,
-                                    ggml_tensor* spks, ggml_tensor* cond, float t, float r) const {
-    // Time embedding (meanflow: t and r each through the MLP, concatenated, mixed).
+// Time embedding (meanflow: t and r each through the MLP, concatenated, mixed).
+ggml_tensor* CfmEstimator::time_embedding(ggml_context* ctx, GraphInputs& in, float t, float r) const {
     ggml_tensor* temb = time_mlp(ctx, in.f32(ctx, time_sinusoid(t), in_channels_));
     if (meanflow_) {
         ggml_tensor* remb = time_mlp(ctx, in.f32(ctx, time_sinusoid(r), in_channels_));
         temb = linear(ctx, ggml_concat(ctx, temb, remb, 0), mixer_w_, nullptr);
     }
+    return temb;
+}
 
-    // Input: [x; mu; spks repeated over time; cond] along channels, [T, 4 * n_mels].
+ggml_tensor* CfmEstimator::estimate(ggml_context* ctx, GraphInputs& in, ggml_tensor* h, float t, float r) const {
     const int M = out_channels_;
-    ggml_tensor* sp = ggml_repeat(ctx, spks, mu);
-    ggml_tensor* h = ggml_concat(ctx, ggml_concat(ctx, ggml_concat(ctx, x, mu, 1), sp, 1), cond, 1);  // [T, 4M]
-    h = ggml_cont(ctx, ggml_transpose(ctx, h));                                                      // [4M, T]
-
+    ggml_tensor* temb = time_embedding(ctx, in, t, r);
+    h = ggml_cont(ctx, ggml_transpose(ctx, h));  // [4M, T, B]
     h = run_stage(ctx, h, temb, down_);
     ggml_tensor* skip = h;
     h = causal_conv1d_ct(ctx, h, down_.conv_w, down_.conv_b);
     for (const Stage& s : mid_) h = run_stage(ctx, h, temb, s);
-    h = ggml_concat(ctx, h, skip, 0);  // [2C, T]
+    h = ggml_concat(ctx, h, skip, 0);  // [2C, T, B]
     h = run_stage(ctx, h, temb, up_);
     h = causal_conv1d_ct(ctx, h, up_.conv_w, up_.conv_b);
     h = block1d(ctx, h, final_c_w_, final_c_b_, final_ln_w_, final_ln_b_);
-    // final_proj (1x1 conv), produced time-fastest: [T, M].
-    ggml_tensor* out = ggml_mul_mat(ctx, h, ggml_reshape_2d(ctx, proj_w_, proj_w_->ne[1], proj_w_->ne[2]));
+    // final_proj (1x1 conv), produced time-fastest: [T, M, B]. mul_mat broadcasts only its
+    // first operand over the batch, so a batch goes weights-first and is transposed after.
+    ggml_tensor* pw = ggml_reshape_2d(ctx, proj_w_, proj_w_->ne[1], proj_w_->ne[2]);
+    ggml_tensor* out = h->ne[2] == 1 ? ggml_mul_mat(ctx, h, pw) : ggml_cont(ctx, ggml_transpose(ctx, ggml_mul_mat(ctx, pw, h)));
     return ggml_add(ctx, out, ggml_reshape_2d(ctx, proj_b_, 1, M));
+}
+
+ggml_tensor* CfmEstimator::velocity(ggml_context* ctx, GraphInputs& in, ggml_tensor* x, ggml_tensor* mu,
+                                    ggml_tensor* spks, ggml_tensor* cond, float t, float r) const {
+    // Input: [x; mu; spks repeated over time; cond] along channels, [T, 4 * n_mels].
+    ggml_tensor* sp = ggml_repeat(ctx, spks, mu);
+    ggml_tensor* h = ggml_concat(ctx, ggml_concat(ctx, ggml_concat(ctx, x, mu, 1), sp, 1), cond, 1);
+    return estimate(ctx, in, h, t, r);
 }
 
 std::vector<float> CfmEstimator::forward(const std::vector<float>& x, const std::vector<float>& mu,
@@ -233,6 +242,53 @@ std::vector<float> CfmEstimator::integrate(const std::vector<float>& x0, const s
     return x;
 }
 
+// Guidance as solve_euler computes it, in float32: the rows' weights are the float32 values
+// of the Python floats (1.0 + inference_cfg_rate) and inference_cfg_rate.
+std::vector<float> CfmEstimator::integrate_guided(const std::vector<float>& x0, const std::vector<float>& mu,
+                                                  const std::vector<float>& spks, const std::vector<float>& cond,
+                                                  int T, const std::vector<float>& ts, double rate, bool batched) {
+    check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), T);
+    const int M = out_channels_;
+    const float w_cond = static_cast<float>(1.0 + rate), w_uncond = static_cast<float>(rate);
+    const int n_steps = static_cast<int>(ts.size()) - 1;
+    std::vector<float> x = x0;
+    int nodes_per_step = 0;
+    for (int s = 0; s < n_steps;) {
+        ggml_context* ctx = runner_.begin();
+        ggml_cgraph* gf = runner_.graph();
+        GraphInputs in;
+        ggml_tensor* xt = in.f32(ctx, x, T, M);
+        ggml_tensor* mut = in.f32(ctx, mu, T, M);
+        // The rows' conditioning [mu; spks; cond] (channels 1..3 of the input) and the
+        // unconditional row's zeros in their place.
+        ggml_tensor* c_cond = ggml_concat(ctx, ggml_concat(ctx, mut, ggml_repeat(ctx, in.f32(ctx, spks, 1, M), mut), 1),
+                                          in.f32(ctx, cond, T, M), 1);
+        ggml_tensor* c_uncond = in.f32(ctx, std::vector<float>(static_cast<size_t>(3) * M * T, 0.0f), T, 3 * M);
+        do {
+            const int before = ggml_graph_n_nodes(gf);
+            const float t = ts[s], r = ts[s + 1];
+            ggml_tensor* h_cond = ggml_concat(ctx, xt, c_cond, 1);  // [T, 4M]
+            ggml_tensor* h_uncond = ggml_concat(ctx, xt, c_uncond, 1);
+            ggml_tensor *v_cond, *v_uncond;
+            if (batched) {
+                ggml_tensor* v = estimate(ctx, in, ggml_concat(ctx, h_cond, h_uncond, 2), t, r);  // [T, M, 2]
+                v_cond = ggml_view_2d(ctx, v, T, M, v->nb[1], 0);
+                v_uncond = ggml_view_2d(ctx, v, T, M, v->nb[1], v->nb[2]);
+            } else {
+                v_cond = estimate(ctx, in, h_cond, t, r);
+                v_uncond = estimate(ctx, in, h_uncond, t, r);
+            }
+            ggml_tensor* dxdt = ggml_sub(ctx, ggml_scale(ctx, v_cond, w_cond), ggml_scale(ctx, v_uncond, w_uncond));
+            xt = ggml_add(ctx, xt, ggml_scale(ctx, dxdt, r - t));
+            ggml_build_forward_expand(gf, xt);
+            nodes_per_step = std::max(nodes_per_step, ggml_graph_n_nodes(gf) - before);
+            ++s;
+        } while (s < n_steps && ggml_graph_n_nodes(gf) + 2 * nodes_per_step < ggml_graph_size(gf));
+        x = runner_.compute(xt, in);
+    }
+    return x;
+}
+
 // ---------------------------------------------------------------------------
 // Sampler
 // ---------------------------------------------------------------------------
@@ -241,6 +297,12 @@ S3GenCfm::S3GenCfm(const ModelFile& mf, ggml_backend_t backend) : est_(mf, backe
     n_timesteps_ = static_cast<int>(mf.get_int("chatterbox.s3gen.cfm.n_timesteps"));
     meanflow_ = mf.get_bool("chatterbox.s3gen.cfm.meanflow");
     if (n_timesteps_ <= 0) throw ModelError(mf.path() + ": s3gen.cfm.n_timesteps must be positive");
+    // The standard CFM's schedule and guidance (CFM_PARAMS' values where a file lacks them).
+    if (mf.has_key("chatterbox.s3gen.cfm.t_scheduler"))
+        cosine_ = mf.get_string("chatterbox.s3gen.cfm.t_scheduler") == "cosine";
+    if (mf.has_key("chatterbox.s3gen.cfm.inference_cfg_rate"))
+        cfg_rate_ = mf.get_float("chatterbox.s3gen.cfm.inference_cfg_rate");
+    if (!std::isfinite(cfg_rate_)) throw ModelError(mf.path() + ": s3gen.cfm.inference_cfg_rate must be finite");
     const ggml_tensor* w = mf.tensor("s3gen.flow.spk_embed_affine_layer.weight", {-1, est_.n_mels()});
     spk_in_ = static_cast<int>(w->ne[0]);
     spk_out_ = static_cast<int>(w->ne[1]);
@@ -248,22 +310,29 @@ S3GenCfm::S3GenCfm(const ModelFile& mf, ggml_backend_t backend) : est_(mf, backe
     spk_b_ = mf.read_f32(mf.tensor("s3gen.flow.spk_embed_affine_layer.bias", {spk_out_}));
 }
 
-// torch.linspace(0, 1, n + 1) in float32 (meanflow uses it as is; no cosine schedule).
 std::vector<float> S3GenCfm::t_span(int n_steps) const {
+    // torch.linspace(0, 1, n + 1, float32) as torch 2.x's CPU kernel computes it (checked for
+    // every n up to 300): a float32 step, each value start + step * i (first half) or
+    // end - step * (steps - 1 - i) (second half) in double, rounded to float32.
     const int steps = n_steps + 1;
     std::vector<float> ts(steps);
-    const float step = 1.0f / static_cast<float>(n_steps);
+    const double step = 1.0f / static_cast<float>(n_steps);
     const int halfway = steps / 2;
     for (int i = 0; i < steps; ++i)
-        ts[i] = i < halfway ? static_cast<float>(i) * step : 1.0f - static_cast<float>(steps - 1 - i) * step;
+        ts[i] = static_cast<float>(i < halfway ? step * i : 1.0 - step * (steps - 1 - i));
+    // meanflow uses it as is (CausalConditionalCFM.forward skips the scheduler).
+    if (meanflow_ || !cosine_) return ts;
+    // 1 - cos(t * 0.5 * pi) in float32 (torch.pi a float32 scalar). torch's float32 cos
+    // (MKL's vector cos in the oracle's wheel) is within one ulp of the correctly rounded
+    // value used here; the two agree on every value for the default 10 steps.
+    const float pi = static_cast<float>(M_PI);
+    for (float& t : ts) t = 1.0f - static_cast<float>(std::cos(static_cast<double>((t * 0.5f) * pi)));
     return ts;
 }
 
-std::vector<float> S3GenCfm::sample(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
-                                    const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps) {
-    if (n_steps < 0 || n_steps > 100) throw EngineError("cfm_steps must be between 1 and 100");
-    if (n_steps == 0) n_steps = n_timesteps_;
-    if (!meanflow_) throw EngineError("the standard (CFG) CFM sampler is not implemented yet; this model is not meanflow");
+int S3GenCfm::conditioning(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
+                           const std::vector<float>& embedding, const std::vector<float>& x0, std::vector<float>& spks,
+                           std::vector<float>& cond) const {
     const int M = est_.n_mels();
     const size_t n = static_cast<size_t>(M) * T;
     if (T <= 0 || mu.size() != n) throw EngineError("mu must be [" + std::to_string(M) + ", T] with T > 0");
@@ -282,7 +351,7 @@ std::vector<float> S3GenCfm::sample(const std::vector<float>& mu, int T, const s
     const float norm = std::max(static_cast<float>(std::sqrt(ss)), 1e-12f);
     std::vector<float> e(spk_in_);
     for (int k = 0; k < spk_in_; ++k) e[k] = embedding[k] / norm;
-    std::vector<float> spks(M);
+    spks.assign(M, 0.0f);
     for (int o = 0; o < M; ++o) {
         double acc = spk_b_[o];
         for (int k = 0; k < spk_in_; ++k) acc += static_cast<double>(spk_w_[static_cast<size_t>(o) * spk_in_ + k]) * e[k];
@@ -290,18 +359,45 @@ std::vector<float> S3GenCfm::sample(const std::vector<float>& mu, int T, const s
     }
 
     // cond: the prompt mel in the first P frames, zeros after; row-major [M][T].
-    std::vector<float> cond(n, 0.0f);
+    cond.assign(n, 0.0f);
     for (int f = 0; f < P; ++f)
         for (int c = 0; c < M; ++c) cond[static_cast<size_t>(c) * T + f] = prompt_feat[static_cast<size_t>(f) * M + c];
+    return P;
+}
 
-    // Euler over t_span: x += (r - t) * v(x, t, r), on the device.
-    const std::vector<float> x = est_.integrate(x0, mu, spks, cond, T, t_span(n_steps));
+std::vector<float> S3GenCfm::sample(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
+                                    const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps) {
+    if (n_steps < 0 || n_steps > 100) throw EngineError("cfm_steps must be between 1 and 100");
+    if (n_steps == 0) n_steps = n_timesteps_;
+    std::vector<float> spks, cond;
+    const int P = conditioning(mu, T, prompt_feat, embedding, x0, spks, cond);
+    const int M = est_.n_mels();
+
+    // Euler over t_span on the device: meanflow x += (r - t) v(x, t, r); the standard CFM
+    // with classifier-free guidance inside every step.
+    const std::vector<float> x = meanflow_ ? est_.integrate(x0, mu, spks, cond, T, t_span(n_steps))
+                                           : est_.integrate_guided(x0, mu, spks, cond, T, t_span(n_steps), cfg_rate_,
+                                                                   guidance_batched_);
 
     std::vector<float> out(static_cast<size_t>(M) * (T - P));
     for (int c = 0; c < M; ++c)
         std::copy(x.begin() + static_cast<size_t>(c) * T + P, x.begin() + static_cast<size_t>(c + 1) * T,
                   out.begin() + static_cast<size_t>(c) * (T - P));
     return out;
+}
+
+std::vector<std::vector<float>> S3GenCfm::velocities(const std::vector<float>& mu, int T,
+                                                     const std::vector<float>& prompt_feat,
+                                                     const std::vector<float>& embedding, const std::vector<float>& x,
+                                                     float t, float r) {
+    std::vector<float> spks, cond;
+    conditioning(mu, T, prompt_feat, embedding, x, spks, cond);
+    std::vector<std::vector<float>> v{est_.forward(x, mu, spks, cond, T, t, r)};
+    if (!meanflow_) {
+        const std::vector<float> zeros(mu.size(), 0.0f);
+        v.push_back(est_.forward(x, zeros, std::vector<float>(spks.size(), 0.0f), zeros, T, t, r));
+    }
+    return v;
 }
 
 }  // namespace cbs

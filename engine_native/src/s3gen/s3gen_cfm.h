@@ -39,6 +39,13 @@ public:
     std::vector<float> integrate(const std::vector<float>& x0, const std::vector<float>& mu,
                                  const std::vector<float>& spks, const std::vector<float>& cond, int T,
                                  const std::vector<float>& ts);
+    // The standard CFM's Euler with classifier-free guidance inside every step:
+    // x += (ts[s+1] - ts[s]) ((1 + rate) v(x | mu, spks, cond) - rate v(x | 0, 0, 0)), all
+    // steps on the device as integrate(). batched: both rows in one estimator evaluation
+    // (a batch of two, as the reference), else two evaluations of one row each.
+    std::vector<float> integrate_guided(const std::vector<float>& x0, const std::vector<float>& mu,
+                                        const std::vector<float>& spks, const std::vector<float>& cond, int T,
+                                        const std::vector<float>& ts, double rate, bool batched);
 
     int n_mels() const { return out_channels_; }
     bool meanflow() const { return meanflow_; }
@@ -70,6 +77,10 @@ private:
     // returns ne [T, n_mels].
     ggml_tensor* velocity(ggml_context* ctx, GraphInputs& in, ggml_tensor* x, ggml_tensor* mu, ggml_tensor* spks,
                           ggml_tensor* cond, float t, float r) const;
+    // The U-Net on B rows at once: h ne [T, 4 n_mels, B] ([x; mu; spks; cond] along channels);
+    // returns ne [T, n_mels, B].
+    ggml_tensor* estimate(ggml_context* ctx, GraphInputs& in, ggml_tensor* h, float t, float r) const;
+    ggml_tensor* time_embedding(ggml_context* ctx, GraphInputs& in, float t, float r) const;
     void check_inputs(size_t x, size_t mu, size_t spks, size_t cond, int T) const;
 
     int in_channels_, out_channels_, channels_, n_head_, head_dim_, time_dim_;
@@ -97,16 +108,38 @@ public:
     std::vector<float> sample(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
                               const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps = 0);
 
+    // One estimator evaluation at time t on x (row-major [n_mels][T]), arguments as sample():
+    // the conditional velocity, and for the standard CFM the unconditional one (mu, spks and
+    // cond zero), each row-major [n_mels][T]. The parity seam for every Euler step.
+    std::vector<std::vector<float>> velocities(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
+                                               const std::vector<float>& embedding, const std::vector<float>& x,
+                                               float t, float r);
+
     int n_mels() const { return est_.n_mels(); }
     int n_timesteps() const { return n_timesteps_; }
+    bool guided() const { return !meanflow_; }
+    double cfg_rate() const { return cfg_rate_; }
+    // The standard CFM's guidance rows in one batch-of-two evaluation (true) or two
+    // evaluations (false, the default: faster on the CPU, see s3gen_cfm.cpp).
+    bool guidance_batched() const { return guidance_batched_; }
+    void set_guidance_batched(bool b) { guidance_batched_ = b; }
+    // The Euler times for n_steps: torch.linspace(0, 1, n_steps + 1) in float32, then for the
+    // standard CFM with the cosine scheduler 1 - cos(t * 0.5 * pi) in float32.
+    std::vector<float> t_span(int n_steps) const;
 
 private:
-    std::vector<float> t_span(int n_steps) const;
+    // Validates sample()'s arguments; spks = spk_embed_affine_layer(F.normalize(embedding))
+    // and cond = the prompt mel in the first T_prompt frames, zeros after ([n_mels][T]).
+    // Returns T_prompt.
+    int conditioning(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
+                     const std::vector<float>& embedding, const std::vector<float>& x0, std::vector<float>& spks,
+                     std::vector<float>& cond) const;
 
     CfmEstimator est_;
     std::vector<float> spk_w_, spk_b_;  // spk_embed_affine_layer, host copies
     int spk_in_, spk_out_, n_timesteps_;
-    bool meanflow_;
+    bool meanflow_, cosine_ = true, guidance_batched_ = false;
+    double cfg_rate_ = 0.7;  // CFM_PARAMS.inference_cfg_rate, for files without the key
 };
 
 }  // namespace cbs
