@@ -208,7 +208,7 @@ def test_turbo_refuses_multilingual_options():
 def audio_engine(engine):
     """The engine when it can make audio: the guided CFM (the `mtl` branch) is in this build."""
     try:
-        engine.synthesize("Hi.", language="en", seed=0, max_tokens=4)
+        engine.synthesize("Hi.", language="en", seed=0, max_tokens=4, **FAST)
     except EngineError as e:
         if "not implemented" in str(e):
             pytest.skip(f"no guided CFM in this build yet: {e}")
@@ -220,23 +220,28 @@ def samples_per_token(engine) -> int:
     return engine.sample_rate // engine.token_rate
 
 
+# Audio tests run S3Gen many times: 2 guided CFM steps over the last 2 s of the voice's
+# prompt keep them to a few seconds each on two cores (the CFM itself: tests/test_mtl_cfm.py).
+FAST = dict(cfm_steps=2, prompt_seconds=2.0)
+
+
 def test_synthesize_speaks_the_tokens_and_is_seeded(audio_engine):
     e, text = audio_engine, "Hello there. Bonjour le monde !"
-    a = e.synthesize(text, language="en", seed=3, max_tokens=12)
+    a = e.synthesize(text, language="en", seed=3, max_tokens=12, **FAST)
     assert a.dtype == np.float32 and np.all(np.isfinite(a)) and 0 < np.abs(a).max() <= 1.0
     # No silence tail: the audio is exactly the speech tokens of both sentences (greedy: the
     # first attempt's tokens, none retried).
     greedy = e.speech_tokens(text, language="en", seed=3, max_tokens=12, top_k=1)
-    b = e.synthesize(text, language="en", seed=3, max_tokens=12, top_k=1)
+    b = e.synthesize(text, language="en", seed=3, max_tokens=12, top_k=1, **FAST)
     n = sum(sum(1 for t in s if t < 6561) for s in greedy)
     assert b.size == n * samples_per_token(e)
-    assert np.array_equal(a, e.synthesize(text, language="en", seed=3, max_tokens=12))
-    assert not np.array_equal(a, e.synthesize(text, language="en", seed=4, max_tokens=12))
+    assert np.array_equal(a, e.synthesize(text, language="en", seed=3, max_tokens=12, **FAST))
+    assert not np.array_equal(a, e.synthesize(text, language="en", seed=4, max_tokens=12, **FAST))
 
 
 def test_stream_agrees_with_synthesize_and_cancels(audio_engine):
     e, text = audio_engine, "Hello there. This is a test!"
-    opts = dict(language="en", seed=5, max_tokens=16, exaggeration=0.7, cfg_weight=0.4)
+    opts = dict(language="en", seed=5, max_tokens=16, exaggeration=0.7, cfg_weight=0.4, **FAST)
     batch = e.synthesize(text, **opts)
     chunks = list(e.stream(text, first_chunk_tokens=4, chunk_tokens=5, **opts))
     assert [c.is_last for c in chunks][-1] and {c.sentence_index for c in chunks} == {0, 1}
@@ -246,12 +251,12 @@ def test_stream_agrees_with_synthesize_and_cancels(audio_engine):
     print(f"stream vs synthesize: {len(chunks)} chunks, rel {r:.4f}, max_abs {np.abs(streamed - batch).max():.4f}")
     assert r < 0.05
     it = e.stream("One two three. Four five six. Seven eight nine.", language="en", seed=1, max_tokens=16,
-                  first_chunk_tokens=4, chunk_tokens=4)
+                  first_chunk_tokens=4, chunk_tokens=4, **FAST)
     got = [next(it)]
     it.cancel()
     got += list(it)
     assert len(got) == 1 and not got[0].is_last
-    assert e.synthesize("Hi.", language="en", seed=0, max_tokens=4, top_k=1).size % samples_per_token(e) == 0
+    assert e.synthesize("Hi.", language="en", seed=0, max_tokens=4, top_k=1, **FAST).size % samples_per_token(e) == 0
 
 
 def _cli(*args, cwd):
