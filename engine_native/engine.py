@@ -12,14 +12,15 @@ sentences first; each sentence has its own seed (seed + index), so regenerating 
 sentence reproduces it.
 
 Streaming: T3 hands tokens on as it samples them; each chunk runs S3Gen
-on the growing token prefix (not final: the encoder's lookahead frames are dropped, as the
+on the growing token prefix, its left part bounded to `_STREAM_CONTEXT_TOKENS` tokens before
+the frames still to play (not final: the encoder's lookahead frames are dropped, as the
 reference's `finalize=False` does) and vocodes only the frames not yet played. The HiFT
 excitation is one continuous, seeded signal per sentence (cached across chunks), and the
 vocoder gets `_HIFT_CONTEXT` mel frames of left context and holds `_HIFT_HOLDBACK` frames
 back for the next chunk, so the seams carry no clicks; the trim-fade touches only a
 sentence's first chunk. The CFM noise is drawn frame by frame, so a prefix sees the same
 noise as the whole. What still differs from `synthesize` is the CFM's view of tokens not
-yet sampled (its attention is bidirectional), which tests bound.
+yet sampled and of tokens before its window (its attention is bidirectional), which tests bound.
 
 Concurrency: any number of threads may call one Engine. Native computations run with the
 GIL released, one at a time, served in arrival order (a fair lock); every generation has
@@ -59,6 +60,11 @@ from engine_native.voice import Voice
 # adding little latency.
 _HIFT_CONTEXT = 12
 _HIFT_HOLDBACK = 4
+# A streamed chunk's S3Gen pass (encoder and CFM attend both ways over the whole input)
+# sees the voice prompt, this many speech tokens before the frames it adds, and the new
+# tokens: each chunk then costs the same however long the sentence grows (-1: the whole
+# prefix, every chunk; the cost grows with the square of the sentence).
+_STREAM_CONTEXT_TOKENS = 50
 # Chatterbox's output rate, for a front end that needs a rate before any model is loaded;
 # a loaded model's own value (`Engine.sample_rate`, from the GGUF) always wins.
 NOMINAL_SAMPLE_RATE = 24000
@@ -146,19 +152,24 @@ class _StreamVocoder:
         self.emitted = 0                                   # frames already turned into audio
         self.source_tail = np.zeros(0, np.float32)         # excitation of the last context frames
 
-    def push(self, mel: np.ndarray, final: bool) -> tuple[np.ndarray, float]:
-        """mel: [n_mels, M] for every speech frame so far. Returns (new samples, ms)."""
+    def push(self, mel: np.ndarray, final: bool, offset: int = 0) -> tuple[np.ndarray, float]:
+        """mel: [n_mels, frames] for the speech frames from `offset` on (every frame so far when 0;
+        a window must start at least _HIFT_CONTEXT frames before the first frame not yet
+        emitted). Returns (new samples, ms)."""
         t0 = time.perf_counter()
-        M = mel.shape[1]
+        M = offset + mel.shape[1]
         end = M if final else M - _HIFT_HOLDBACK
         if end <= self.emitted:
             return np.zeros(0, np.float32), 0.0
         start = max(0, self.emitted - _HIFT_CONTEXT)
-        f0 = self.hift.f0(np.ascontiguousarray(mel[:, start:]))
+        if offset > start:
+            raise EngineError(f"internal: a mel window from frame {offset} lacks the vocoder's context from {start}")
+        mel = np.ascontiguousarray(mel[:, start - offset:])
+        f0 = self.hift.f0(mel)
         new = self.hift.excitation_continue(f0[self.emitted - start:end - start], self.state)
         ahead = self.hift.excitation_continue(f0[end - start:], self.state.copy()) if end < M else new[:0]
         context = self.source_tail[len(self.source_tail) - (self.emitted - start) * self.spf:]
-        wav = self.hift.decode(np.ascontiguousarray(mel[:, start:]), np.concatenate([context, new, ahead]))
+        wav = self.hift.decode(mel, np.concatenate([context, new, ahead]))
         out = wav[(self.emitted - start) * self.spf:(end - start) * self.spf]
         self.source_tail = np.concatenate([context, new])[-_HIFT_CONTEXT * self.spf:]
         self.emitted = end
@@ -579,7 +590,7 @@ class Engine:
                                  f"{p['max_tokens']}")
         with self._cache_lock:
             cache = self._idle_caches.pop() if self._idle_caches else None
-        with self._lock:
+        with self._lock, cancel.armed(self._file):  # Stop reaches the prompt's graph too
             if cache is None:
                 cache = _core.T3Cache(self._t3)
             t3 = self._t3.stream(ids, p["max_tokens"], seed, temperature=p["temperature"], top_k=p["top_k"],
@@ -588,6 +599,15 @@ class Engine:
                                  cache=cache)
         cancel.watch(t3)
         return t3, cache
+
+    def _cancellable_session(self, ids, seed, p, voice, cancel):
+        """_t3_session, or (None, None) when Stop aborted its prompt computation."""
+        try:
+            return self._t3_session(ids, seed, p, voice, cancel)
+        except Cancelled:
+            if cancel.is_set():
+                return None, None
+            raise
 
     def _end_session(self, t3, cache, cancel) -> None:
         cancel.watch(None)
@@ -615,18 +635,36 @@ class Engine:
         n = max(1, int(round(seconds * self._token_rate)))
         return tokens[-n:], np.ascontiguousarray(feat[feat.shape[0] - self._token_mel_ratio * n:])
 
-    def _mel(self, speech: list[int], voice: Voice, seed: int, final: bool, p: dict) -> np.ndarray:
-        """S3Gen's flow: [80, frames] for the speech tokens (prompt frames removed)."""
+    def _mel(self, speech: list[int], voice: Voice, seed: int, final: bool, p: dict, start: int = 0) -> np.ndarray:
+        """S3Gen's flow: [80, frames] for the speech tokens (prompt frames removed). `start` > 0
+        leaves the tokens before it out of the pass (a stream's bounded left context): the
+        result then begins at speech frame token_mel_ratio x start, and every frame keeps the
+        noise it has in the whole pass."""
         prompt_token, prompt_feat = self._s3gen_prompt(voice, p["prompt_seconds"])
-        mu = self._encoder.encode(np.concatenate([prompt_token, np.asarray(speech, np.int32)]).tolist())
+        mu = self._encoder.encode(np.concatenate([prompt_token, np.asarray(speech[start:], np.int32)]).tolist())
         if not final:  # flow.inference(finalize=False) drops the lookahead frames
             mu = mu[:, : mu.shape[1] - self._lookahead_frames]
         if mu.shape[1] <= prompt_feat.shape[0]:
             return np.zeros((mu.shape[0], 0), np.float32)
+        skip = self._token_mel_ratio * start
         rng = np.random.Generator(np.random.PCG64(seed))
-        x0 = rng.standard_normal((mu.shape[1], mu.shape[0]), dtype=np.float32).T  # frame by frame: prefix-stable
+        x0 = rng.standard_normal((mu.shape[1] + skip, mu.shape[0]), dtype=np.float32).T  # frame by frame: prefix-stable
+        if skip:  # the prompt's noise, then the window's frames' own
+            x0 = np.concatenate([x0[:, : prompt_feat.shape[0]], x0[:, prompt_feat.shape[0] + skip:]], axis=1)
         return self._cfm.sample(np.ascontiguousarray(mu), prompt_feat, voice.embedding,
                                 np.ascontiguousarray(x0), n_steps=p["cfm_steps"])
+
+    def _stream_pass(self, tokens, final, vocoder, voice, seed, p, context=None):
+        """One streamed chunk's S3Gen + HiFT: (new samples, s3gen ms, hift ms). A bounded left
+        context: the pass starts `context` (default _STREAM_CONTEXT_TOKENS) tokens before the
+        vocoder's own context, so its cost stays flat as the sentence grows."""
+        context = _STREAM_CONTEXT_TOKENS if context is None else context
+        start = 0 if context < 0 else max(0, (vocoder.emitted - _HIFT_CONTEXT) // self._token_mel_ratio - context)
+        t0 = time.perf_counter()
+        mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p, start)
+        s3gen_ms = (time.perf_counter() - t0) * 1e3
+        wav, hift_ms = vocoder.push(mel, final, self._token_mel_ratio * start)
+        return wav, s3gen_ms, hift_ms
 
     def _fade_in(self, wav: np.ndarray) -> np.ndarray:
         """S3Gen's trim fade: `trim` samples of silence, then a raised-cosine fade-in."""
@@ -686,7 +724,9 @@ class Engine:
         t0 = time.perf_counter()
         best = None
         for attempt in range(_MAX_ATTEMPTS):
-            t3, cache = self._t3_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
+            t3, cache = self._cancellable_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
+            if t3 is None:
+                return
             try:
                 with self._lock:
                     tokens = t3.next(p["max_tokens"])
@@ -719,7 +759,9 @@ class Engine:
         """One sentence in chunks: S3Gen on each growing token prefix, new frames vocoded."""
         attempt = 0
         t0 = time.perf_counter()
-        t3, cache = self._t3_session(ids, seed, p, voice, cancel)
+        t3, cache = self._cancellable_session(ids, seed, p, voice, cancel)
+        if t3 is None:
+            return
         prompt_ms = (time.perf_counter() - t0) * 1e3
         try:
             vocoder = _StreamVocoder(self._hift, seed)
@@ -738,18 +780,17 @@ class Engine:
                     attempt += 1
                     self._end_session(t3, cache, cancel)
                     t3 = None
-                    t3, cache = self._t3_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
+                    t3, cache = self._cancellable_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
+                    if t3 is None:
+                        return
                     tokens = []
                     continue
                 t3_ms = (time.perf_counter() - t0) * 1e3 + prompt_ms
                 prompt_ms = 0.0
                 final = t3.done
                 with self._lock, cancel.armed(self._file):
-                    t0 = time.perf_counter()
                     try:
-                        mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p)
-                        s3gen_ms = (time.perf_counter() - t0) * 1e3
-                        wav, hift_ms = vocoder.push(mel, final)
+                        wav, s3gen_ms, hift_ms = self._stream_pass(tokens, final, vocoder, voice, seed, p)
                     except Cancelled:  # Stop during S3Gen / HiFT: the stream ends quietly
                         if cancel.is_set():
                             return
