@@ -38,6 +38,7 @@ import secrets
 import threading
 import time
 import warnings
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,7 +358,9 @@ class Engine:
         self._lock = _FairLock()     # one native computation at a time, in arrival order
         self._idle_caches = []       # T3 KV caches of finished sessions, for reuse
         self._cache_lock = threading.Lock()
-        self._cloner = None
+        self._cloner = None          # the cloning encoders, while loaded (_voice_encoders)
+        self._cloner_used = 0.0
+        self._encoder_refs = []      # every encoder built on the loaded weights (release only when all are gone)
         self.load_seconds = time.perf_counter() - t0
 
     def _load(self, device: str) -> None:
@@ -479,13 +482,45 @@ class Engine:
                              f"{self._s3gen_prompt_seconds * self._token_rate} expected")
 
     def _voice_encoders(self):
+        """The cloning encoders, built on first use (their weights load then: a synthesis-only
+        session never holds them) and released after CLONER_IDLE_SECONDS unused. Call with
+        self._lock held."""
+        self._cloner_used = time.monotonic()
         if self._cloner is None:
             missing = [c for c in ("Mel24k", "VoiceEncoder", "CampPlus", "S3Tokenizer") if not hasattr(_core, c)]
             if missing:
                 raise EngineError(f"this build of the engine lacks {', '.join(missing)}; voice cloning is unavailable")
             self._cloner = {"mel": _core.Mel24k(self._file), "ve": _core.VoiceEncoder(self._file),
                             "campplus": _core.CampPlus(self._file), "s3tok": _core.S3Tokenizer(self._file)}
+            self._encoder_refs += [weakref.ref(c) for c in self._cloner.values()]
+            self._schedule_cloner_release(self.CLONER_IDLE_SECONDS)
         return self._cloner
+
+    # Seconds the cloning encoders (S3Tokenizer, CAMPPlus, VoiceEncoder: about 0.5 GB in F32)
+    # stay loaded after their last use: a burst of clones reuses them, an idle session frees them.
+    CLONER_IDLE_SECONDS = 60.0
+
+    def _schedule_cloner_release(self, delay: float) -> None:
+        me = weakref.ref(self)  # the timer must not keep the engine alive
+        timer = threading.Timer(delay, lambda: (e := me()) is not None and e.release_voice_encoders(idle_only=True))
+        timer.daemon = True
+        timer.start()
+
+    def release_voice_encoders(self, idle_only: bool = False) -> int:
+        """Frees the cloning encoders' weights now (they load again on the next clone); returns
+        the bytes freed. idle_only: only when unused for CLONER_IDLE_SECONDS (else re-checked later)."""
+        with self._lock:
+            if self._cloner is None:
+                return 0
+            idle = time.monotonic() - self._cloner_used
+            if idle_only and idle < self.CLONER_IDLE_SECONDS:
+                self._schedule_cloner_release(self.CLONER_IDLE_SECONDS - idle)
+                return 0
+            self._cloner = None
+            if any(r() is not None for r in self._encoder_refs):
+                return 0  # someone still holds an encoder built on these weights: they stay
+            self._encoder_refs = []
+            return self._file.release_lazy() if hasattr(self._file, "release_lazy") else 0
 
     def voice_from_audio(self, samples: np.ndarray, sample_rate: int, *, name: str | None = None, **meta) -> Voice:
         """A voice from one recording (any rate, mono or (n, channels)), exactly as the
