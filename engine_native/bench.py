@@ -6,8 +6,9 @@ built-in voice, and a low-latency stream measures the time to first audio. Timin
 from the engine's own components, stage by stage, in one process. Then the user-level
 figures: a whole streamed synthesis per preset beside a batch synthesis of the same text
 (wall time over audio length), the cancel latency (Stop in the middle of a long S3Gen /
-HiFT pass until the engine is free), the peak RSS of synthesis alone, and cloning a 10 s
-recording (its time, and the peak RSS with the cloning encoders loaded).
+HiFT pass until the engine is free, and inside each stage: T3 prompt, encoder, CFM, HiFT),
+the peak RSS of synthesis alone, and cloning a 10 s recording (its time, the peak RSS with
+the cloning encoders loaded, and the RSS once they are released).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 import numpy as np
 
 from engine_native.engine import PRESETS, Engine, _CancelToken
-from engine_native.errors import EngineError
+from engine_native.errors import Cancelled, EngineError
 
 BENCH_TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
               "green forest before the sun goes down.")
@@ -100,6 +101,7 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
         r[f"stream_{name}_rtf"] = r[f"stream_{name}_ms"] / 1e3 / (n / engine.sample_rate)
 
     r["cancel_ms"] = cancel_latency(engine, seed, n_tokens, mtl)
+    r["cancel_stage_ms"] = cancel_latency_by_stage(engine, seed, n_tokens, r["cfm_ms"] / 1e3)
     r["peak_rss_mb"] = _peak_rss_mb()          # synthesis only: the cloning encoders are not loaded
 
     # Cloning a 10 s recording: the batch synthesis above, cut or repeated to 10 s.
@@ -112,7 +114,105 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
     except EngineError as e:  # a random-weight model's speech may not pass the speech check
         r["clone_error"] = str(e)
     r["peak_rss_clone_mb"] = _peak_rss_mb()
+    r.update(release_figures(engine))
     return r
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def release_figures(engine: Engine) -> dict:
+    """RSS now, and after the cloning encoders are released (what the engine's idle timer does)."""
+    before = _rss_mb()
+    freed = engine.release_voice_encoders()
+    return {"rss_cloned_mb": before, "rss_released_mb": _rss_mb(), "released_mb": freed / 2**20}
+
+
+class Watch:
+    """Reports when a wrapped function starts and whether it finished or was cancelled."""
+
+    def __init__(self):
+        self.started, self.outcome = threading.Event(), []
+
+    def wrap(self, fn):
+        def run(*a, **k):
+            self.started.set()
+            try:
+                out = fn(*a, **k)
+            except Cancelled:
+                self.outcome.append("cancelled")
+                raise
+            self.outcome.append("finished")
+            return out
+        return run
+
+
+class WatchedComponent:
+    """A native component whose `method` is watched (pybind objects take no new attributes)."""
+
+    def __init__(self, target, method: str, watch: Watch):
+        self._target, self._method, self._watch = target, method, watch
+
+    def __getattr__(self, name):
+        attr = getattr(self._target, name)
+        return self._watch.wrap(attr) if name == self._method else attr
+
+
+def cancel_in(engine: Engine, stage: str, delay: float, text: str, seed: int, n_tokens: int) -> tuple[float, Watch, list]:
+    """Streams `text` as one chunk of n_tokens and cancels `delay` s into `stage` ("t3_prompt",
+    "encoder", "cfm", "hift"): (ms until the engine is free, the stage's Watch, the chunks got)."""
+    w = Watch()
+    if stage == "t3_prompt":
+        engine._idle_caches.clear()  # a fresh KV cache: the prompt computes the voice's prefix too
+        engine._t3_session = w.wrap(engine._t3_session)
+        attr = None
+    else:
+        attr, method = {"encoder": ("_encoder", "encode"), "cfm": ("_cfm", "sample"), "hift": ("_hift", "decode")}[stage]
+        component = getattr(engine, attr)
+        setattr(engine, attr, WatchedComponent(component, method, w))
+    try:
+        it = engine.stream(text, seed=seed, max_tokens=n_tokens, first_chunk_tokens=n_tokens, chunk_tokens=n_tokens)
+        got, errors = [], []
+
+        def consume():
+            try:
+                got.extend(it)
+            except Exception as e:  # noqa: BLE001 - raised in the caller's thread below
+                errors.append(e)
+
+        t = threading.Thread(target=consume, daemon=True)
+        t.start()
+        if not w.started.wait(600):
+            raise EngineError(f"the stage {stage} never started")
+        time.sleep(delay)
+        t0 = time.perf_counter()
+        it.cancel()
+        with engine._lock:  # the engine is free: the next caller gets in
+            ms = _ms(t0)
+        t.join(120)
+        if errors:
+            raise errors[0]
+    finally:
+        if attr is None:
+            del engine._t3_session
+        else:
+            setattr(engine, attr, component)
+    return ms, w, got
+
+
+def cancel_latency_by_stage(engine: Engine, seed: int, n_tokens: int, cfm_s: float) -> dict:
+    """ms from Stream.cancel() to the engine being free, cancelling inside each stage: the T3
+    prompt, the S3Gen encoder, the CFM in its first and last quarter (cfm_s: one pass's
+    length), HiFT's decode. A stage that finished before the cancel reached it is marked."""
+    out = {}
+    for name, stage, delay in (("T3 prompt", "t3_prompt", 0.05), ("S3Gen encoder", "encoder", 0.05),
+                               ("CFM, early", "cfm", 0.25 * cfm_s), ("CFM, late", "cfm", 0.75 * cfm_s),
+                               ("HiFT", "hift", 0.05)):
+        ms, w, _ = cancel_in(engine, stage, delay, BENCH_TEXT, seed, n_tokens)
+        out[name] = (ms, w.outcome[-1] if w.outcome else "not reached")
+    return out
 
 
 def _peak_rss_mb() -> float:

@@ -12,14 +12,15 @@ sentences first; each sentence has its own seed (seed + index), so regenerating 
 sentence reproduces it.
 
 Streaming: T3 hands tokens on as it samples them; each chunk runs S3Gen
-on the growing token prefix (not final: the encoder's lookahead frames are dropped, as the
+on the growing token prefix, its left part bounded to `_STREAM_CONTEXT_TOKENS` tokens before
+the frames still to play (not final: the encoder's lookahead frames are dropped, as the
 reference's `finalize=False` does) and vocodes only the frames not yet played. The HiFT
 excitation is one continuous, seeded signal per sentence (cached across chunks), and the
 vocoder gets `_HIFT_CONTEXT` mel frames of left context and holds `_HIFT_HOLDBACK` frames
 back for the next chunk, so the seams carry no clicks; the trim-fade touches only a
 sentence's first chunk. The CFM noise is drawn frame by frame, so a prefix sees the same
 noise as the whole. What still differs from `synthesize` is the CFM's view of tokens not
-yet sampled (its attention is bidirectional), which tests bound.
+yet sampled and of tokens before its window (its attention is bidirectional), which tests bound.
 
 Concurrency: any number of threads may call one Engine. Native computations run with the
 GIL released, one at a time, served in arrival order (a fair lock); every generation has
@@ -38,6 +39,7 @@ import secrets
 import threading
 import time
 import warnings
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +63,17 @@ from engine_native.voice import Voice, clip_path
 # adding little latency.
 _HIFT_CONTEXT = 12
 _HIFT_HOLDBACK = 4
+# A streamed chunk's S3Gen pass (encoder and CFM attend both ways over the whole input)
+# sees the voice prompt, this many speech tokens before the frames it adds, and the new
+# tokens: each chunk then costs the same however long the sentence grows (-1: the whole
+# prefix, every chunk; the cost grows with the square of the sentence).
+_STREAM_CONTEXT_TOKENS = 50
+# A chunk after the first takes max(chunk_tokens, this x the sentence's tokens so far): a long
+# sentence takes a few passes (each pays for the voice prompt, which dominates a pass) instead
+# of one per chunk_tokens, and the audio already queued (all of it so far) covers twice the
+# next chunk. Measured (250 tokens, Turbo, quality, loaded machine): 11 passes 227 s -> 7
+# passes 131 s; first audio unchanged (benchmarks/bench_stream_context.py).
+_CHUNK_GROWTH = 0.5
 # Chatterbox's output rate, for a front end that needs a rate before any model is loaded;
 # a loaded model's own value (`Engine.sample_rate`, from the GGUF) always wins.
 NOMINAL_SAMPLE_RATE = 24000
@@ -155,19 +168,24 @@ class _StreamVocoder:
         self.emitted = 0                                   # frames already turned into audio
         self.source_tail = np.zeros(0, np.float32)         # excitation of the last context frames
 
-    def push(self, mel: np.ndarray, final: bool) -> tuple[np.ndarray, float]:
-        """mel: [n_mels, M] for every speech frame so far. Returns (new samples, ms)."""
+    def push(self, mel: np.ndarray, final: bool, offset: int = 0) -> tuple[np.ndarray, float]:
+        """mel: [n_mels, frames] for the speech frames from `offset` on (every frame so far when 0;
+        a window must start at least _HIFT_CONTEXT frames before the first frame not yet
+        emitted). Returns (new samples, ms)."""
         t0 = time.perf_counter()
-        M = mel.shape[1]
+        M = offset + mel.shape[1]
         end = M if final else M - _HIFT_HOLDBACK
         if end <= self.emitted:
             return np.zeros(0, np.float32), 0.0
         start = max(0, self.emitted - _HIFT_CONTEXT)
-        f0 = self.hift.f0(np.ascontiguousarray(mel[:, start:]))
+        if offset > start:
+            raise EngineError(f"internal: a mel window from frame {offset} lacks the vocoder's context from {start}")
+        mel = np.ascontiguousarray(mel[:, start - offset:])
+        f0 = self.hift.f0(mel)
         new = self.hift.excitation_continue(f0[self.emitted - start:end - start], self.state)
         ahead = self.hift.excitation_continue(f0[end - start:], self.state.copy()) if end < M else new[:0]
         context = self.source_tail[len(self.source_tail) - (self.emitted - start) * self.spf:]
-        wav = self.hift.decode(np.ascontiguousarray(mel[:, start:]), np.concatenate([context, new, ahead]))
+        wav = self.hift.decode(mel, np.concatenate([context, new, ahead]))
         out = wav[(self.emitted - start) * self.spf:(end - start) * self.spf]
         self.source_tail = np.concatenate([context, new])[-_HIFT_CONTEXT * self.spf:]
         self.emitted = end
@@ -372,7 +390,9 @@ class Engine:
         self._lock = _FairLock()     # one native computation at a time, in arrival order
         self._idle_caches = []       # T3 KV caches of finished sessions, for reuse
         self._cache_lock = threading.Lock()
-        self._cloner = None
+        self._cloner = None          # the cloning encoders, while loaded (_voice_encoders)
+        self._cloner_used = 0.0
+        self._encoder_refs = []      # every encoder built on the loaded weights (release only when all are gone)
         self.load_seconds = time.perf_counter() - t0
 
     def _load(self, device: str) -> None:
@@ -541,13 +561,45 @@ class Engine:
                              f"{self._s3gen_prompt_seconds * self._token_rate} expected")
 
     def _voice_encoders(self):
+        """The cloning encoders, built on first use (their weights load then: a synthesis-only
+        session never holds them) and released after CLONER_IDLE_SECONDS unused. Call with
+        self._lock held."""
+        self._cloner_used = time.monotonic()
         if self._cloner is None:
             missing = [c for c in ("Mel24k", "VoiceEncoder", "CampPlus", "S3Tokenizer") if not hasattr(_core, c)]
             if missing:
                 raise EngineError(f"this build of the engine lacks {', '.join(missing)}; voice cloning is unavailable")
             self._cloner = {"mel": _core.Mel24k(self._file), "ve": _core.VoiceEncoder(self._file),
                             "campplus": _core.CampPlus(self._file), "s3tok": _core.S3Tokenizer(self._file)}
+            self._encoder_refs += [weakref.ref(c) for c in self._cloner.values()]
+            self._schedule_cloner_release(self.CLONER_IDLE_SECONDS)
         return self._cloner
+
+    # Seconds the cloning encoders (S3Tokenizer, CAMPPlus, VoiceEncoder: about 0.5 GB in F32)
+    # stay loaded after their last use: a burst of clones reuses them, an idle session frees them.
+    CLONER_IDLE_SECONDS = 60.0
+
+    def _schedule_cloner_release(self, delay: float) -> None:
+        me = weakref.ref(self)  # the timer must not keep the engine alive
+        timer = threading.Timer(delay, lambda: (e := me()) is not None and e.release_voice_encoders(idle_only=True))
+        timer.daemon = True
+        timer.start()
+
+    def release_voice_encoders(self, idle_only: bool = False) -> int:
+        """Frees the cloning encoders' weights now (they load again on the next clone); returns
+        the bytes freed. idle_only: only when unused for CLONER_IDLE_SECONDS (else re-checked later)."""
+        with self._lock:
+            if self._cloner is None:
+                return 0
+            idle = time.monotonic() - self._cloner_used
+            if idle_only and idle < self.CLONER_IDLE_SECONDS:
+                self._schedule_cloner_release(self.CLONER_IDLE_SECONDS - idle)
+                return 0
+            self._cloner = None
+            if any(r() is not None for r in self._encoder_refs):
+                return 0  # someone still holds an encoder built on these weights: they stay
+            self._encoder_refs = []
+            return self._file.release_lazy() if hasattr(self._file, "release_lazy") else 0
 
     def voice_from_audio(self, samples: np.ndarray, sample_rate: int, *, name: str | None = None, **meta) -> Voice:
         """A voice from one recording (any rate, mono or (n, channels)), exactly as the
@@ -734,7 +786,7 @@ class Engine:
                                  f"{p['max_tokens']}")
         with self._cache_lock:
             cache = self._idle_caches.pop() if self._idle_caches else None
-        with self._lock:
+        with self._lock, cancel.armed(self._file):  # Stop reaches the prompt's graph too
             if cache is None:
                 cache = _core.T3Cache(self._t3)
             t3 = self._t3.stream(ids, p["max_tokens"], seed, temperature=p["temperature"], top_k=p["top_k"],
@@ -743,6 +795,15 @@ class Engine:
                                  cache=cache, **extra)
         cancel.watch(t3)
         return t3, cache
+
+    def _cancellable_session(self, ids, seed, p, voice, cancel):
+        """_t3_session, or (None, None) when Stop aborted its prompt computation."""
+        try:
+            return self._t3_session(ids, seed, p, voice, cancel)
+        except Cancelled:
+            if cancel.is_set():
+                return None, None
+            raise
 
     def _end_session(self, t3, cache, cancel) -> None:
         cancel.watch(None)
@@ -771,18 +832,36 @@ class Engine:
         n = max(1, int(round(seconds * self._token_rate)))
         return tokens[-n:], np.ascontiguousarray(feat[feat.shape[0] - self._token_mel_ratio * n:])
 
-    def _mel(self, speech: list[int], voice: Voice, seed: int, final: bool, p: dict) -> np.ndarray:
-        """S3Gen's flow: [80, frames] for the speech tokens (prompt frames removed)."""
+    def _mel(self, speech: list[int], voice: Voice, seed: int, final: bool, p: dict, start: int = 0) -> np.ndarray:
+        """S3Gen's flow: [80, frames] for the speech tokens (prompt frames removed). `start` > 0
+        leaves the tokens before it out of the pass (a stream's bounded left context): the
+        result then begins at speech frame token_mel_ratio x start, and every frame keeps the
+        noise it has in the whole pass."""
         prompt_token, prompt_feat = self._s3gen_prompt(voice, p["prompt_seconds"])
-        mu = self._encoder.encode(np.concatenate([prompt_token, np.asarray(speech, np.int32)]).tolist())
+        mu = self._encoder.encode(np.concatenate([prompt_token, np.asarray(speech[start:], np.int32)]).tolist())
         if not final:  # flow.inference(finalize=False) drops the lookahead frames
             mu = mu[:, : mu.shape[1] - self._lookahead_frames]
         if mu.shape[1] <= prompt_feat.shape[0]:
             return np.zeros((mu.shape[0], 0), np.float32)
+        skip = self._token_mel_ratio * start
         rng = np.random.Generator(np.random.PCG64(seed))
-        x0 = rng.standard_normal((mu.shape[1], mu.shape[0]), dtype=np.float32).T  # frame by frame: prefix-stable
+        x0 = rng.standard_normal((mu.shape[1] + skip, mu.shape[0]), dtype=np.float32).T  # frame by frame: prefix-stable
+        if skip:  # the prompt's noise, then the window's frames' own
+            x0 = np.concatenate([x0[:, : prompt_feat.shape[0]], x0[:, prompt_feat.shape[0] + skip:]], axis=1)
         return self._cfm.sample(np.ascontiguousarray(mu), prompt_feat, voice.embedding,
                                 np.ascontiguousarray(x0), n_steps=p["cfm_steps"])
+
+    def _stream_pass(self, tokens, final, vocoder, voice, seed, p, context=None):
+        """One streamed chunk's S3Gen + HiFT: (new samples, s3gen ms, hift ms). A bounded left
+        context: the pass starts `context` (default _STREAM_CONTEXT_TOKENS) tokens before the
+        vocoder's own context, so its cost stays flat as the sentence grows."""
+        context = _STREAM_CONTEXT_TOKENS if context is None else context
+        start = 0 if context < 0 else max(0, (vocoder.emitted - _HIFT_CONTEXT) // self._token_mel_ratio - context)
+        t0 = time.perf_counter()
+        mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p, start)
+        s3gen_ms = (time.perf_counter() - t0) * 1e3
+        wav, hift_ms = vocoder.push(mel, final, self._token_mel_ratio * start)
+        return wav, s3gen_ms, hift_ms
 
     def _fade_in(self, wav: np.ndarray) -> np.ndarray:
         """S3Gen's trim fade: `trim` samples of silence, then a raised-cosine fade-in."""
@@ -805,7 +884,9 @@ class Engine:
     def stream(self, text: str, voice: Voice | None = None, *, first_chunk_tokens: int = 10, chunk_tokens: int = 25,
                seed: int | None = None, language: str | None = None, **options) -> Stream:
         """A Stream of Chunks; returns at once (the text is split as the stream runs). The
-        options are synthesize's."""
+        options are synthesize's. A sentence's first chunk holds first_chunk_tokens speech
+        tokens, each later one chunk_tokens or half the sentence's tokens so far when that is
+        more (_CHUNK_GROWTH)."""
         first = schema.check("first_chunk_tokens", first_chunk_tokens)
         every = schema.check("chunk_tokens", chunk_tokens)
         # Validate everything now, so a bad request fails here and not at the first next().
@@ -866,7 +947,9 @@ class Engine:
         t0 = time.perf_counter()
         best = None
         for attempt in range(_MAX_ATTEMPTS):
-            t3, cache = self._t3_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
+            t3, cache = self._cancellable_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
+            if t3 is None:
+                return
             try:
                 with self._lock:
                     tokens = t3.next(p["max_tokens"])
@@ -899,7 +982,9 @@ class Engine:
         """One sentence in chunks: S3Gen on each growing token prefix, new frames vocoded."""
         attempt = 0
         t0 = time.perf_counter()
-        t3, cache = self._t3_session(ids, seed, p, voice, cancel)
+        t3, cache = self._cancellable_session(ids, seed, p, voice, cancel)
+        if t3 is None:
+            return
         prompt_ms = (time.perf_counter() - t0) * 1e3
         try:
             vocoder = _StreamVocoder(self._hift, seed)
@@ -910,7 +995,8 @@ class Engine:
                     return
                 with self._lock:
                     t0 = time.perf_counter()
-                    tokens += t3.next(chunk_tokens if started or tokens else first_tokens)
+                    first = not (started or tokens)
+                    tokens += t3.next(first_tokens if first else max(chunk_tokens, int(_CHUNK_GROWTH * len(tokens))))
                 if cancel.is_set():
                     return
                 if not started and self._early_stop(tokens, len(ids), t3.done) and attempt + 1 < _MAX_ATTEMPTS:
@@ -918,18 +1004,17 @@ class Engine:
                     attempt += 1
                     self._end_session(t3, cache, cancel)
                     t3 = None
-                    t3, cache = self._t3_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
+                    t3, cache = self._cancellable_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
+                    if t3 is None:
+                        return
                     tokens = []
                     continue
                 t3_ms = (time.perf_counter() - t0) * 1e3 + prompt_ms
                 prompt_ms = 0.0
                 final = t3.done
                 with self._lock, cancel.armed(self._file):
-                    t0 = time.perf_counter()
                     try:
-                        mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p)
-                        s3gen_ms = (time.perf_counter() - t0) * 1e3
-                        wav, hift_ms = vocoder.push(mel, final)
+                        wav, s3gen_ms, hift_ms = self._stream_pass(tokens, final, vocoder, voice, seed, p)
                     except Cancelled:  # Stop during S3Gen / HiFT: the stream ends quietly
                         if cancel.is_set():
                             return

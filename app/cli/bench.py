@@ -106,13 +106,30 @@ def cmd_bench(args) -> int:
               f"{ms / r['batch_ms']:.2f}x batch")
     c = sorted(r["cancel_ms"])
     print(_row("cancel -> engine free (max)", c[-1]) + "   (" + ", ".join(f"{x:.0f}" for x in r["cancel_ms"]) + " ms)")
+    _print_cancel_by_stage(r)
     if "clone_ms" in r:
         print(_row("clone a 10 s recording", r["clone_ms"], g("clone_ms")))
     else:
         print(f"  {'clone a 10 s recording':<28} {'-':>14}   ({r['clone_error']})")
     print(_row("peak RSS, synthesis", r["peak_rss_mb"], g("peak_rss_mb"), "MB", "{:.0f}"))
     print(_row("peak RSS, after cloning", r["peak_rss_clone_mb"], g("peak_rss_clone_mb"), "MB", "{:.0f}"))
+    _print_release(r)
     return 0
+
+
+def _print_cancel_by_stage(r: dict) -> None:
+    """Stop inside each stage of a one-chunk stream: ms until the engine is free."""
+    for name, (ms, outcome) in r.get("cancel_stage_ms", {}).items():
+        note = "" if outcome == "cancelled" else f"   ({outcome} before the cancel)"
+        print(_row(f"  cancel in {name}", ms) + note)
+
+
+def _print_release(r: dict) -> None:
+    """RSS with the cloning encoders loaded, then released (what the idle timer does)."""
+    if "rss_released_mb" in r:
+        print(_row("RSS, cloning encoders loaded", r["rss_cloned_mb"], None, "MB", "{:.0f}"))
+        print(_row("RSS, encoders released", r["rss_released_mb"], None, "MB", "{:.0f}")
+              + f"   ({r['released_mb']:.0f} MB of weights freed)")
 
 
 def add_parser(sub) -> None:

@@ -119,6 +119,9 @@ PYBIND11_MODULE(_core, m) {
              "on: the computation in flight (and any started) stops at its next graph node with Cancelled; "
              "off: computations run again. Engine arms it only for the generation being cancelled.")
         .def_property_readonly("buffer_bytes", [](const Model& m) { return m.file->buffer_bytes(); })
+        .def("release_lazy", [](Model& m) { return m.file->release_lazy(); }, py::call_guard<py::gil_scoped_release>(),
+             "Frees the cloning encoders' weights (loaded again on next use); returns the bytes freed. Only "
+             "while no component built on them (S3Tokenizer, CampPlus, VoiceEncoder) is alive.")
         .def("tensor_names", [](const Model& m) {
             std::vector<std::string> names;
             for (auto& [name, _] : m.file->tensors()) names.push_back(name);

@@ -72,6 +72,18 @@ GraphRunner::~GraphRunner() {
     if (cpu_) ggml_backend_free(cpu_);
 }
 
+// A compute buffer kept between computations saves its allocation (page faults of a few ms
+// per 100 MB); one larger than this is freed once its results are read, so the S3Gen
+// encoder's and HiFT's buffers for a long sentence (about 120 MB each at 10 s) are not
+// all held at once between passes.
+static constexpr size_t kKeepComputeBytes = 64u << 20;
+
+void GraphRunner::release_large_buffer() {
+    if (!alloc_ || ggml_gallocr_get_buffer_size(alloc_, 0) <= kKeepComputeBytes) return;
+    ggml_gallocr_free(alloc_);
+    alloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
+}
+
 ggml_context* GraphRunner::begin() {
     if (ctx_) ggml_free(ctx_);
     ctx_ = ggml_init({meta_.size(), meta_.data(), /*no_alloc=*/true});
@@ -127,6 +139,7 @@ std::vector<std::vector<float>> GraphRunner::compute(const std::vector<ggml_tens
         results.emplace_back(ggml_nelements(out));
         ggml_backend_tensor_get(out, results.back().data(), 0, ggml_nbytes(out));
     }
+    release_large_buffer();
     return results;
 }
 

@@ -57,6 +57,9 @@ public:
     ggml_backend_t backend() const { return backend_; }
 
 private:
+    // On the CPU: frees a compute buffer above kKeepComputeBytes (ggml_ops.cpp) after use.
+    void release_large_buffer();
+
     ggml_backend_t backend_;
     size_t max_nodes_;
     ggml_gallocr_t alloc_ = nullptr;        // the CPU: one backend, no scheduler

@@ -124,6 +124,23 @@ void ModelFile::ensure_loaded(const std::string& name) const {
     }
 }
 
+size_t ModelFile::release_lazy() {
+    std::lock_guard<std::mutex> lock(lazy_mutex_);
+    size_t freed = 0;
+    for (LazyGroup& g : lazy_) {
+        if (!g.buffer) continue;
+        for (int64_t i : g.ids) {  // no tensor may point into the freed buffer
+            ggml_tensor* t = ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i));
+            t->data = nullptr;
+            t->buffer = nullptr;
+        }
+        freed += ggml_backend_buffer_get_size(g.buffer);
+        ggml_backend_buffer_free(g.buffer);
+        g.buffer = nullptr;
+    }
+    return freed;
+}
+
 ModelFile::ModelFile(const std::string& path, MetadataOnly) : path_(path) { open(nullptr); }
 
 ModelFile::~ModelFile() {

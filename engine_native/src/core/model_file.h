@@ -61,6 +61,10 @@ public:
     const std::map<std::string, ggml_tensor*>& tensors() const { return tensors_; }
     // Bytes of tensor data held in backend buffers now (lazy groups once loaded).
     size_t buffer_bytes() const;
+    // Frees the lazy groups' data (a later tensor() loads a group again); returns the bytes
+    // freed. Only while no component built on those tensors is alive: their weights would
+    // dangle (Engine drops its cloning encoders first).
+    size_t release_lazy();
     // Name prefixes of the tensor groups loaded on first use.
     static const std::vector<std::string>& lazy_prefixes();
 

@@ -1,0 +1,88 @@
+"""Streaming's left context: per-chunk cost and streamed-vs-batch difference by context size.
+
+For sentences of a few lengths (speech tokens sampled once by T3, then fixed), renders the
+batch audio once and the stream (the engine's own chunk pass, Engine._stream_pass, with the
+default chunking: a first chunk of 10 tokens, then 25) once per left context, and prints
+per-chunk S3Gen + HiFT time (first, last, max), the whole stream's S3Gen + HiFT time, and
+how the streamed audio differs from the batch: rel (L2) on the samples and the mean
+absolute log-mel difference (S3Gen's own 80-band log-mel, natural log) over the sentence.
+Contexts are measured alternately per sentence, so a loaded machine affects them alike.
+
+    PYTHONPATH=. python benchmarks/bench_stream_context.py MODEL.gguf [--lengths 40 100 250]
+        [--configs -1:0 50:0 25:0 50:1] [--preset quality]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from engine_native.engine import PRESETS, Engine, _CancelToken, _StreamVocoder
+
+TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the green forest."
+
+
+def stream_audio(engine, tokens, voice, seed, p, context, grow=0.0, first=10, every=25):
+    """The stream's audio and per-chunk ms; `grow` > 0: a chunk after the first takes
+    max(every, grow x the tokens so far) tokens (growing chunks, fewer passes)."""
+    vocoder, out, chunk_ms = _StreamVocoder(engine._hift, seed), [], []
+    n, started = 0, False
+    while True:
+        n = min(len(tokens), n + (max(every, int(grow * n)) if n else first))
+        final = n == len(tokens)
+        wav, s3_ms, hift_ms = engine._stream_pass(tokens[:n], final, vocoder, voice, seed, p, context)
+        chunk_ms.append(s3_ms + hift_ms)
+        if wav.size and not started:
+            wav, started = engine._fade_in(wav), True
+        out.append(wav)
+        if final:
+            return np.concatenate(out), chunk_ms
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[40, 100, 250])
+    ap.add_argument("--configs", nargs="+", default=["-1:0", "50:0", "25:0", "50:1"],
+                    help="CONTEXT:GROW pairs (context -1: the whole prefix; grow 0: fixed chunks)")
+    ap.add_argument("--preset", default="quality", choices=sorted(PRESETS))
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args(argv)
+    engine = Engine(a.model, threads=a.threads)
+    voice, seed = engine.builtin_voice, 7
+    preset = dict(PRESETS[a.preset])
+    preset.pop("first_chunk_tokens", None), preset.pop("chunk_tokens", None)
+    mel24 = engine._voice_encoders()["mel"]
+    print(f"{engine.variant} {engine.info['quantization']}, {a.threads} threads, preset {a.preset}")
+    print(f"{'tokens':>6} {'context':>7} {'grow':>4} {'chunks':>6} {'first ms':>8} {'last ms':>8} {'max ms':>8} "
+          f"{'total s':>8} {'batch s':>8} {'rel':>7} {'logmel':>7}")
+    for L in a.lengths:
+        _, p = engine._options(seed, {"max_tokens": L, **preset})
+        stream, cache = engine._t3_session(engine._text_ids(TEXT), seed, p, voice, _CancelToken())
+        tokens = stream.next(L)
+        engine._end_session(stream, cache, _CancelToken())
+        t0 = time.perf_counter()
+        mel = engine._mel(engine._speech_tokens(tokens, True), voice, seed, True, p)
+        batch, _ = _StreamVocoder(engine._hift, seed).push(mel, True)
+        batch = engine._fade_in(batch)
+        batch_s = time.perf_counter() - t0
+        ref_mel = np.asarray(mel24.compute(batch))
+        for cfg in a.configs:
+            ctx, grow = int(cfg.split(":")[0]), float(cfg.split(":")[1])
+            wav, chunk_ms = stream_audio(engine, tokens, voice, seed, p, ctx, grow)
+            n = min(wav.size, batch.size)
+            rel = np.linalg.norm(wav[:n] - batch[:n]) / max(np.linalg.norm(batch[:n]), 1e-12)
+            m = np.asarray(mel24.compute(wav))
+            k = min(len(m), len(ref_mel))
+            logmel = float(np.mean(np.abs(m[:k] - ref_mel[:k])))
+            print(f"{len(tokens):>6} {ctx if ctx >= 0 else 'all':>7} {grow:>4.1f} {len(chunk_ms):>6} {chunk_ms[0]:>8.0f} "
+                  f"{chunk_ms[-1]:>8.0f} {max(chunk_ms):>8.0f} {sum(chunk_ms) / 1e3:>8.2f} {batch_s:>8.2f} "
+                  f"{rel:>7.4f} {logmel:>7.4f}" + ("" if wav.size == batch.size else f"  (length {wav.size} vs {batch.size})"),
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
