@@ -180,11 +180,27 @@ HiftGgml::ResBlock HiftGgml::resblock(const ModelFile& mf, const std::string& pr
 // Graph pieces (ne [L, C], time fastest)
 // ---------------------------------------------------------------------------
 
+// a b, asked for in full F32: CUDA's default for F32 products is TF32 tensor-op math,
+// ~1e-3 relative error through HiFT's depth (patches/0002 makes ggml-cuda honour this).
+static ggml_tensor* mul_mat(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b) {
+    ggml_tensor* y = ggml_mul_mat(ctx, a, b);
+    ggml_mul_mat_set_prec(y, GGML_PREC_F32);
+    return y;
+}
+
+// Conv1d as core/ggml_ops conv1d (F32 im2col), its product in full F32; b may be null.
+static ggml_tensor* conv1d_f32(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad,
+                               int dil) {
+    ggml_tensor* cols = ggml_im2col(ctx, w, x, stride, 0, pad, 0, dil, 0, false, GGML_TYPE_F32);  // [K*Cin, L_out]
+    ggml_tensor* y = mul_mat(ctx, cols, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]));   // [L_out, Cout]
+    return b ? ggml_add(ctx, y, ggml_reshape_2d(ctx, b, 1, b->ne[0])) : y;
+}
+
 ggml_tensor* HiftGgml::apply(ggml_context* ctx, const Conv& c, ggml_tensor* x) const {
     const int64_t K = c.w->ne[0];
     if ((x->ne[0] + 2 * c.pad - int64_t(c.dil) * (K - 1) - 1) / c.stride + 1 < 1)
         throw EngineError("HiFT input is too short for its convolutions");
-    return conv1d(ctx, x, c.w, c.b, c.stride, c.pad, c.dil);
+    return conv1d_f32(ctx, x, c.w, c.b, c.stride, c.pad, c.dil);
 }
 
 // Snake: x + 1 / (alpha + 1e-9) * sin(alpha x)^2.
@@ -203,7 +219,7 @@ ggml_tensor* HiftGgml::apply(ggml_context* ctx, const ResBlock& rb, ggml_tensor*
 // ConvTranspose1d (+ bias), then ReflectionPad1d((1, 0)) when reflect_first.
 ggml_tensor* HiftGgml::apply(ggml_context* ctx, const Up& u, ggml_tensor* x, bool reflect_first) const {
     const int64_t L = x->ne[0], Lq = L + u.J - 1, s = u.stride;
-    ggml_tensor* y = conv1d(ctx, x, u.w, nullptr, 1, u.J - 1, 1);  // [Lq, s * Cout]
+    ggml_tensor* y = conv1d_f32(ctx, x, u.w, nullptr, 1, u.J - 1, 1);  // [Lq, s * Cout]
     y = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, y, Lq, s, u.cout), 1, 0, 2, 3));  // [s, Lq, Cout]
     const int64_t T = (L - 1) * s + u.K - 2 * u.pad;
     y = ggml_view_2d(ctx, y, T, u.cout, y->nb[2], u.pad * sizeof(float));
@@ -233,7 +249,7 @@ std::vector<float> HiftGgml::f0(const float* mel, int64_t T) {
     ggml_tensor* x = inputs.f32(ctx, std::vector<float>(mel, mel + T * hp_.in_channels), T, hp_.in_channels);
     for (const Conv& c : f0_convs_) x = ggml_elu(ctx, apply(ctx, c, x));
     // classifier: Linear(Cc, 1) over every frame, then abs
-    x = ggml_mul_mat(ctx, f0_cls_w_, ggml_cont(ctx, ggml_transpose(ctx, x)));  // [1, T]
+    x = mul_mat(ctx, f0_cls_w_, ggml_cont(ctx, ggml_transpose(ctx, x)));  // [1, T]
     x = ggml_abs(ctx, ggml_add(ctx, x, f0_cls_b_));
     return runner_.compute(x, inputs);
 }
@@ -276,7 +292,7 @@ std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* so
 
     // _stft: frames (im2col, stride hop) times the windowed DFT: ne [n_frames, n_fft + 2].
     ggml_tensor* frames = ggml_im2col(ctx, dft_, src, hop, 0, 0, 0, 1, 0, false, GGML_TYPE_F32);  // [N, n_frames]
-    ggml_tensor* s_stft = ggml_mul_mat(ctx, frames, ggml_reshape_2d(ctx, dft_, N, 2 * nb));
+    ggml_tensor* s_stft = mul_mat(ctx, frames, ggml_reshape_2d(ctx, dft_, N, 2 * nb));
 
     const size_t n_up = ups_.size(), n_k = hp_.resblock_kernel_sizes.size();
     ggml_tensor* x = ggml_leaky_relu(ctx, apply(ctx, conv_pre_, in), hp_.lrelu_slope, false);
@@ -302,11 +318,11 @@ std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* so
     // imaginary parts ne [n_fft + 2, n_frames], the inverse DFT per frame [n_fft, n_frames].
     ggml_tensor* cols = ggml_im2col(ctx, ggml_reshape_3d(ctx, post_mag_w_, post_K_, x->ne[1], nb), x, 1, 0, post_K_ / 2,
                                     0, 1, 0, false, GGML_TYPE_F32);  // [K * C, n_frames]
-    ggml_tensor* mag = ggml_clamp(ctx, ggml_exp(ctx, ggml_add(ctx, ggml_mul_mat(ctx, post_mag_w_, cols), post_mag_b_)),
+    ggml_tensor* mag = ggml_clamp(ctx, ggml_exp(ctx, ggml_add(ctx, mul_mat(ctx, post_mag_w_, cols), post_mag_b_)),
                                   0.0f, 100.0f);
-    ggml_tensor* ph = ggml_sin(ctx, ggml_add(ctx, ggml_mul_mat(ctx, post_ph_w_, cols), post_ph_b_));
+    ggml_tensor* ph = ggml_sin(ctx, ggml_add(ctx, mul_mat(ctx, post_ph_w_, cols), post_ph_b_));
     ggml_tensor* spec = ggml_concat(ctx, ggml_mul(ctx, mag, ggml_cos(ctx, ph)), ggml_mul(ctx, mag, ggml_sin(ctx, ph)), 0);
-    ggml_tensor* fr = ggml_mul_mat(ctx, idft_, spec);  // [N, n_frames]
+    ggml_tensor* fr = mul_mat(ctx, idft_, spec);  // [N, n_frames]
     // Overlap-add: frame m's samples j hop .. (j + 1) hop land in block m + j.
     const int R = N / hop;
     ggml_tensor* y = nullptr;
