@@ -94,19 +94,11 @@ static bool device_lacks(ggml_backend_t backend, const ggml_tensor* node) {
 void GraphRunner::run(const GraphInputs& in) {
     ggml_status status;
     if (sched_) {
-        auto assign = [&] {
-            ggml_backend_sched_reset(sched_);
-            for (int i = 0; i < ggml_graph_n_nodes(graph_); ++i) {
-                ggml_tensor* node = ggml_graph_node(graph_, i);
-                if (device_lacks(backend_, node)) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
-            }
-        };
-        // Reserve first: sched_alloc_graph ignores a failed buffer allocation and then
-        // aborts (ggml 0.20.2), sched_reserve reports it.
-        assign();
-        if (!ggml_backend_sched_reserve(sched_, graph_))
-            throw EngineError(std::string("not enough memory for the computation on ") + ggml_backend_name(backend_));
-        assign();
+        ggml_backend_sched_reset(sched_);
+        for (int i = 0; i < ggml_graph_n_nodes(graph_); ++i) {
+            ggml_tensor* node = ggml_graph_node(graph_, i);
+            if (device_lacks(backend_, node)) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
+        }
         if (!ggml_backend_sched_alloc_graph(sched_, graph_))
             throw EngineError(std::string("not enough memory for the computation on ") + ggml_backend_name(backend_));
         in.upload();
