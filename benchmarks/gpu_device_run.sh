@@ -6,7 +6,10 @@
 #   vulkan/   libggml-vulkan.so.xz built elsewhere (optional)   ../.gl/  Vulkan loader debs
 #   cuda/     cuda.xz.* (an earlier run's $OUT: its CUDA module, xz, split; optional: skips
 #             the 4-minute CUDA build, the same ggml source assumed)
-#   whl/      wheels missing there (gguf)      turbo.skel.gguf (benchmarks/model_skeleton.py)
+#   whl/      wheels missing there (gguf)      turbo.skel.gguf[.xz] (benchmarks/model_skeleton.py)
+# The device tool carries 64 MiB at most: with the CUDA module (37 MB as xz) carry the
+# skeleton as .xz (17 MB) and leave out cpu/, vulkan/ and app/qt; keep ggml's CUDA sources
+# (patches/ touch them and every patch must apply, also for a CPU-only build).
 # STAGES (default "build tests bench"; also "probe": benchmarks/gpu_probe.py for PROBE's
 # device/quant pairs) picks what runs, BENCH the device/quant pairs,
 # DEADLINE (s after T0, a date +%s) skips benchmarks started later; a build, models left by an earlier run on
@@ -29,6 +32,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   && export PYTHONPATH=/tmp/site
 export PYTHONUNBUFFERED=1
 
+[ -f turbo.skel.gguf.xz ] && [ ! -f turbo.skel.gguf ] && xz -dk turbo.skel.gguf.xz
 # The random-weight model, F32, while the engine builds (gguf + numpy only).
 mkdir -p $M
 if [ ! -s $M/turbo-f32.gguf ]; then

@@ -161,12 +161,15 @@ def test_hift_on_the_device_matches_the_cpu_kernels(pair):
     cpu, dev = pair
     ref, h = _core.HiFT(cpu), _core.HiFT(dev)
     assert h.device != "CPU" and not h.note
+    # CUDA: full F32 products (patches/0002). Vulkan's F32 products measured decode rel
+    # 1.21e-3 (500 frames, 2026-11-30), like CUDA's TF32 (f0 3.35e-3 at 40 frames).
+    f0_tol, dec_tol = (1e-3, 1e-3) if h.device.startswith("CUDA") else (5e-3, 2e-3)
     for T in (40, 7, 250):
         mel = np.random.default_rng(T).standard_normal((80, T), dtype=np.float32) * 0.5 - 5
         (rf, mf0), (rd, md), peak = _hift_stages(h, ref, mel)
         print(f"\nHiFT on {h.device}, {T} frames: f0 rel {rf:.2e} max_abs {mf0:.2e}; "
               f"decode rel {rd:.2e} max_abs {md:.2e} (peak {peak:.3f})")
-        assert rf < 1e-3 and rd < 1e-3
+        assert rf < f0_tol and rd < dec_tol
     # on_device=False: the CPU kernels (weights copied off the device), bit for bit
     mel = np.random.default_rng(3).standard_normal((80, 40), dtype=np.float32) * 0.5 - 5
     assert np.array_equal(_core.HiFT(dev, on_device=False).inference(mel, 0), ref.inference(mel, 0))
