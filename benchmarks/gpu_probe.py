@@ -51,8 +51,8 @@ def main() -> None:
     f0 = ref.f0(mel)
     src = ref.excitation_continue(f0, ref.source_state(0))
     for name, x in (("device " + h.device, h), ("CPU kernels", ref)):
-        print(f"  HiFT {name:22s} f0 {median_ms(lambda: x.f0(mel)):7.1f} ms  decode {median_ms(lambda: x.decode(mel, src)):7.1f} ms"
-              f"  inference {median_ms(lambda: x.inference(mel, 0)):7.1f} ms")
+        print(f"  HiFT {name:22s} f0 {median_ms(lambda x=x: x.f0(mel)):7.1f} ms  decode {median_ms(lambda x=x: x.decode(mel, src)):7.1f} ms"
+              f"  inference {median_ms(lambda x=x: x.inference(mel, 0)):7.1f} ms")
     d, r = h.decode(mel, src), ref.decode(mel, src)
     print(f"  HiFT decode 500 frames, device vs CPU kernels: rel {np.linalg.norm(d - r) / np.linalg.norm(r):.2e}, "
           f"max_abs {np.abs(d - r).max():.2e}")

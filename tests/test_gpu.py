@@ -16,6 +16,7 @@ F32 stages agree to about 1e-4..1e-3, not bit for bit. Every figure is printed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -136,6 +137,28 @@ def test_s3gen_encoder_and_cfm_match_the_cpu(pair):
     assert rel < 1e-3
 
 
+@contextlib.contextmanager
+def _device_filled(device, leave_bytes):
+    """The CUDA device's free memory taken (cudaMalloc through the CUDA runtime the backend
+    itself loaded) but `leave_bytes`, for the block's duration; skips elsewhere."""
+    if not device.startswith("cuda"):
+        pytest.skip("fills the device with cudaMalloc")
+    import ctypes
+
+    try:
+        rt = ctypes.CDLL("libcudart.so.13")
+    except OSError:
+        pytest.skip("no CUDA runtime library to allocate with")
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    assert rt.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total)) == 0
+    hog = ctypes.c_void_p()
+    assert rt.cudaMalloc(ctypes.byref(hog), ctypes.c_size_t(max(free.value - leave_bytes, 0))) == 0
+    try:
+        yield
+    finally:
+        rt.cudaFree(hog)
+
+
 def _hift_stages(h, ref, mel):
     """f0 and decode of `h` against `ref` (the CPU kernels) on the same mel and excitation."""
     f0_ref = ref.f0(mel)
@@ -179,26 +202,11 @@ def test_hift_on_the_device_matches_the_cpu_kernels(pair):
 def test_hift_out_of_device_memory_mid_synthesis_falls_back_to_the_cpu(device, pair):
     """HiFT loaded on the device, then the device filled (cudaMalloc): the next decode runs
     out of memory there and goes on on the CPU kernels, with a RuntimeWarning."""
-    if not device.startswith("cuda"):
-        pytest.skip("fills the device with cudaMalloc")
-    import ctypes
-
-    try:
-        rt = ctypes.CDLL("libcudart.so.13")
-    except OSError:
-        pytest.skip("no CUDA runtime library to allocate with")
     cpu, dev = pair
     ref, h = _core.HiFT(cpu), _core.HiFT(dev)
     mel = np.random.default_rng(5).standard_normal((80, 300), dtype=np.float32) * 0.5 - 5
-    free, total = ctypes.c_size_t(), ctypes.c_size_t()
-    assert rt.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total)) == 0
-    hog = ctypes.c_void_p()
-    assert rt.cudaMalloc(ctypes.byref(hog), ctypes.c_size_t(max(free.value - (64 << 20), 0))) == 0
-    try:
-        with pytest.warns(RuntimeWarning, match="runs on the CPU"):
-            got = h.inference(mel, 0)
-    finally:
-        rt.cudaFree(hog)
+    with _device_filled(device, 64 << 20), pytest.warns(RuntimeWarning, match="runs on the CPU"):
+        got = h.inference(mel, 0)
     print(f"\nHiFT fallback: {h.note}")
     assert h.device == "CPU" and "memory" in h.note
     assert np.array_equal(got, ref.inference(mel, 0))
@@ -263,25 +271,10 @@ def test_a_device_out_of_memory_falls_back_to_the_cpu(device, model_file):
     """The device has no room left for the model (another allocation holds it): the engine
     says so and runs on the CPU. The memory is taken with cudaMalloc through the CUDA runtime
     the backend itself loaded."""
-    if not device.startswith("cuda"):
-        pytest.skip("fills the device with cudaMalloc")
-    import ctypes
-
     from engine_native import Engine
 
-    try:
-        rt = ctypes.CDLL("libcudart.so.13")
-    except OSError:
-        pytest.skip("no CUDA runtime library to allocate with")
-    free, total = ctypes.c_size_t(), ctypes.c_size_t()
-    assert rt.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total)) == 0
-    hog = ctypes.c_void_p()
-    assert rt.cudaMalloc(ctypes.byref(hog), ctypes.c_size_t(max(free.value - (256 << 20), 0))) == 0
-    try:
-        with pytest.warns(RuntimeWarning, match="running on the CPU"):
-            eng = Engine(model_file, device=device)
-    finally:
-        rt.cudaFree(hog)
+    with _device_filled(device, 256 << 20), pytest.warns(RuntimeWarning, match="running on the CPU"):
+        eng = Engine(model_file, device=device)
     print(f"\nfallback: {eng.device_note}")
     assert eng.device == "cpu" and device in eng.device_note
     assert eng.synthesize("Hello.", seed=1, max_tokens=20).size > 0

@@ -64,14 +64,7 @@ HiftGgml::HiftGgml(const ModelFile& mf, ggml_backend_t backend)
         ups_.push_back(u);
     }
 
-    std::vector<int64_t> cum(n_up);  // as hift.cpp: the source branch's downsampling
-    {
-        std::vector<int64_t> down(n_up);
-        down[0] = 1;
-        for (size_t i = 1; i < n_up; ++i) down[i] = hp_.upsample_rates[n_up - i];
-        std::partial_sum(down.begin(), down.end(), cum.begin(), std::multiplies<int64_t>());
-        std::reverse(cum.begin(), cum.end());
-    }
+    const std::vector<int64_t> cum = hp_.source_down_strides();
     for (size_t i = 0; i < n_up; ++i) {
         const int u = static_cast<int>(cum[i]);
         const std::string name = "source_downs." + std::to_string(i);
@@ -231,18 +224,13 @@ ggml_tensor* HiftGgml::apply(ggml_context* ctx, const Up& u, ggml_tensor* x, boo
     return y;
 }
 
-void HiftGgml::check_mel(int64_t T) const {
-    if (T < 1) throw EngineError("mel must have at least one frame");
-    if (T > (int64_t{1} << 31) / hp_.samples_per_frame())
-        throw EngineError("mel has too many frames (" + std::to_string(T) + ")");
-}
 
 // ---------------------------------------------------------------------------
 // Running
 // ---------------------------------------------------------------------------
 
 std::vector<float> HiftGgml::f0(const float* mel, int64_t T) {
-    check_mel(T);
+    hp_.check_mel(T);
     ggml_context* ctx = runner_.begin();
     GraphInputs inputs;
     // mel [C][T] row-major is ne [T, C]: time fastest already.
@@ -255,7 +243,7 @@ std::vector<float> HiftGgml::f0(const float* mel, int64_t T) {
 }
 
 std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* source, int64_t n_source) {
-    check_mel(T);
+    hp_.check_mel(T);
     const int64_t spf = hp_.samples_per_frame();
     if (n_source != T * spf)
         throw EngineError("source has " + std::to_string(n_source) + " samples; a mel of " + std::to_string(T) +

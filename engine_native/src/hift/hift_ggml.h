@@ -63,7 +63,6 @@ private:
     ggml_tensor* apply(ggml_context* ctx, const Snake& s, ggml_tensor* x) const;
     ggml_tensor* apply(ggml_context* ctx, const ResBlock& rb, ggml_tensor* x) const;
     ggml_tensor* apply(ggml_context* ctx, const Up& u, ggml_tensor* x, bool reflect_first) const;
-    void check_mel(int64_t T) const;
 
     HiftHparams hp_;
     ggml_backend_t backend_;
