@@ -4,8 +4,14 @@
 #   src/      this repository's files          ggml/  the pinned ggml tree
 #   cpu/      CPU backend modules built elsewhere (every x86-64 variant; optional)
 #   vulkan/   libggml-vulkan.so.xz built elsewhere (optional)   ../.gl/  Vulkan loader debs
-#   whl/      wheels missing there (gguf)      turbo.skel.gguf (benchmarks/model_skeleton.py)
-# STAGES (default "build tests bench") picks what runs, BENCH the device/quant pairs,
+#   cuda/     cuda.xz.* (an earlier run's $OUT: its CUDA module, xz, split; optional: skips
+#             the 4-minute CUDA build, the same ggml source assumed)
+#   whl/      wheels missing there (gguf)      turbo.skel.gguf[.xz] (benchmarks/model_skeleton.py)
+# The device tool carries 64 MiB at most: with the CUDA module (37 MB as xz) carry the
+# skeleton as .xz (17 MB) and leave out cpu/, vulkan/ and app/qt; keep ggml's CUDA sources
+# (patches/ touch them and every patch must apply, also for a CPU-only build).
+# STAGES (default "build tests bench"; also "probe": benchmarks/gpu_probe.py for PROBE's
+# device/quant pairs) picks what runs, BENCH the device/quant pairs,
 # DEADLINE (s after T0, a date +%s) skips benchmarks started later; a build, models left by an earlier run on
 # the same machine are reused.
 set -u
@@ -26,6 +32,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   && export PYTHONPATH=/tmp/site
 export PYTHONUNBUFFERED=1
 
+[ -f turbo.skel.gguf.xz ] && [ ! -f turbo.skel.gguf ] && xz -dk turbo.skel.gguf.xz
 # The random-weight model, F32, while the engine builds (gguf + numpy only).
 mkdir -p $M
 if [ ! -s $M/turbo-f32.gguf ]; then
@@ -34,6 +41,7 @@ if [ ! -s $M/turbo-f32.gguf ]; then
 fi
 
 gpu=${BUILD_GPU:-cuda}  # what this machine builds (none: only the carried modules' GPUs)
+ls cuda/cuda.xz.* > /dev/null 2>&1 && gpu=none
 if [[ " $stages " == *" build "* ]] && ! ls $B/engine_native/_core*.so > /dev/null 2>&1; then
   log "build: cmake (CBS_GPU=$gpu, CUDA sm_90, CPU module for this machine); flags in the environment: $(env | grep -iE '^(C|CXX|LD|CPP|CUDA)FLAGS=' | tr '\n' ' ')"
   # The image's compiler flags (a static C++ runtime in each library breaks iostreams
@@ -44,7 +52,10 @@ if [[ " $stages " == *" build "* ]] && ! ls $B/engine_native/_core*.so > /dev/nu
     -Dpybind11_DIR="$(python3 -m pybind11 --cmakedir)" -DPython_EXECUTABLE="$(command -v python3)" > "$OUT/build.log" 2>&1 \
   && cmake --build $B -j"$(nproc)" >> "$OUT/build.log" 2>&1
   log "build: exit $? ($(grep -c 'Building CUDA' "$OUT/build.log") CUDA objects)"
+  # The CUDA module back to the caller (xz, in pieces under the 16 MB limit) for later runs.
+  [ -f $B/engine_native/libggml-cuda.so ] && xz -T0 -3 -c $B/engine_native/libggml-cuda.so | split -b 15M - "$OUT/cuda.xz."
 fi
+ls cuda/cuda.xz.* > /dev/null 2>&1 && cat cuda/cuda.xz.* | xz -d > $B/engine_native/libggml-cuda.so
 # The portable CPU modules (a wheel's) and the Vulkan module, beside the ones built here.
 cp -f cpu/libggml-cpu-*.so $B/engine_native/ 2>/dev/null
 [ -f vulkan/libggml-vulkan.so.xz ] && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
@@ -86,6 +97,15 @@ if [[ " $stages " == *" bench "* ]]; then
     echo "== bench $d $q" >> "$OUT/bench.txt"
     timeout 150 /tmp/cbs bench -m $M/turbo-$q.gguf --device $d >> "$OUT/bench.txt" 2>&1
     log "bench $d $q: exit $?"
+  done
+fi
+if [[ " $stages " == *" probe "* ]]; then
+  for dq in ${PROBE:-cuda:0/f32}; do
+    d=${dq%/*} q=${dq#*/}
+    for i in $(seq 90); do [ -s $M/turbo-$q.gguf ] && break; sleep 2; done
+    log "probe $d $q"
+    PYTHONPATH=$PWD:${PYTHONPATH:-} timeout 120 python3 benchmarks/gpu_probe.py $M/turbo-$q.gguf $d >> "$OUT/bench.txt" 2>&1
+    log "probe $d $q: exit $?"
   done
 fi
 if [[ " $stages " == *" tests "* ]]; then

@@ -406,7 +406,7 @@ class Engine:
         self._t3 = _core.T3(self._file)
         self._encoder = _core.S3GenEncoder(self._file)
         self._cfm = _core.S3GenCfm(self._file)
-        self._hift = _core.HiFT(self._file)  # HiFT's kernels are the CPU's: on the CPU whatever the device
+        self._hift = _core.HiFT(self._file)  # on the model's device (a GPU: ggml ops; a device OOM: the CPU)
         self.device = self._file.device
 
     @property
@@ -426,7 +426,7 @@ class Engine:
         system = _core.system_info()
         return {"path": str(self.path), "variant": self.variant, "quantization": f.get_string("chatterbox.quant"),
                 "backend": self.device, "device": self.device, "device_note": self.device_note,
-                "hift_device": "cpu", "cpu_variant": system["cpu_variant"],
+                "hift_device": "cpu" if self._hift.device == "CPU" else self.device, "cpu_variant": system["cpu_variant"],
                 "threads": self._threads or system["default_threads"], "ggml_version": system["ggml_version"],
                 "sample_rate": self.sample_rate, "hparams": hp, "defaults": dict(self.defaults),
                 "languages": self.languages, "load_seconds": self.load_seconds}

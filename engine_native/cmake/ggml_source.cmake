@@ -179,6 +179,9 @@ elseif(NOT _gpu STREQUAL "none")
 endif()
 set(GGML_CUDA ${_want_cuda} CACHE BOOL "" FORCE)
 set(GGML_VULKAN ${_want_vulkan} CACHE BOOL "" FORCE)
+# CUDA graphs (off unless asked for outside llama.cpp): T3's per-token graph, the same from
+# one token to the next, is then replayed as one launch instead of ~500 kernel launches.
+set(GGML_CUDA_GRAPHS ON CACHE BOOL "" FORCE)
 if(_want_cuda AND NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT GGML_NATIVE)
     # A shipped build: ggml's default list (PTX for older GPUs, real code for recent ones).
     message(STATUS "CUDA architectures: ggml's defaults (set CMAKE_CUDA_ARCHITECTURES for fewer)")

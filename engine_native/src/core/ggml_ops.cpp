@@ -86,6 +86,7 @@ void GraphRunner::release_large_buffer() {
 
 ggml_context* GraphRunner::begin() {
     if (ctx_) ggml_free(ctx_);
+    ++generation_;
     ctx_ = ggml_init({meta_.size(), meta_.data(), /*no_alloc=*/true});
     graph_ = ggml_new_graph_custom(ctx_, max_nodes_, false);
     return ctx_;
@@ -122,6 +123,17 @@ void GraphRunner::run(const GraphInputs& in) {
     if (status == GGML_STATUS_ABORTED) throw CancelledError("cancelled");
     if (status == GGML_STATUS_ALLOC_FAILED) throw EngineError(std::string("out of memory on ") + ggml_backend_name(backend_));
     if (status != GGML_STATUS_SUCCESS) throw EngineError("graph computation failed");
+}
+
+std::vector<float> GraphRunner::rerun(ggml_tensor* out, const GraphInputs& in) {
+    in.upload();
+    const ggml_status status =
+        sched_ ? ggml_backend_sched_graph_compute(sched_, graph_) : ggml_backend_graph_compute(backend_, graph_);
+    if (status == GGML_STATUS_ABORTED) throw CancelledError("cancelled");
+    if (status != GGML_STATUS_SUCCESS) throw EngineError(std::string("graph computation failed on ") + ggml_backend_name(backend_));
+    std::vector<float> result(ggml_nelements(out));
+    ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
+    return result;
 }
 
 std::vector<float> GraphRunner::compute(ggml_tensor* out, const GraphInputs& in) {

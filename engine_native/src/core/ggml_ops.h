@@ -54,6 +54,12 @@ public:
     std::vector<std::vector<float>> compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in);
     // Allocates, uploads `in` and computes graph() (its outputs stay on the device).
     void run(const GraphInputs& in);
+    // Computes the last graph again as it was allocated (no rebuild, no re-allocation:
+    // a device replays it as it stands), with new values for its inputs `in`, and reads
+    // `out` back. Only while generation() is unchanged since that graph was computed.
+    std::vector<float> rerun(ggml_tensor* out, const GraphInputs& in);
+    // Counts begin() calls: a graph kept for rerun() is stale once this has moved on.
+    uint64_t generation() const { return generation_; }
     ggml_backend_t backend() const { return backend_; }
 
 private:
@@ -68,6 +74,7 @@ private:
     std::vector<uint8_t> meta_;
     ggml_context* ctx_ = nullptr;
     ggml_cgraph* graph_ = nullptr;
+    uint64_t generation_ = 0;
 };
 
 }  // namespace cbs

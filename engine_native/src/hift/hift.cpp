@@ -55,6 +55,22 @@ int64_t HiftHparams::samples_per_frame() const {
     return n;
 }
 
+std::vector<int64_t> HiftHparams::source_down_strides() const {
+    const size_t n_up = upsample_rates.size();
+    std::vector<int64_t> down(n_up), cum(n_up);
+    down[0] = 1;
+    for (size_t i = 1; i < n_up; ++i) down[i] = upsample_rates[n_up - i];
+    std::partial_sum(down.begin(), down.end(), cum.begin(), std::multiplies<int64_t>());
+    std::reverse(cum.begin(), cum.end());
+    return cum;
+}
+
+void HiftHparams::check_mel(int64_t T) const {
+    if (T < 1) throw EngineError("mel must have at least one frame");
+    if (T > (int64_t{1} << 31) / samples_per_frame())
+        throw EngineError("mel has too many frames (" + std::to_string(T) + ")");
+}
+
 using namespace hiftk;
 
 // ---------------------------------------------------------------------------
@@ -128,14 +144,7 @@ Hift::Hift(const ModelFile& mf, ggml_backend_t backend)
 
     // Source branch: downsample_rates = [1] + upsample_rates[::-1][:-1], cumulated and
     // reversed: source_downs[i] has stride u (kernel 2u, padding u/2; a 1x1 conv when u == 1).
-    std::vector<int64_t> cum(n_up);
-    {
-        std::vector<int64_t> down(n_up);
-        down[0] = 1;
-        for (size_t i = 1; i < n_up; ++i) down[i] = hp_.upsample_rates[n_up - i];
-        std::partial_sum(down.begin(), down.end(), cum.begin(), std::multiplies<int64_t>());
-        std::reverse(cum.begin(), cum.end());
-    }
+    const std::vector<int64_t> cum = hp_.source_down_strides();
     for (size_t i = 0; i < n_up; ++i) {
         const int u = static_cast<int>(cum[i]);
         const std::string name = "source_downs." + std::to_string(i);

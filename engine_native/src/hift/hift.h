@@ -33,6 +33,11 @@ struct HiftHparams {
     static HiftHparams from(const ModelFile& mf);
     // Source (excitation) samples per mel frame: prod(upsample_rates) * hop.
     int64_t samples_per_frame() const;
+    // source_downs[i]'s stride: downsample_rates = [1] + upsample_rates[::-1][:-1],
+    // cumulated and reversed.
+    std::vector<int64_t> source_down_strides() const;
+    // EngineError for a mel of no frames or too many.
+    void check_mel(int64_t T) const;
 };
 
 class Hift {
@@ -84,8 +89,6 @@ private:
     Snake snake(const ModelFile& mf, const std::string& name, int64_t channels);
     ResBlock resblock(const ModelFile& mf, const std::string& prefix, int kernel, const std::vector<int>& dilations,
                       int64_t channels);
-
-    void check_mel(int64_t T) const;
 
     HiftHparams hp_;
     ggml_backend_t backend_;

@@ -201,11 +201,6 @@ struct Hift::Graph {
 // Running
 // ---------------------------------------------------------------------------
 
-void Hift::check_mel(int64_t T) const {
-    if (T < 1) throw EngineError("mel must have at least one frame");
-    if (T > (int64_t{1} << 31) / hp_.samples_per_frame())
-        throw EngineError("mel has too many frames (" + std::to_string(T) + ")");
-}
 
 // mel [C][T] row-major -> [T][C] (ne [C, T], channel fastest).
 static std::vector<float> channel_fastest(const float* mel, int64_t C, int64_t T) {
@@ -216,7 +211,7 @@ static std::vector<float> channel_fastest(const float* mel, int64_t C, int64_t T
 }
 
 std::vector<float> Hift::f0(const float* mel, int64_t T) {
-    check_mel(T);
+    hp_.check_mel(T);
     Graph g(runner_.begin());
     GraphInputs inputs;
     ggml_tensor* x = inputs.f32(g.ctx, channel_fastest(mel, hp_.in_channels, T), hp_.in_channels, T);
@@ -231,7 +226,7 @@ std::vector<float> Hift::f0(const float* mel, int64_t T) {
 }
 
 std::vector<float> Hift::decode(const float* mel, int64_t T, const float* source, int64_t n_source) {
-    check_mel(T);
+    hp_.check_mel(T);
     const int64_t spf = hp_.samples_per_frame();
     if (n_source != T * spf)
         throw EngineError("source has " + std::to_string(n_source) + " samples; a mel of " + std::to_string(T) +

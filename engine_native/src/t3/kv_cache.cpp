@@ -65,6 +65,8 @@ void T3Cache::reserve(int n_tokens) {
     // and a device's attention weighs them by 0, which NaN garbage would survive.
     ggml_backend_buffer_clear(buf_, 0);
     n_cache_ = n_tokens;
+    static std::atomic<uint64_t> serials{0};
+    serial_ = ++serials;
     size_t next = 0;
     for (size_t i = 0; n_keep > 0 && i < k_.size(); ++i)
         for (ggml_tensor* t : {k_[i], v_[i]})

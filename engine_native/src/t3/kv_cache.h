@@ -29,6 +29,9 @@ public:
     // bigger cache keeps the voice prefix.
     void reserve(int n_tokens);
     int size() const { return n_cache_; }
+    // Distinct for every buffer any cache has allocated: a graph built over this cache's
+    // tensors is valid while serial() is unchanged.
+    uint64_t serial() const { return serial_; }
     int n_seq() const { return n_seq_; }
     ggml_tensor* k(int layer) const { return k_[layer]; }
     ggml_tensor* v(int layer) const { return v_[layer]; }
@@ -67,6 +70,7 @@ private:
     std::vector<ggml_tensor*> k_, v_;
     int n_seq_ = 1;
     int n_cache_ = 0;
+    uint64_t serial_ = 0;
     T3Conditioning prefix_cond_;
     int n_prefix_ = 0;
     std::atomic<bool> held_{false};

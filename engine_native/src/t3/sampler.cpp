@@ -65,11 +65,17 @@ static void top_k_filter(std::vector<float>& s, int top_k) {
 
 // HF TopPLogitsWarper: sort ascending, cumulative softmax, drop while cum <= 1 - top_p,
 // always keep the largest.
+// Scores already -inf (top-k's) sort first with probability exactly 0 and stay -inf, so
+// only the finite ones are sorted (the sums and the result are the same, 6x less work
+// after the default top-k).
 static void top_p_filter(std::vector<float>& s, float top_p) {
-    std::vector<int32_t> order(s.size());
-    std::iota(order.begin(), order.end(), 0);
+    std::vector<int32_t> order;
+    order.reserve(s.size());
+    for (size_t i = 0; i < s.size(); ++i)
+        if (s[i] != kNegInf) order.push_back(static_cast<int32_t>(i));
+    if (order.empty()) return;
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] < s[b]; });
-    std::vector<float> sorted(s.size());
+    std::vector<float> sorted(order.size());
     for (size_t i = 0; i < order.size(); ++i) sorted[i] = s[order[i]];
     const std::vector<float> probs = softmax(sorted);
     double cum = 0.0;  // torch accumulates float cumsum in double on the CPU

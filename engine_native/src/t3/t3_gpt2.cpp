@@ -137,21 +137,35 @@ std::vector<float> T3Gpt2::step(T3Cache& cache, int32_t speech_token) {
     if (cache.n_past == 0) throw EngineError("T3 step() before prompt()");
     if (cache.n_past + 1 > cache.size())
         throw EngineError("T3 context is full (" + std::to_string(cache.size()) + " positions)");
-    ggml_context* ctx = runner_.begin();
-    ggml_cgraph* gf = runner_.graph();
-    GraphInputs in;
-    ggml_tensor* x = ggml_get_rows(ctx, speech_emb_, in.ids(ctx, {speech_token}));
-    ggml_tensor* pos = in.ids(ctx, {cache.n_past});
-    x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, pos));
     // The new token sees every cached one and itself; the view it reads is padded to
     // kStepKvPad positions (masked) so the graph is the same for that many tokens.
     const int n_kv = std::min(cache.size(), GGML_PAD(cache.n_past + 1, kStepKvPad));
     std::vector<ggml_fp16_t> mask(n_kv);
     for (int j = 0; j < n_kv; ++j) mask[j] = ggml_fp32_to_fp16(j <= cache.n_past ? 0.0f : -INFINITY);
-    x = transformer(ctx, gf, cache, x, 1, n_kv, in.f16_mask(ctx, std::move(mask), n_kv, 1), pos);
-    x = layer_norm(ctx, x, ln_f_w_, ln_f_b_, hp_.ln_eps);
-    ggml_tensor* logits = linear(ctx, x, head_w_, head_b_);
-    std::vector<float> out = runner_.compute(logits, in);
+    std::vector<float> out;
+    if (step_.logits && step_.generation == runner_.generation() && step_.cache_serial == cache.serial() &&
+        step_.n_kv == n_kv) {
+        GraphInputs in;
+        in.ints.emplace_back(step_.token, std::vector<int32_t>{speech_token});
+        in.ints.emplace_back(step_.pos, std::vector<int32_t>{cache.n_past});
+        in.halves.emplace_back(step_.mask, std::move(mask));
+        out = runner_.rerun(step_.logits, in);
+    } else {
+        step_ = {};
+        ggml_context* ctx = runner_.begin();
+        ggml_cgraph* gf = runner_.graph();
+        GraphInputs in;
+        ggml_tensor* token = in.ids(ctx, {speech_token});
+        ggml_tensor* x = ggml_get_rows(ctx, speech_emb_, token);
+        ggml_tensor* pos = in.ids(ctx, {cache.n_past});
+        x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, pos));
+        ggml_tensor* mask_t = in.f16_mask(ctx, std::move(mask), n_kv, 1);
+        x = transformer(ctx, gf, cache, x, 1, n_kv, mask_t, pos);
+        x = layer_norm(ctx, x, ln_f_w_, ln_f_b_, hp_.ln_eps);
+        ggml_tensor* logits = linear(ctx, x, head_w_, head_b_);
+        out = runner_.compute(logits, in);
+        step_ = {runner_.generation(), cache.serial(), n_kv, token, pos, mask_t, logits};
+    }
     cache.n_past += 1;
     return out;
 }

@@ -39,6 +39,13 @@ private:
     // F32 weights keep an F32 cache (exact parity); reduced-precision models use F16.
     ggml_type cache_type_ = GGML_TYPE_F32;
     GraphRunner runner_;
+    // The last step's graph, replayed while it fits (same cache buffer, same padded
+    // n_kv, nothing else built on runner_ since): only its three inputs change.
+    struct StepGraph {
+        uint64_t generation = 0, cache_serial = 0;
+        int n_kv = 0;
+        ggml_tensor *token = nullptr, *pos = nullptr, *mask = nullptr, *logits = nullptr;
+    } step_;
     std::mutex mutex_;  // one graph at a time through runner_ (callers may be on several threads)
 };
 
