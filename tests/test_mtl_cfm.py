@@ -24,6 +24,7 @@ from engine_native import debug
 from tests.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
+from tests.test_hift import _mel as _log_mel   # a smooth log-mel-like [80, T]
 
 SIZE = os.environ.get("CBS_MTL_SIZE", "small")
 N_PROMPT = 250                                     # the snapshot's built-in voice: prompt tokens
@@ -32,19 +33,6 @@ SPEECH_B = np.random.default_rng(17).integers(0, 6561, 12).astype(np.int32)
 X0_B = np.random.default_rng(18).standard_normal((80, 2 * (N_PROMPT + len(SPEECH_B)))).astype(np.float32)
 SPANS = np.r_[1:13, 20, 33, 50, 100]
 VELOCITY_STEPS = (0, 4, 9)                          # the Euler steps whose velocities are compared
-
-
-
-def _log_mel(T: int, seed: int) -> np.ndarray:
-    """A log-mel-like array [80, T]: N(-6, 2) smoothed over time and frequency."""
-    rng = np.random.default_rng(seed)
-    x = rng.normal(-6.0, 2.0, (80, T + 8))
-    k = np.hanning(7)
-    k /= k.sum()
-    x = np.apply_along_axis(lambda r: np.convolve(r, k, mode="same"), 1, x)[:, 4:4 + T]
-    x = np.apply_along_axis(lambda c: np.convolve(c, np.ones(3) / 3, mode="same"), 0, x)
-    return np.ascontiguousarray(x, dtype=np.float32)
-
 
 # (stage, inputs) run by the reference in one process; the key names the case.
 CASES = {
