@@ -126,8 +126,10 @@ public:
     int n_timesteps() const { return n_timesteps_; }
     bool guided() const { return !meanflow_; }
     double cfg_rate() const { return cfg_rate_; }
-    // The standard CFM's guidance rows in one batch-of-two evaluation (true) or two
-    // evaluations (false, the default: faster on the CPU, see s3gen_cfm.cpp).
+    // The standard CFM's guidance rows in one batch-of-two evaluation per step (true, the
+    // default, as the reference) or two evaluations (false). Same result; on the 2-core CPU
+    // both took the same CPU time (benchmarks/bench_mtl_cfm.py), and the batch builds half
+    // the graph nodes per step, so more steps fit one graph.
     bool guidance_batched() const { return guidance_batched_; }
     void set_guidance_batched(bool b) { guidance_batched_ = b; }
     // The Euler times for n_steps: torch.linspace(0, 1, n_steps + 1) in float32, then for the
@@ -145,7 +147,7 @@ private:
     CfmEstimator est_;
     std::vector<float> spk_w_, spk_b_;  // spk_embed_affine_layer, host copies
     int spk_in_, spk_out_, n_timesteps_;
-    bool meanflow_, cosine_ = true, guidance_batched_ = false;
+    bool meanflow_, cosine_ = true, guidance_batched_ = true;
     double cfg_rate_ = 0.7;  // CFM_PARAMS.inference_cfg_rate, for files without the key
 };
 
