@@ -126,10 +126,10 @@ public:
     int n_timesteps() const { return n_timesteps_; }
     bool guided() const { return !meanflow_; }
     double cfg_rate() const { return cfg_rate_; }
-    // The standard CFM's guidance rows in one batch-of-two evaluation per step (true, the
-    // default, as the reference) or two evaluations (false). Same result; on the 2-core CPU
-    // both took the same CPU time (benchmarks/bench_mtl_cfm.py), and the batch builds half
-    // the graph nodes per step, so more steps fit one graph.
+    // The standard CFM's guidance rows in one batch-of-two evaluation per step (true, as the
+    // reference) or two evaluations (false, the default). Same result; on the 2-core CPU the
+    // batch took 0-7 % more CPU time (benchmarks/bench_mtl_cfm.py, three runs), as an earlier
+    // port found (+11 %). A GPU may favour the batch: unmeasured here.
     bool guidance_batched() const { return guidance_batched_; }
     void set_guidance_batched(bool b) { guidance_batched_ = b; }
     // The Euler times for n_steps: torch.linspace(0, 1, n_steps + 1) in float32, then for the
@@ -147,7 +147,7 @@ private:
     CfmEstimator est_;
     std::vector<float> spk_w_, spk_b_;  // spk_embed_affine_layer, host copies
     int spk_in_, spk_out_, n_timesteps_;
-    bool meanflow_, cosine_ = true, guidance_batched_ = true;
+    bool meanflow_, cosine_ = true, guidance_batched_ = false;
     double cfg_rate_ = 0.7;  // CFM_PARAMS.inference_cfg_rate, for files without the key
 };
 
