@@ -1,11 +1,12 @@
-"""Native Multilingual S3Gen flow against the PyTorch reference, F32, built-in voice: the
-encoder (the same module as Turbo's, other weights) and the standard CFM (cosine t-span,
+"""Native Multilingual S3Gen against the PyTorch reference, F32, built-in voice: the encoder
+and HiFT (the same modules as Turbo's, other weights) and the standard CFM (cosine t-span,
 10 Euler steps, classifier-free guidance inside on a batch of two, inference_cfg_rate 0.7).
 
 The reduced snapshot (`--size small`) by default, for CI; `CBS_MTL_SIZE=full` runs the same
 cases on the full-size snapshot (S3Gen is the real size in both: only T3 is reduced).
 
-Tolerances (MULTILINGUAL.md section 12): the t-span exact; the encoder's mu rel <= 1e-5;
+Tolerances (MULTILINGUAL.md section 12): the t-span exact (10 steps; others within one ulp
+of torch's cosine); the encoder's mu rel <= 1e-5; HiFT f0 rel <= 1e-5, decode rel <= 1e-4;
 each Euler step's cond and uncond velocities (the estimator fed the reference's own x and t)
 rel <= 1e-5; the mel rel <= 2e-5, from the reference's own initial noise (its
 randn_like(mu) after a seed, captured as the estimator first receives it) or a given x0.
@@ -23,6 +24,7 @@ from engine_native import debug
 from tests.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
+from tests.test_hift import _mel as _log_mel   # a smooth log-mel-like [80, T]
 
 SIZE = os.environ.get("CBS_MTL_SIZE", "small")
 N_PROMPT = 250                                     # the snapshot's built-in voice: prompt tokens
@@ -39,6 +41,7 @@ CASES = {
     "noise": ("mtl_cfm_noise", dict(n_speech=len(SPEECH_A), seed=5)),
     "mel_seeded": ("mtl_s3gen_mel", dict(speech_ids=SPEECH_A, seed=5)),
     "mel_x0_4_steps": ("mtl_s3gen_mel", dict(speech_ids=SPEECH_B, x0=X0_B, n_steps=4)),
+    "hift": ("mtl_hift", dict(mel=_log_mel(60, 3), seed=2)),
 }
 
 
@@ -124,6 +127,19 @@ def test_mel_matches_reference(model, ref, case):
     rel, max_abs = _rel(got, r["mel"])
     print(f"{SIZE} {case}: mel rel {rel:.2e} max_abs {max_abs:.2e}")
     assert rel <= 2e-5
+
+
+def test_hift_matches_reference(model, ref):
+    """HiFT (the same module as Turbo's) on the Multilingual weights: f0 rel <= 1e-5 and
+    decode from the reference's excitation rel <= 1e-4, as tests/test_hift.py measures Turbo."""
+    inputs, r = CASES["hift"][1], ref["hift"]
+    f0 = debug.hift_f0(model, inputs["mel"])
+    wav = debug.hift_decode(model, inputs["mel"], r["source"])
+    assert f0.shape == r["f0"].shape and wav.shape == r["wav"].shape == (480 * 60,)
+    rel_f, abs_f = _rel(f0, r["f0"])
+    rel_w, abs_w = _rel(wav, r["wav"])
+    print(f"{SIZE} hift f0: rel {rel_f:.2e} max_abs {abs_f:.2e}; decode: rel {rel_w:.2e} max_abs {abs_w:.2e}")
+    assert rel_f <= 1e-5 and rel_w <= 1e-4
 
 
 def test_guidance_batched_or_not_agree(model):

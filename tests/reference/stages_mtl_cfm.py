@@ -1,6 +1,6 @@
-"""Reference stages for the Multilingual S3Gen flow: the encoder and the standard CFM
+"""Reference stages for the Multilingual S3Gen: the encoder, the standard CFM
 (`CausalConditionalCFM` with meanflow=False: cosine t-span, Euler with classifier-free
-guidance on a batch of two). REFERENCE-VENV ONLY (imports torch).
+guidance on a batch of two) and HiFT. REFERENCE-VENV ONLY (imports torch).
 
 S3Gen loads as `ChatterboxMultilingualTTS.from_local` loads it: `S3Gen()` and a strict
 `load_state_dict(torch.load("s3gen.pt"))`. The CFM's initial noise is the only random draw of
@@ -143,6 +143,52 @@ def mtl_cfm_t_span_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     return out
 
 
+@stage("mtl_hift")
+def mtl_hift_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """mel [80, T] [, seed] -> f0 [T] (f0_predictor), source (1, 1, N) (f0_upsamp -> m_source
+    after torch.manual_seed(seed)) and wav [N] = decode(x=mel, s=source): the Multilingual
+    S3Gen's HiFTGenerator."""
+    hift = load_s3gen(snapshot).mel2wav
+    mel = torch.from_numpy(np.asarray(inputs["mel"], np.float32))[None]
+    torch.manual_seed(int(np.asarray(inputs.get("seed", 0))))
+    with torch.inference_mode():
+        f0 = hift.f0_predictor(mel)
+        s, _, _ = hift.m_source(hift.f0_upsamp(f0[:, None]).transpose(1, 2))
+        s = s.transpose(1, 2)
+        wav = hift.decode(x=mel, s=s)
+    return {"f0": f0[0].numpy().astype(np.float32), "source": s.numpy().astype(np.float32),
+            "wav": wav.reshape(-1).numpy().astype(np.float32)}
+
+
+@stage("mtl_cfm_bench")
+def mtl_cfm_bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """speech_ids, threads, repeat [, n_steps] -> encoder_ms, cfm_ms and cfm_cpu_ms (best of
+    `repeat`, torch.set_num_threads(threads); wall, and process CPU time): S3Gen.flow_inference
+    after the built-in voice, less its encoder."""
+    import time
+
+    torch.set_num_threads(int(np.asarray(inputs["threads"])))
+    s3, gen = load_s3gen(snapshot), load_conds(snapshot).gen
+    flow, speech = s3.flow, _speech(inputs)
+    token = torch.cat([gen["prompt_token"].reshape(1, -1).long(), speech], dim=1)
+    n_steps = int(np.asarray(inputs.get("n_steps", 0))) or None
+
+    def best(fn):       # wall and process CPU time (all threads), ms
+        b = [float("inf")] * 2
+        for _ in range(int(np.asarray(inputs["repeat"]))):
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            b = [min(b[0], time.perf_counter() - t0), min(b[1], time.process_time() - c0)]
+        return [v * 1e3 for v in b]
+
+    with torch.inference_mode():
+        enc = best(lambda: flow.encoder_proj(flow.encoder(flow.input_embedding(token),
+                                                          torch.tensor([token.shape[1]]))[0]))
+        flow_ = best(lambda: s3.flow_inference(speech, ref_dict=gen, n_cfm_timesteps=n_steps, finalize=True))
+    return {"encoder_ms": np.asarray(enc[0]), "cfm_ms": np.asarray(flow_[0] - enc[0]),
+            "cfm_cpu_ms": np.asarray(flow_[1] - enc[1])}
+
+
 @stage("mtl_cfm_many")
 def mtl_cfm_many_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     """Several of this module's stages in one process (S3Gen loads once): `stages` names them
@@ -150,7 +196,7 @@ def mtl_cfm_many_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     from .stages import STAGES
     out: Inputs = {}
     for i, name in enumerate(str(s) for s in np.asarray(inputs["stages"]).reshape(-1)):
-        if name not in ("mtl_s3gen_encode", "mtl_cfm_noise", "mtl_s3gen_mel", "mtl_cfm_t_span"):
+        if name not in ("mtl_s3gen_encode", "mtl_cfm_noise", "mtl_s3gen_mel", "mtl_cfm_t_span", "mtl_hift"):
             raise ValueError(f"mtl_cfm_many runs this module's stages only, not {name!r}")
         prefix = f"{i}."
         sub = {k[len(prefix):]: v for k, v in inputs.items() if k.startswith(prefix)}

@@ -214,25 +214,22 @@ std::vector<float> CfmEstimator::forward(const std::vector<float>& x, const std:
     return runner_.compute(v, in);
 }
 
-std::vector<float> CfmEstimator::integrate(const std::vector<float>& x0, const std::vector<float>& mu,
-                                           const std::vector<float>& spks, const std::vector<float>& cond, int T,
-                                           const std::vector<float>& ts) {
-    check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), T);
+std::vector<float> CfmEstimator::euler(std::vector<float> x, int T, const std::vector<float>& ts,
+                                       const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs) {
     const int M = out_channels_;
     const int n_steps = static_cast<int>(ts.size()) - 1;
-    std::vector<float> x = x0;
     int nodes_per_step = 0;
     for (int s = 0; s < n_steps;) {
         ggml_context* ctx = runner_.begin();
         ggml_cgraph* gf = runner_.graph();
         GraphInputs in;
-        ggml_tensor *xt = in.f32(ctx, x, T, M), *mut = in.f32(ctx, mu, T, M), *spt = in.f32(ctx, spks, 1, M),
-                    *condt = in.f32(ctx, cond, T, M);
-        // As many steps as the graph holds (all of them for the usual few).
+        ggml_tensor* xt = in.f32(ctx, x, T, M);
+        const StepVelocity velocity_at = inputs(ctx, in);
+        // As many steps as the graph holds (all of them for the usual few): x += (r - t) v.
         do {
             const int before = ggml_graph_n_nodes(gf);
             const float t = ts[s], r = ts[s + 1];
-            xt = ggml_add(ctx, xt, ggml_scale(ctx, velocity(ctx, in, xt, mut, spt, condt, t, r), r - t));
+            xt = ggml_add(ctx, xt, ggml_scale(ctx, velocity_at(xt, t, r), r - t));
             ggml_build_forward_expand(gf, xt);
             nodes_per_step = std::max(nodes_per_step, ggml_graph_n_nodes(gf) - before);
             ++s;
@@ -240,6 +237,19 @@ std::vector<float> CfmEstimator::integrate(const std::vector<float>& x0, const s
         x = runner_.compute(xt, in);
     }
     return x;
+}
+
+std::vector<float> CfmEstimator::integrate(const std::vector<float>& x0, const std::vector<float>& mu,
+                                           const std::vector<float>& spks, const std::vector<float>& cond, int T,
+                                           const std::vector<float>& ts) {
+    check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), T);
+    const int M = out_channels_;
+    return euler(x0, T, ts, [&](ggml_context* ctx, GraphInputs& in) -> StepVelocity {
+        ggml_tensor *mut = in.f32(ctx, mu, T, M), *spt = in.f32(ctx, spks, 1, M), *condt = in.f32(ctx, cond, T, M);
+        return [this, ctx, &in, mut, spt, condt](ggml_tensor* x, float t, float r) {
+            return velocity(ctx, in, x, mut, spt, condt, t, r);
+        };
+    });
 }
 
 // Guidance as solve_euler computes it, in float32: the rows' weights are the float32 values
@@ -250,25 +260,16 @@ std::vector<float> CfmEstimator::integrate_guided(const std::vector<float>& x0, 
     check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), T);
     const int M = out_channels_;
     const float w_cond = static_cast<float>(1.0 + rate), w_uncond = static_cast<float>(rate);
-    const int n_steps = static_cast<int>(ts.size()) - 1;
-    std::vector<float> x = x0;
-    int nodes_per_step = 0;
-    for (int s = 0; s < n_steps;) {
-        ggml_context* ctx = runner_.begin();
-        ggml_cgraph* gf = runner_.graph();
-        GraphInputs in;
-        ggml_tensor* xt = in.f32(ctx, x, T, M);
-        ggml_tensor* mut = in.f32(ctx, mu, T, M);
+    return euler(x0, T, ts, [&](ggml_context* ctx, GraphInputs& in) -> StepVelocity {
         // The rows' conditioning [mu; spks; cond] (channels 1..3 of the input) and the
         // unconditional row's zeros in their place.
+        ggml_tensor* mut = in.f32(ctx, mu, T, M);
         ggml_tensor* c_cond = ggml_concat(ctx, ggml_concat(ctx, mut, ggml_repeat(ctx, in.f32(ctx, spks, 1, M), mut), 1),
                                           in.f32(ctx, cond, T, M), 1);
         ggml_tensor* c_uncond = in.f32(ctx, std::vector<float>(static_cast<size_t>(3) * M * T, 0.0f), T, 3 * M);
-        do {
-            const int before = ggml_graph_n_nodes(gf);
-            const float t = ts[s], r = ts[s + 1];
-            ggml_tensor* h_cond = ggml_concat(ctx, xt, c_cond, 1);  // [T, 4M]
-            ggml_tensor* h_uncond = ggml_concat(ctx, xt, c_uncond, 1);
+        return [this, ctx, &in, c_cond, c_uncond, batched, T, M, w_cond, w_uncond](ggml_tensor* x, float t, float r) {
+            ggml_tensor* h_cond = ggml_concat(ctx, x, c_cond, 1);  // [T, 4M]
+            ggml_tensor* h_uncond = ggml_concat(ctx, x, c_uncond, 1);
             ggml_tensor *v_cond, *v_uncond;
             if (batched) {
                 ggml_tensor* v = estimate(ctx, in, ggml_concat(ctx, h_cond, h_uncond, 2), t, r);  // [T, M, 2]
@@ -278,15 +279,9 @@ std::vector<float> CfmEstimator::integrate_guided(const std::vector<float>& x0, 
                 v_cond = estimate(ctx, in, h_cond, t, r);
                 v_uncond = estimate(ctx, in, h_uncond, t, r);
             }
-            ggml_tensor* dxdt = ggml_sub(ctx, ggml_scale(ctx, v_cond, w_cond), ggml_scale(ctx, v_uncond, w_uncond));
-            xt = ggml_add(ctx, xt, ggml_scale(ctx, dxdt, r - t));
-            ggml_build_forward_expand(gf, xt);
-            nodes_per_step = std::max(nodes_per_step, ggml_graph_n_nodes(gf) - before);
-            ++s;
-        } while (s < n_steps && ggml_graph_n_nodes(gf) + 2 * nodes_per_step < ggml_graph_size(gf));
-        x = runner_.compute(xt, in);
-    }
-    return x;
+            return ggml_sub(ctx, ggml_scale(ctx, v_cond, w_cond), ggml_scale(ctx, v_uncond, w_uncond));
+        };
+    });
 }
 
 // ---------------------------------------------------------------------------

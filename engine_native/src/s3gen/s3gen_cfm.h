@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,12 @@ private:
     // returns ne [T, n_mels, B].
     ggml_tensor* estimate(ggml_context* ctx, GraphInputs& in, ggml_tensor* h, float t, float r) const;
     ggml_tensor* time_embedding(ggml_context* ctx, GraphInputs& in, float t, float r) const;
+    // Euler from x over ts on the device, every step x += (r - t) v(x, t, r), as many steps
+    // in one graph as it holds. inputs(ctx, in) adds a graph's constant inputs and returns
+    // the step velocity v built on that graph.
+    using StepVelocity = std::function<ggml_tensor*(ggml_tensor* x, float t, float r)>;
+    std::vector<float> euler(std::vector<float> x, int T, const std::vector<float>& ts,
+                             const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs);
     void check_inputs(size_t x, size_t mu, size_t spks, size_t cond, int T) const;
 
     int in_channels_, out_channels_, channels_, n_head_, head_dim_, time_dim_;
@@ -119,8 +126,10 @@ public:
     int n_timesteps() const { return n_timesteps_; }
     bool guided() const { return !meanflow_; }
     double cfg_rate() const { return cfg_rate_; }
-    // The standard CFM's guidance rows in one batch-of-two evaluation (true) or two
-    // evaluations (false, the default: faster on the CPU, see s3gen_cfm.cpp).
+    // The standard CFM's guidance rows in one batch-of-two evaluation per step (true, as the
+    // reference) or two evaluations (false, the default). Same result; on the 2-core CPU the
+    // batch took 0-7 % more CPU time (benchmarks/bench_mtl_cfm.py, three runs), as an earlier
+    // port found (+11 %). A GPU may favour the batch: unmeasured here.
     bool guidance_batched() const { return guidance_batched_; }
     void set_guidance_batched(bool b) { guidance_batched_ = b; }
     // The Euler times for n_steps: torch.linspace(0, 1, n_steps + 1) in float32, then for the
