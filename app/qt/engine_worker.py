@@ -154,6 +154,9 @@ class EngineWorker(QObject):
         if cached and cached[0] == mtime:
             return cached[1]
         v = Voice.load(path)
+        # A voice made with another model variant is re-made from the recording kept beside it
+        # (seconds, here on the engine thread); without one, check_voice explains what to do.
+        v = engine.adapt_voice(v) if v.variant != engine.variant and engine.voice_clip(v) else v
         engine.check_voice(v)
         self._voices[path] = (mtime, v)
         return v
@@ -260,6 +263,8 @@ class EngineClient(QObject):
         self.info: dict | None = None
         self.model_path: str | None = None  # the loaded model's file
         self.expression_tags: list[str] = []  # the loaded model's paralinguistic tags ("[laugh]", ...)
+        self.languages: dict[str, str] = {}  # a Multilingual model's languages: code -> English name
+        self._detect_language = None  # the engine's language guess (pure Python over the text's script)
         self.defaults: dict = {}
         self.sample_rate = NOMINAL_SAMPLE_RATE  # the loaded model's rate replaces it
         self.builtin_voice_name = "Built-in"
@@ -298,6 +303,11 @@ class EngineClient(QObject):
             self._send(job)
             return
 
+    def detect_language(self, text: str) -> str | None:
+        """The language the engine would pick for `text` (a Multilingual model; None otherwise).
+        The guess reads only the text's script, so it is cheap enough for the GUI thread."""
+        return self._detect_language(text) if self._detect_language and text.strip() else None
+
     def cancel_background(self) -> None:
         """Cancel the background jobs, waiting or running (their results would be stale)."""
         for job in self.waiting + [j for j in self.pending if j.background]:
@@ -325,7 +335,8 @@ class EngineClient(QObject):
             info["device_note"] = note or info.get("device_note", "")
             return {"info": info, "defaults": dict(engine.defaults),
                     "sample_rate": int(engine.sample_rate), "builtin": engine.builtin_voice.name,
-                    "tags": tags}
+                    "tags": tags, "languages": dict(engine.languages),
+                    "detect": engine.detect_language if engine.languages else None}
 
         self.cancel_background()  # scores for the old model: the load must not wait behind them
 
@@ -333,12 +344,14 @@ class EngineClient(QObject):
             self.info, self.defaults, self.model_path = result["info"], result["defaults"], path
             self.sample_rate, self.builtin_voice_name = result["sample_rate"], result["builtin"]
             self.expression_tags = result["tags"]
+            self.languages, self._detect_language = result["languages"], result["detect"]
             self.modelChanged.emit(self.info)
             if success:
                 success(self.info)
 
         def bad(e):
-            self.info = self.model_path = None
+            self.info = self.model_path = self._detect_language = None
+            self.languages = {}
             self.modelChanged.emit(None)
             if failure:
                 failure(e)

@@ -39,7 +39,7 @@ from app.qt.settings import Settings
 from app.core.take import EXPORT_FORMATS, export_audio
 from app.qt.transport import Transport
 from app.qt.voice_lab_view import VoiceLabView
-from app.qt.voice_library import BUILTIN, VoiceLibraryPanel, VoiceStore
+from app.qt.voice_library import BUILTIN, VARIANT_NAMES, VoiceLibraryPanel, VoiceStore
 
 AUDIO_EXTENSIONS = {".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".wma", ".aiff", ".aif", ".mp4",
                     ".mkv", ".mov", ".webm", ".avi", ".m4v", ".caf", ".ac3", ".amr"}
@@ -194,6 +194,11 @@ class MainWindow(QMainWindow):
         self.voice_combo.setMinimumWidth(180)
         self.voice_combo.setToolTip("The voice that speaks the script")
         tb.addWidget(self.voice_combo)
+        # A Multilingual model's language: auto-detect (the guess shown in the first entry) or fixed.
+        self.language_combo = QComboBox()
+        self.language_combo.setMinimumWidth(150)
+        self.language_combo.setToolTip("The language the script is read in; Auto guesses it from the text's script")
+        self.language_actions = [tb.addWidget(QLabel("Language")), tb.addWidget(self.language_combo)]
         tb.addWidget(QLabel("Quality"))
         self.preset_combo = QComboBox()
         self.preset_combo.addItems(list(PRESETS) + ["Custom"])
@@ -345,6 +350,10 @@ class MainWindow(QMainWindow):
         lib.changed.connect(self._sync_voice_combo)
         lib.error.connect(self.show_error)
         self.voice_combo.currentIndexChanged.connect(self._voice_combo_changed)
+        self.language_combo.currentIndexChanged.connect(self._language_chosen)
+        self._guess_timer = QTimer(self, singleShot=True, interval=400)
+        self._guess_timer.timeout.connect(self._show_language_guess)
+        ed.edit.textChanged.connect(self._guess_timer.start)
         self.preset_combo.setCurrentText(self.settings.preset if self.settings.preset in PRESETS else "Custom")
         self.preset_combo.currentTextChanged.connect(self.sampling_panel.apply_preset)
         self.sampling_panel.presetChanged.connect(self._preset_shown)
@@ -399,21 +408,59 @@ class MainWindow(QMainWindow):
 
     def _model_changed(self, info) -> None:
         if info:
-            name = f"{info.get('variant', '?').capitalize()} · {info.get('quantization', '?')}"
+            name = f"{VARIANT_NAMES.get(info.get('variant', ''), info.get('variant', '?'))} · {info.get('quantization', '?')}"
             self.model_button.setText(name)
             self.status_model.setText(f"{os.path.basename(info.get('path', ''))} · {info.get('device', 'cpu')} · "
                                       f"{info.get('threads', '?')} threads · ggml {info.get('ggml_version', '')}")
             if info.get("device_note"):  # the device asked for could not be used: say so, it runs anyway
                 self.statusBar().showMessage(info["device_note"], 15000)
-            self.library.set_builtin_name(f"Built-in ({info.get('variant', 'model')})")
+            variant = info.get("variant", "")
+            self.library.set_builtin_name(f"Built-in ({VARIANT_NAMES.get(variant, variant or 'model')})", variant)
             self.editor.tags.set_tags(self.client.expression_tags)
             self.sampling_panel.set_defaults(self.client.defaults)
             self.player.rate = self.client.sample_rate
             freeze_heap()
+        self._fill_languages(self.client.languages if info else {})
         else:
             self.model_button.setText("Choose a model…")
             self.status_model.setText("No model loaded")
         self._sync_voice_combo()
+
+    # --- languages (Multilingual models) ------------------------------------------------------------
+
+    def _fill_languages(self, languages: dict) -> None:
+        """Show the language picker for a model that has languages: Auto first, then by name."""
+        for a in self.language_actions:
+            a.setVisible(bool(languages))
+        self.language_combo.blockSignals(True)
+        self.language_combo.clear()
+        if languages:
+            self.language_combo.addItem("Auto", "")
+            for code, name in sorted(languages.items(), key=lambda kv: kv[1]):
+                self.language_combo.addItem(f"{name} ({code})", code)
+            self.language_combo.setCurrentIndex(max(0, self.language_combo.findData(self.settings.language)))
+        self.language_combo.blockSignals(False)
+        self._show_language_guess()
+
+    def _language_chosen(self, i: int) -> None:
+        code = self.language_combo.itemData(i)
+        if code is not None:
+            self.settings.language = code
+            self._show_language_guess()
+
+    def language_arg(self) -> str | None:
+        """The language for the next synthesis: None for Auto (the engine guesses per text) or
+        for a model without languages."""
+        code = self.settings.language
+        return code if code and code in self.client.languages else None
+
+    def _show_language_guess(self) -> None:
+        """Auto's entry names the language the engine would pick for the script as it stands."""
+        if not self.client.languages or self.language_combo.count() == 0:
+            return
+        guess = self.client.detect_language(self.editor.text())
+        name = self.client.languages.get(guess or "", "")
+        self.language_combo.setItemText(0, f"Auto · {name}" if name else "Auto")
 
     def _fill_compute_menu(self) -> None:
         from engine_native import devices
@@ -520,8 +567,12 @@ class MainWindow(QMainWindow):
     # --- synthesis -----------------------------------------------------------------------------------
 
     def params(self) -> dict:
-        """Engine options for the next synthesis: the sampling panel plus the preset's chunking."""
-        return {**self.sampling_panel.params(), **self.sampling_panel.stream_options()}
+        """Engine options for the next synthesis: the sampling panel plus the preset's chunking,
+        and a Multilingual model's language."""
+        p = {**self.sampling_panel.params(), **self.sampling_panel.stream_options()}
+        if self.client.languages:
+            p["language"] = self.language_arg()
+        return p
 
     def play_text(self, text: str, offset: int):
         if self.controller.live:

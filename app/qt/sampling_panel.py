@@ -1,5 +1,6 @@
 """The expandable sampling settings panel (under the toolbar): temperature, top-k/p, penalties,
-CFM steps, token budget and seed; plus the quality/speed presets that set the CFM steps."""
+CFM steps, token budget and seed, and a Multilingual model's exaggeration and guidance; plus the
+quality/speed presets that set the CFM steps."""
 
 from __future__ import annotations
 
@@ -46,7 +47,13 @@ FIELDS = [  # key, label, step, decimals, tooltip; type and range come from the 
     ("max_tokens", "Max tokens", 50, 0, "Speech token budget per sentence (25 per second)"),
     ("prompt_seconds", "Voice prompt", 1.0, 1,
      "Seconds of the voice's reference S3Gen attends to (whole: the reference; shorter: faster)"),
+    ("exaggeration", "Exaggeration", 0.05, 2, "Emotion intensity: 0.5 is neutral; higher is more expressive"),
+    ("cfg_weight", "Guidance", 0.05, 2,
+     "How closely speech follows the text and voice (classifier-free guidance); 0 turns it off"),
 ]
+#: Options only some models take (a Multilingual model's); shown and sent only when the loaded
+#: model has a default for them.
+MODEL_OPTIONS = ("exaggeration", "cfg_weight")
 
 
 def spin_range(key: str, step: float) -> tuple[float, float]:
@@ -71,7 +78,7 @@ class SamplingPanel(QFrame):
         grid.setContentsMargins(14, 10, 14, 10)
         grid.setHorizontalSpacing(12)
         grid.setVerticalSpacing(6)
-        self.spins = {}
+        self.spins, self.labels = {}, {}
         for i, (key, label, step, dec, tip) in enumerate(FIELDS):
             kind = schema.option(key).kind
             spin = QDoubleSpinBox() if kind is float else QSpinBox()
@@ -94,6 +101,7 @@ class SamplingPanel(QFrame):
             grid.addWidget(lab, row, col * 2)
             grid.addWidget(spin, row, col * 2 + 1)
             self.spins[key] = spin
+            self.labels[key] = lab
         self.seed_random = QCheckBox("New random seed for every take")
         self.seed_random.setToolTip("The take history shows which seed each take used")
         self.seed_spin = QSpinBox()
@@ -105,8 +113,9 @@ class SamplingPanel(QFrame):
         self.seed_spin.setEnabled(seed >= 0)
         self.seed_random.toggled.connect(self._seed_changed)
         self.seed_spin.valueChanged.connect(self._seed_changed)
-        grid.addWidget(QLabel("Seed"), 2, 0)
-        grid.addWidget(self.seed_spin, 2, 1)
+        seed_row = (len(FIELDS) + 3) // 4
+        grid.addWidget(QLabel("Seed"), seed_row, 0)
+        grid.addWidget(self.seed_spin, seed_row, 1)
         bottom = QHBoxLayout()
         bottom.addWidget(self.seed_random)
         bottom.addStretch(1)
@@ -114,18 +123,28 @@ class SamplingPanel(QFrame):
         self.reset_button.setToolTip("Reset every sampling setting to the values stored in the model")
         self.reset_button.clicked.connect(self.reset_to_defaults)
         bottom.addWidget(self.reset_button)
-        grid.addLayout(bottom, 2, 2, 1, 6)
+        grid.addLayout(bottom, seed_row, 2, 1, 6)
+        self._show_model_options()
         for col in (1, 3, 5, 7):
             grid.setColumnStretch(col, 1)
 
     def set_defaults(self, defaults: dict) -> None:
         """The loaded model's defaults; they fill the panel unless the user customised it."""
         self.defaults = {k: v for k, v in defaults.items() if v is not None}
+        self._show_model_options()
         if not self.settings.sampling_customised:
             self._fill(self.defaults)
             self.apply_preset(self.settings.preset, announce=False)
         else:  # customised: keep the user's values, fill what was never set
             self._fill({k: v for k, v in self.defaults.items() if getattr(self.settings, k, 0) is None})
+
+    def model_takes(self, key: str) -> bool:
+        return key not in MODEL_OPTIONS or key in self.defaults
+
+    def _show_model_options(self) -> None:
+        for key in MODEL_OPTIONS:
+            self.spins[key].setVisible(self.model_takes(key))
+            self.labels[key].setVisible(self.model_takes(key))
 
     def reset_to_defaults(self) -> None:
         self.settings.sampling_customised = False
@@ -177,7 +196,7 @@ class SamplingPanel(QFrame):
 
     def params(self) -> dict:
         """Options for engine.stream / synthesize."""
-        p = {key: spin.value() for key, spin in self.spins.items()}
+        p = {key: spin.value() for key, spin in self.spins.items() if self.model_takes(key)}
         p["prompt_seconds"] = p["prompt_seconds"] or None  # 0 ("whole"): the voice's full prompt
         p["seed"] = None if self.seed_random.isChecked() else self.seed_spin.value()
         return p

@@ -108,6 +108,9 @@ class Settings:
     cfm_steps = OptionSetting("sampling/cfm_steps", "cfm_steps")
     max_tokens = OptionSetting("sampling/max_tokens", "max_tokens")
     prompt_seconds = OptionSetting("sampling/prompt_seconds", "prompt_seconds")
+    exaggeration = OptionSetting("sampling/exaggeration", "exaggeration")  # Multilingual models only
+    cfg_weight = OptionSetting("sampling/cfg_weight", "cfg_weight")
+    language = Setting("synthesis/language", str, "")  # "" = detect from the text (Multilingual models)
     sampling_customised = Setting("sampling/customised", bool, False)  # False: use the model's defaults
     sampling_panel_open = Setting("ui/sampling_panel_open", bool, False)
     theme = Setting("ui/theme", str, "dark")

@@ -65,6 +65,7 @@ class VoiceLabView(QWidget):
         self.clip_key = None
         self.voice = None  # the cloned Voice
         self.voice_key = None
+        self.voice_clip = None  # (samples, rate) the voice was cloned from: kept beside a saved voice
         self.saved_path: str | None = None
         self._pending_after_render = None
         self._render_op: BackgroundOp | None = None
@@ -305,7 +306,7 @@ class VoiceLabView(QWidget):
 
     def open_file(self, path: str) -> BackgroundOp:
         self.analysis = self.speakers = None
-        self.clip = self.clip_key = self.voice = self.voice_key = self.saved_path = None
+        self.clip = self.clip_key = self.voice = self.voice_key = self.voice_clip = self.saved_path = None
         self.speaker_combo.hide()
         self.speakers_label.setText("")
         self.waveform.clear()
@@ -496,7 +497,7 @@ class VoiceLabView(QWidget):
 
         def ok(voice):
             self._set_busy("")
-            self.voice, self.voice_key = voice, key
+            self.voice, self.voice_key, self.voice_clip = voice, key, (samples, OUTPUT_RATE)
             self.saved_path = None
             note = (f"Cloned from {samples.size / OUTPUT_RATE:.1f} s of audio. Try the test "
                     "sentence, then save it.")
@@ -556,7 +557,7 @@ class VoiceLabView(QWidget):
         if self.voice is None:
             return None
         try:
-            path = self.store.add(self.voice, self.voice_name(), **self._meta())
+            path = self.store.add(self.voice, self.voice_name(), clip=self.voice_clip, **self._meta())
         except Exception as e:  # noqa: BLE001
             self._show_error(f"Could not save the voice: {error_text(e)}")
             return None

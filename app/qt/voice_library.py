@@ -25,6 +25,7 @@ from app.qt.icons import icon
 
 VOICE_SUFFIX = ".voice.gguf"
 BUILTIN = ""  # the library key of the model's built-in voice
+VARIANT_NAMES = {"turbo": "Turbo", "nano": "Nano", "mtl": "Multilingual"}
 
 
 @dataclass
@@ -32,12 +33,13 @@ class VoiceEntry:
     path: str  # "" for the built-in voice
     name: str
     meta: dict = field(default_factory=dict)
+    variant: str = ""  # the model variant the voice was made with ("turbo", "mtl", ...)
 
     @property
     def subtitle(self) -> str:
         if not self.path:
             return "the model's own voice"
-        bits = []
+        bits = [VARIANT_NAMES.get(self.variant, self.variant.capitalize())] if self.variant else []
         d = self.meta.get("duration_s")
         if d:
             bits.append(f"{float(d):.1f} s reference")
@@ -45,6 +47,12 @@ class VoiceEntry:
         if c:
             bits.append(str(c)[:10])
         return " · ".join(bits) or os.path.basename(self.path)
+
+
+def clip_path(voice_path: str) -> str:
+    """Where a library voice's recording is kept: NAME.wav beside NAME.voice.gguf (the engine's
+    `Engine.voice_clip` looks there when it re-makes the voice for another model variant)."""
+    return voice_path[: -len(VOICE_SUFFIX)] + ".wav"
 
 
 def slug(name: str) -> str:
@@ -70,7 +78,7 @@ class VoiceStore:
             path = os.path.join(self.folder, fn)
             try:
                 v = Voice.load(path)
-                out.append(VoiceEntry(path, v.name or fn[: -len(VOICE_SUFFIX)], dict(v.meta)))
+                out.append(VoiceEntry(path, v.name or fn[: -len(VOICE_SUFFIX)], dict(v.meta), v.variant))
             except (EngineError, OSError) as e:
                 out.append(VoiceEntry(path, fn[: -len(VOICE_SUFFIX)], {"error": str(e)}))
         return sorted(out, key=lambda e: e.name.lower())
@@ -82,9 +90,15 @@ class VoiceStore:
             path, i = f"{base}-{i}{VOICE_SUFFIX}", i + 1
         return path
 
-    def add(self, voice, name: str, **meta) -> str:
+    def add(self, voice, name: str, clip=None, **meta) -> str:
+        """Save a voice; `clip` (samples, rate), the recording it was cloned from, is kept beside
+        it (NAME.wav) so that a model of another variant can re-make the voice from it."""
         path = self.free_path(name)
         voice.save(path, name=name, **meta)
+        if clip is not None:
+            from voice_lab.lab import write_clip
+
+            write_clip(clip_path(path), *clip)
         return path
 
     def rename(self, path: str, new_name: str) -> str:
@@ -94,11 +108,15 @@ class VoiceStore:
         new_path = self.free_path(new_name, exclude=path)
         v.save(new_path, name=new_name)  # written in full first; then the old file goes
         if os.path.abspath(new_path) != os.path.abspath(path):
+            if os.path.exists(clip_path(path)):
+                os.replace(clip_path(path), clip_path(new_path))
             os.remove(path)
         return new_path
 
     def delete(self, path: str) -> None:
         os.remove(path)
+        if os.path.exists(clip_path(path)):
+            os.remove(clip_path(path))
 
 
 class VoiceLibraryPanel(QFrame):
@@ -112,6 +130,7 @@ class VoiceLibraryPanel(QFrame):
         super().__init__(parent)
         self.store = store
         self.builtin_name = "Built-in"
+        self.model_variant = ""  # the loaded model's variant: voices of another one are re-made on use
         self.setObjectName("Card")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 10, 12, 12)
@@ -185,6 +204,10 @@ class VoiceLibraryPanel(QFrame):
             it.setData(Qt.UserRole + 1, e)
             if "error" in e.meta:
                 it.setToolTip(f"This voice file cannot be read: {e.meta['error']}")
+            elif e.path and self.model_variant and e.variant != self.model_variant:
+                made, now = (VARIANT_NAMES.get(v, v or "another model") for v in (e.variant, self.model_variant))
+                it.setToolTip(f"Made with a {made} model: re-made for this {now} model from its recording "
+                              f"when first used (in the background)")
             else:
                 it.setToolTip(e.path or "The voice that comes with the model")
             self.list.addItem(it)
@@ -221,8 +244,8 @@ class VoiceLibraryPanel(QFrame):
                 return e.name
         return self.builtin_name
 
-    def set_builtin_name(self, name: str) -> None:
-        self.builtin_name = f"{name}"
+    def set_builtin_name(self, name: str, variant: str = "") -> None:
+        self.builtin_name, self.model_variant = f"{name}", variant
         self.reload()
 
     def _filter(self, text: str) -> None:
