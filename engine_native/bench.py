@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from engine_native.engine import PRESETS, Engine, _CancelToken
+from engine_native.engine import Engine, _CancelToken
 from engine_native.errors import Cancelled, EngineError
 
 BENCH_TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
@@ -81,7 +81,7 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
     r["generation_ms"] = r["t3_ms"] + r["encoder_ms"] + r["cfm_ms"] + r["hift_ms"]
     r["rtf"] = r["generation_ms"] / 1e3 / r["audio_s"]
 
-    for name, preset in (("ttfa_low_latency_ms", PRESETS["low-latency"]), ("ttfa_default_ms", PRESETS["quality"])):
+    for name, preset in (("ttfa_low_latency_ms", engine.presets["low-latency"]), ("ttfa_default_ms", engine.presets["quality"])):
         t0 = time.perf_counter()
         it = engine.stream(BENCH_TEXT, seed=seed, **preset, **mtl)
         next(it)
@@ -94,7 +94,7 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
     batch = engine.synthesize(BENCH_TEXT, **opts)
     r["batch_ms"] = _ms(t0)
     r["batch_audio_s"] = batch.size / engine.sample_rate
-    for name, preset in (("low_latency", PRESETS["low-latency"]), ("quality", PRESETS["quality"])):
+    for name, preset in (("low_latency", engine.presets["low-latency"]), ("quality", engine.presets["quality"])):
         t0 = time.perf_counter()
         n = sum(c.samples.size for c in engine.stream(BENCH_TEXT, **opts, **preset))
         r[f"stream_{name}_ms"] = _ms(t0)

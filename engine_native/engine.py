@@ -100,6 +100,10 @@ PRESETS = {
     "quality": {},
     "low-latency": {"first_chunk_tokens": 10, "chunk_tokens": 25, "cfm_steps": 1, "prompt_seconds": 4.0},
 }
+# A standard (guided, non-meanflow) CFM is not trained for one step: its low-latency preset
+# takes 7 of the reference's 10 cosine steps, the knee the earlier port measured (log-mel
+# cosine 0.995 against 10 steps; 6 steps 0.990). `Engine.presets` applies it.
+GUIDED_LOW_LATENCY_CFM_STEPS = 7
 
 
 @dataclass
@@ -363,6 +367,7 @@ class Engine:
         self._t3_prompt_seconds = _get_or(f, "chatterbox.t3.prompt_seconds", 15)         # ENC_COND_LEN
         self._norm_loudness = (f.get_bool("chatterbox.voice.norm_loudness")              # MTL: none
                                if f.has_key("chatterbox.voice.norm_loudness") else True)
+        self._meanflow = f.get_bool("chatterbox.s3gen.cfm.meanflow")
         self.defaults = {
             "temperature": f.get_float("chatterbox.sampling.temperature"),
             "top_k": f.get_int("chatterbox.sampling.top_k"),
@@ -415,6 +420,14 @@ class Engine:
         return self._token_rate
 
     # ---------------------------------------------------------------- information
+    @property
+    def presets(self) -> dict[str, dict]:
+        """PRESETS as they fit this model (a guided CFM's low-latency preset keeps 7 steps)."""
+        out = {name: dict(p) for name, p in PRESETS.items()}
+        if not self._meanflow:
+            out["low-latency"]["cfm_steps"] = GUIDED_LOW_LATENCY_CFM_STEPS
+        return out
+
     @property
     def info(self) -> dict:
         f = self._file

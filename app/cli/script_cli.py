@@ -180,7 +180,7 @@ class ScriptSetup:
         if args.best_of < 1:
             raise UserError(f"--best-of must be at least 1; got {args.best_of}")
         self.best_of = args.best_of
-        opts = stream_options(args)
+        opts = stream_options(args, engine)
         self.stream = {k: opts.pop(k) for k in STREAM_ONLY if k in opts}
         self.options = opts
 

@@ -142,8 +142,8 @@ def resolve_voice(engine, args):
     return None
 
 
-def stream_options(args) -> dict:
-    opts = dict(PRESETS[args.preset])
+def stream_options(args, engine) -> dict:
+    opts = dict(engine.presets[args.preset])
     for k in SAMPLING_OPTIONS + ("first_chunk_tokens", "chunk_tokens") + MULTILINGUAL_OPTIONS:
         if getattr(args, k, None) is not None:
             opts[k] = getattr(args, k)
@@ -271,7 +271,7 @@ def cmd_say(args) -> int:
         check_output_target(args.output)
         engine = load_engine(args)
         voice = resolve_voice(engine, args)
-        opts = stream_options(args)
+        opts = stream_options(args, engine)
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
         out = Output(args.output, engine.sample_rate)
         r = speak(engine, text, voice, opts, seed, out)
@@ -335,7 +335,7 @@ def cmd_live(args) -> int:
         check_output_target(args.output)
         engine = load_engine(args)
         voice = resolve_voice(engine, args)
-        opts = stream_options(args)
+        opts = stream_options(args, engine)
         from app.cli.script_cli import live_script
 
         script = live_script(args, engine, voice)

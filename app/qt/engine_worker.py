@@ -263,7 +263,8 @@ class EngineClient(QObject):
         self.info: dict | None = None
         self.model_path: str | None = None  # the loaded model's file
         self.expression_tags: list[str] = []  # the loaded model's paralinguistic tags ("[laugh]", ...)
-        self.languages: dict[str, str] = {}  # a Multilingual model's languages: code -> English name
+        self.languages: dict[str, str] = {}
+        self.presets: dict | None = None  # the loaded model's stream presets (Engine.presets)  # a Multilingual model's languages: code -> English name
         self._detect_language = None  # the engine's language guess (pure Python over the text's script)
         self.defaults: dict = {}
         self.sample_rate = NOMINAL_SAMPLE_RATE  # the loaded model's rate replaces it
@@ -335,7 +336,7 @@ class EngineClient(QObject):
             info["device_note"] = note or info.get("device_note", "")
             return {"info": info, "defaults": dict(engine.defaults),
                     "sample_rate": int(engine.sample_rate), "builtin": engine.builtin_voice.name,
-                    "tags": tags, "languages": dict(engine.languages),
+                    "tags": tags, "languages": dict(engine.languages), "presets": engine.presets,
                     "detect": engine.detect_language if engine.languages else None}
 
         self.cancel_background()  # scores for the old model: the load must not wait behind them
@@ -345,6 +346,7 @@ class EngineClient(QObject):
             self.sample_rate, self.builtin_voice_name = result["sample_rate"], result["builtin"]
             self.expression_tags = result["tags"]
             self.languages, self._detect_language = result["languages"], result["detect"]
+            self.presets = result["presets"]
             self.modelChanged.emit(self.info)
             if success:
                 success(self.info)

@@ -417,7 +417,7 @@ class MainWindow(QMainWindow):
             variant = info.get("variant", "")
             self.library.set_builtin_name(f"Built-in ({VARIANT_NAMES.get(variant, variant or 'model')})", variant)
             self.editor.tags.set_tags(self.client.expression_tags)
-            self.sampling_panel.set_defaults(self.client.defaults)
+            self.sampling_panel.set_defaults(self.client.defaults, self.client.presets)
             self.player.rate = self.client.sample_rate
             freeze_heap()
         self._fill_languages(self.client.languages if info else {})

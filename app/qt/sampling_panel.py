@@ -26,12 +26,12 @@ PRESET_KEYS = {"Quality": "quality", "Low latency": "low-latency"}
 STREAM_KEYS = ("first_chunk_tokens", "chunk_tokens")
 
 
-def engine_preset(name: str) -> dict:
-    try:
-        from engine_native.engine import PRESETS as ENGINE_PRESETS
-    except ImportError:  # an engine without presets: the reference settings
-        ENGINE_PRESETS = {}
-    return dict(ENGINE_PRESETS.get(PRESET_KEYS.get(name, ""), {}))
+def engine_preset(name: str, presets: dict | None = None) -> dict:
+    """A toolbar preset's engine settings: the loaded model's (`Engine.presets`), else the
+    engine's general ones."""
+    if presets is None:
+        from engine_native.engine import PRESETS as presets
+    return dict(presets.get(PRESET_KEYS.get(name, ""), {}))
 
 
 PRESETS = list(PRESET_KEYS)
@@ -53,7 +53,7 @@ FIELDS = [  # key, label, step, decimals, tooltip; type and range come from the 
 ]
 #: Options only some models take (a Multilingual model's); shown and sent only when the loaded
 #: model has a default for them.
-MODEL_OPTIONS = ("exaggeration", "cfg_weight")
+MODEL_OPTIONS = schema.MTL
 
 
 def spin_range(key: str, step: float) -> tuple[float, float]:
@@ -73,6 +73,7 @@ class SamplingPanel(QFrame):
         super().__init__(parent)
         self.settings = settings
         self.defaults: dict = {}
+        self.presets: dict | None = None  # the loaded model's (Engine.presets)
         self.setObjectName("Card")
         grid = QGridLayout(self)
         grid.setContentsMargins(14, 10, 14, 10)
@@ -128,9 +129,10 @@ class SamplingPanel(QFrame):
         for col in (1, 3, 5, 7):
             grid.setColumnStretch(col, 1)
 
-    def set_defaults(self, defaults: dict) -> None:
-        """The loaded model's defaults; they fill the panel unless the user customised it."""
+    def set_defaults(self, defaults: dict, presets: dict | None = None) -> None:
+        """The loaded model's defaults (and presets); they fill the panel unless the user customised it."""
         self.defaults = {k: v for k, v in defaults.items() if v is not None}
+        self.presets = presets
         self._show_model_options()
         if not self.settings.sampling_customised:
             self._fill(self.defaults)
@@ -164,7 +166,7 @@ class SamplingPanel(QFrame):
         if name not in PRESET_KEYS:
             return
         self.settings.preset = name
-        preset = engine_preset(name)
+        preset = engine_preset(name, self.presets)
         values = {"cfm_steps": preset.get("cfm_steps", self.defaults.get("cfm_steps", self.spins["cfm_steps"].value())),
                   "prompt_seconds": preset.get("prompt_seconds") or 0.0}
         self._fill(values)
@@ -173,7 +175,7 @@ class SamplingPanel(QFrame):
 
     def stream_options(self) -> dict:
         """Chunking for engine.stream from the preset (how soon the first audio comes)."""
-        preset = engine_preset(self.settings.preset)
+        preset = engine_preset(self.settings.preset, self.presets)
         return {k: preset[k] for k in STREAM_KEYS if k in preset}
 
     def _store(self, key: str) -> None:

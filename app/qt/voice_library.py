@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.qt.icons import icon
+from engine_native.voice import clip_path  # the recording kept beside a voice (NAME.wav)
 
 VOICE_SUFFIX = ".voice.gguf"
 BUILTIN = ""  # the library key of the model's built-in voice
@@ -47,12 +48,6 @@ class VoiceEntry:
         if c:
             bits.append(str(c)[:10])
         return " · ".join(bits) or os.path.basename(self.path)
-
-
-def clip_path(voice_path: str) -> str:
-    """Where a library voice's recording is kept: NAME.wav beside NAME.voice.gguf (the engine's
-    `Engine.voice_clip` looks there when it re-makes the voice for another model variant)."""
-    return voice_path[: -len(VOICE_SUFFIX)] + ".wav"
 
 
 def slug(name: str) -> str:
@@ -96,9 +91,9 @@ class VoiceStore:
         path = self.free_path(name)
         voice.save(path, name=name, **meta)
         if clip is not None:
-            from voice_lab.lab import write_clip
+            from engine_native.voice import save_clip
 
-            write_clip(clip_path(path), *clip)
+            save_clip(path, *clip)
         return path
 
     def rename(self, path: str, new_name: str) -> str:
@@ -108,15 +103,17 @@ class VoiceStore:
         new_path = self.free_path(new_name, exclude=path)
         v.save(new_path, name=new_name)  # written in full first; then the old file goes
         if os.path.abspath(new_path) != os.path.abspath(path):
-            if os.path.exists(clip_path(path)):
-                os.replace(clip_path(path), clip_path(new_path))
+            clip = clip_path(path)
+            if clip:  # the recording moves with its voice (NAME.wav beside NAME.voice.gguf)
+                os.replace(clip, new_path[: -len(VOICE_SUFFIX)] + os.path.splitext(clip)[1])
             os.remove(path)
         return new_path
 
     def delete(self, path: str) -> None:
+        clip = clip_path(path)
         os.remove(path)
-        if os.path.exists(clip_path(path)):
-            os.remove(clip_path(path))
+        if clip:
+            os.remove(clip)
 
 
 class VoiceLibraryPanel(QFrame):

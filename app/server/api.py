@@ -39,7 +39,8 @@ log = logging.getLogger("chatterbox.server")
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens",
                    "prompt_seconds", "first_chunk_tokens", "chunk_tokens")
 OPENAI_FIELDS = ("model", "input", "voice", "response_format", "speed", "instructions", "stream_format")
-OUR_FIELDS = ("seed", "preset", "language") + SAMPLING_FIELDS
+MULTILINGUAL_FIELDS = ("language", "exaggeration", "cfg_weight")  # a Multilingual model's; others refuse them
+OUR_FIELDS = ("seed", "preset") + MULTILINGUAL_FIELDS + SAMPLING_FIELDS
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 
 
@@ -64,7 +65,7 @@ def error_response(status: int, message: str, *, param=None, code=None, type_="i
 
 def _param_of(message: str) -> str | None:
     """The option a ParameterError names (its message starts with the option's name)."""
-    for name in ("seed",) + SAMPLING_FIELDS:
+    for name in ("seed",) + SAMPLING_FIELDS + MULTILINGUAL_FIELDS:
         if message.startswith(name + " ") or message.startswith(f"unknown option(s): {name}"):
             return name
     return None
@@ -74,10 +75,8 @@ class SpeechService:
     """The engine, its worker and the voice catalog behind the routes."""
 
     def __init__(self, engine, config: ServerConfig):
-        from engine_native.engine import PRESETS
-
         self.engine, self.config = engine, config
-        self.presets = PRESETS
+        self.presets = engine.presets
         self.catalog = VoiceCatalog(config.voices_dir, config.exposed_voices, config.expose_builtin)
         self.worker = EngineWorker(engine, config.queue, parallel=config.parallel)
         self.model_id = f"chatterbox-{engine.variant}"
@@ -136,7 +135,7 @@ class SpeechService:
         if preset not in self.presets:
             raise ApiError(400, f"preset must be one of {', '.join(self.presets)}; got {preset!r}", param="preset")
         options = dict(self.presets[preset])
-        options.update({k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None})
+        options.update({k: body[k] for k in SAMPLING_FIELDS + MULTILINGUAL_FIELDS if body.get(k) is not None})
         unknown = sorted(k for k in body if k not in OPENAI_FIELDS + OUR_FIELDS)
         if unknown:
             log.info("ignoring unknown request field(s): %s", ", ".join(unknown))
