@@ -408,22 +408,22 @@ class MainWindow(QMainWindow):
 
     def _model_changed(self, info) -> None:
         if info:
-            name = f"{VARIANT_NAMES.get(info.get('variant', ''), info.get('variant', '?'))} · {info.get('quantization', '?')}"
+            variant = info.get("variant", "")
+            name = f"{VARIANT_NAMES.get(variant, variant or '?')} · {info.get('quantization', '?')}"
             self.model_button.setText(name)
             self.status_model.setText(f"{os.path.basename(info.get('path', ''))} · {info.get('device', 'cpu')} · "
                                       f"{info.get('threads', '?')} threads · ggml {info.get('ggml_version', '')}")
             if info.get("device_note"):  # the device asked for could not be used: say so, it runs anyway
                 self.statusBar().showMessage(info["device_note"], 15000)
-            variant = info.get("variant", "")
             self.library.set_builtin_name(f"Built-in ({VARIANT_NAMES.get(variant, variant or 'model')})", variant)
             self.editor.tags.set_tags(self.client.expression_tags)
             self.sampling_panel.set_defaults(self.client.defaults, self.client.presets)
             self.player.rate = self.client.sample_rate
             freeze_heap()
-        self._fill_languages(self.client.languages if info else {})
         else:
             self.model_button.setText("Choose a model…")
             self.status_model.setText("No model loaded")
+        self._fill_languages(self.client.languages if info else {})
         self._sync_voice_combo()
 
     # --- languages (Multilingual models) ------------------------------------------------------------
