@@ -59,6 +59,19 @@ def _wait(qtbot, cond, timeout_s: float, what: str) -> None:
         raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}") from None
 
 
+def load_and_wait(w, path: str, timeout_s: float = 300) -> None:
+    """Load a model in the window and wait (the GUI's event loop running) until it is in."""
+    loaded = []
+    w.client.modelChanged.connect(loaded.append)
+    w.load_model(path)
+    deadline = time.monotonic() + timeout_s
+    while not loaded and time.monotonic() < deadline:
+        QApplication.processEvents()
+        time.sleep(0.01)
+    w.client.modelChanged.disconnect(loaded.append)
+    assert loaded and loaded[-1], f"the model did not load: {w.last_error}"
+
+
 @pytest.fixture(scope="module")
 def model():
     from tests.models import model_path
@@ -75,14 +88,7 @@ def studio(qapp, model, tmp_path_factory):
     w.show()
     w.controller.stream_options = dict(STREAM)
     w.lab.likeness_options = {"max_tokens": MAX_TOKENS, "cfm_steps": 1}  # the clone's scored test take
-    loaded = []
-    w.client.modelChanged.connect(loaded.append)
-    w.load_model(model)
-    deadline = time.monotonic() + 120
-    while not loaded and time.monotonic() < deadline:
-        QApplication.processEvents()
-        time.sleep(0.01)
-    assert loaded and loaded[-1], f"the model did not load: {w.last_error}"
+    load_and_wait(w, model)
     w.preset_combo.setCurrentText("Low latency")  # the engine's cheapest preset: one CFM step, 4 s prompt
     assert w.params()["cfm_steps"] == 1 and w.params()["prompt_seconds"] == 4.0
     w.sampling_panel.spins["max_tokens"].setValue(MAX_TOKENS)

@@ -7,31 +7,17 @@ window (offscreen), real audio output (the ALSA null device in CI)."""
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
 
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from tests import audio_fixtures  # noqa: E402
-from tests.test_gui import _close, _make_window, _wait  # noqa: E402
+from tests.test_gui import _close, _make_window, _wait, load_and_wait  # noqa: E402
 
 MAX_TOKENS = 30
-
-
-def _load(w, path: str) -> None:
-    loaded = []
-    w.client.modelChanged.connect(loaded.append)
-    w.load_model(path)
-    deadline = time.monotonic() + 300
-    while not loaded and time.monotonic() < deadline:
-        QApplication.processEvents()
-        time.sleep(0.01)
-    w.client.modelChanged.disconnect(loaded.append)
-    assert loaded and loaded[-1], f"the model did not load: {w.last_error}"
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +33,7 @@ def window(qapp, mtl_model, tmp_path_factory):
     w = _make_window(folder)
     w.resize(1280, 780)
     w.show()
-    _load(w, mtl_model)
+    load_and_wait(w, mtl_model)
     w.sampling_panel.spins["max_tokens"].setValue(MAX_TOKENS)
     w.sampling_panel.spins["cfm_steps"].setValue(2)
     w.sampling_panel.seed_random.setChecked(False)
@@ -134,7 +120,7 @@ def test_a_turbo_family_model_hides_the_picker_and_its_options(window, qtbot):
     from tests.models import model_path
 
     w = window
-    _load(w, str(model_path("nano", "q4_0")))
+    load_and_wait(w, str(model_path("nano", "q4_0")))
     assert w.client.languages == {} and not any(a.isVisible() for a in w.language_actions)
     _wait(qtbot, lambda: not w.language_combo.isVisibleTo(w), 5, "the toolbar to hide the picker")
     assert not w.sampling_panel.spins["exaggeration"].isVisibleTo(w.sampling_panel)
