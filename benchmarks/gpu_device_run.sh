@@ -12,6 +12,8 @@
 # (patches/ touch them and every patch must apply, also for a CPU-only build).
 # STAGES (default "build tests bench"; also "probe": benchmarks/gpu_probe.py for PROBE's
 # device/quant pairs) picks what runs, BENCH the device/quant pairs,
+# TESTS_K one pytest -k selection (default: "not greedy", then "greedy"),
+# BENCH_TIMEOUT each bench's limit (150 s); tests, then probe, then bench run.
 # DEADLINE (s after T0, a date +%s) skips benchmarks started later; a build, models left by an earlier run on
 # the same machine are reused.
 set -u
@@ -88,17 +90,16 @@ if [[ " $stages " == *" debug "* ]] && [ -f "$here/debug.py" ]; then
   log "debug: exit $?"; grep -v "^\[New Thread\|^\[Thread" /tmp/debug.log | tail -150 >> "$OUT/steps.log"
 fi
 
-if [[ " $stages " == *" bench "* ]]; then
-  for dq in ${BENCH:-cuda:0/f32 cuda:0/q4_0 cuda:0/f16 vulkan:0/f32 vulkan:0/q4_0}; do
-    d=${dq%/*} q=${dq#*/}
-    if [ $(( $(date +%s) - ${T0:-0} )) -gt ${DEADLINE:-100000000000} ]; then log "bench $dq: skipped (past ${DEADLINE} s)"; continue; fi
-    for i in $(seq 90); do [ -s $M/turbo-$q.gguf ] && break; sleep 2; done
-    log "bench $d $q"
-    echo "== bench $d $q" >> "$OUT/bench.txt"
-    timeout 150 /tmp/cbs bench -m $M/turbo-$q.gguf --device $d >> "$OUT/bench.txt" 2>&1
-    log "bench $d $q: exit $?"
+if [[ " $stages " == *" tests "* ]]; then
+  log "tests: gpu (${CBS_TEST_DEVICE:-the first GPU})"
+  if [ -n "${TESTS_K:-}" ]; then sels=("$TESTS_K"); else sels=("not greedy" "greedy"); fi
+  for sel in "${sels[@]}"; do
+    CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py -k "$sel" \
+      >> "$OUT/tests.log" 2>&1
+    log "tests -k '$sel': exit $? $(tail -1 "$OUT/tests.log")"
   done
 fi
+
 if [[ " $stages " == *" probe "* ]]; then
   for dq in ${PROBE:-cuda:0/f32}; do
     d=${dq%/*} q=${dq#*/}
@@ -108,15 +109,17 @@ if [[ " $stages " == *" probe "* ]]; then
     log "probe $d $q: exit $?"
   done
 fi
-if [[ " $stages " == *" tests "* ]]; then
-  log "tests: gpu (${CBS_TEST_DEVICE:-the first GPU})"
-  for sel in "not greedy" "greedy"; do
-    CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py -k "$sel" \
-      >> "$OUT/tests.log" 2>&1
-    log "tests -k '$sel': exit $? $(tail -1 "$OUT/tests.log")"
+if [[ " $stages " == *" bench "* ]]; then
+  for dq in ${BENCH:-cuda:0/f32 cuda:0/q4_0 cuda:0/f16 vulkan:0/f32 vulkan:0/q4_0}; do
+    d=${dq%/*} q=${dq#*/}
+    if [ $(( $(date +%s) - ${T0:-0} )) -gt ${DEADLINE:-100000000000} ]; then log "bench $dq: skipped (past ${DEADLINE} s)"; continue; fi
+    for i in $(seq 90); do [ -s $M/turbo-$q.gguf ] && break; sleep 2; done
+    log "bench $d $q"
+    echo "== bench $d $q" >> "$OUT/bench.txt"
+    timeout ${BENCH_TIMEOUT:-150} /tmp/cbs bench -m $M/turbo-$q.gguf --device $d >> "$OUT/bench.txt" 2>&1
+    log "bench $d $q: exit $?"
   done
 fi
-
 [ -n "$requant_pids" ] && wait $requant_pids  # a later run on the same machine finds them
 # At most 8 files come back: steps.log, build.log (its tail), info.txt, tests.log, bench.txt.
 tail -c 2000000 "$OUT/build.log" > /tmp/build.tail 2>/dev/null && mv /tmp/build.tail "$OUT/build.log"
