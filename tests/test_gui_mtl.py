@@ -71,6 +71,8 @@ def test_sampling_panel_offers_exaggeration_and_guidance_with_the_models_default
     panel.spins["exaggeration"].setValue(0.8)
     p = w.params()
     assert p["exaggeration"] == pytest.approx(0.8) and p["cfg_weight"] == pytest.approx(panel.spins["cfg_weight"].value())
+    # the reference samples a Multilingual model without top-k: the panel shows "off" and sends None
+    assert w.client.defaults["top_k"] is None and panel.spins["top_k"].text() == "off" and p["top_k"] is None
 
 
 def test_a_take_in_the_chosen_language_plays(window, qtbot):
@@ -126,3 +128,4 @@ def test_a_turbo_family_model_hides_the_picker_and_its_options(window, qtbot):
     assert not w.sampling_panel.spins["exaggeration"].isVisibleTo(w.sampling_panel)
     p = w.params()
     assert "language" not in p and "exaggeration" not in p and "cfg_weight" not in p
+    assert p["top_k"] == w.client.defaults["top_k"] > 0  # Nano's own top-k back in the panel

@@ -54,15 +54,18 @@ FIELDS = [  # key, label, step, decimals, tooltip; type and range come from the 
 #: Options only some models take (a Multilingual model's); shown and sent only when the loaded
 #: model has a default for them.
 MODEL_OPTIONS = schema.MTL
+#: Spin boxes that also offer 0, shown as a word: the voice's whole prompt; top-k off (a
+#: Multilingual model samples without top-k, as the reference does).
+ZERO_TEXT = {"prompt_seconds": "whole", "top_k": "off"}
 
 
 def spin_range(key: str, step: float) -> tuple[float, float]:
     """The schema's range as a spin box can hold it (an open end moves in by one step);
-    the voice prompt also offers 0, shown as "whole"."""
+    the voice prompt and top-k also offer 0 (ZERO_TEXT)."""
     opt = schema.option(key)
     lo = opt.min + (step if opt.min_open else 0)
     hi = opt.max - (step if opt.max_open else 0)
-    return (0.0 if key == "prompt_seconds" else lo), hi
+    return (0 if key in ZERO_TEXT else lo), hi
 
 
 class SamplingPanel(QFrame):
@@ -73,6 +76,7 @@ class SamplingPanel(QFrame):
         super().__init__(parent)
         self.settings = settings
         self.defaults: dict = {}
+        self.top_k_off_by_default = False  # the loaded model samples without top-k (Multilingual)
         self.presets: dict | None = None  # the loaded model's (Engine.presets)
         self.setObjectName("Card")
         grid = QGridLayout(self)
@@ -90,8 +94,9 @@ class SamplingPanel(QFrame):
                 spin.setDecimals(dec)
             if getattr(settings, key) is not None:
                 spin.setValue(getattr(settings, key))
+            if key in ZERO_TEXT:
+                spin.setSpecialValueText(ZERO_TEXT[key])
             if key == "prompt_seconds":
-                spin.setSpecialValueText("whole")  # 0 shows as "whole": the voice's full prompt
                 spin.setSuffix(" s")
             spin.setToolTip(tip)
             spin.setKeyboardTracking(False)
@@ -133,6 +138,10 @@ class SamplingPanel(QFrame):
         """The loaded model's defaults (and presets); they fill the panel unless the user customised it."""
         self.defaults = {k: v for k, v in defaults.items() if v is not None}
         self.presets = presets
+        # A model whose default top-k is None samples without it: the panel shows "off".
+        self.top_k_off_by_default = "top_k" in defaults and defaults["top_k"] is None
+        if self.top_k_off_by_default:
+            self.defaults["top_k"] = 0
         self._show_model_options()
         if not self.settings.sampling_customised:
             self._fill(self.defaults)
@@ -180,7 +189,7 @@ class SamplingPanel(QFrame):
 
     def _store(self, key: str) -> None:
         value = self.spins[key].value()
-        setattr(self.settings, key, None if key == "prompt_seconds" and value == 0 else value)
+        setattr(self.settings, key, None if key in ZERO_TEXT and value == 0 else value)
 
     def _edited(self, key: str) -> None:
         self._store(key)
@@ -200,5 +209,7 @@ class SamplingPanel(QFrame):
         """Options for engine.stream / synthesize."""
         p = {key: spin.value() for key, spin in self.spins.items() if self.model_takes(key)}
         p["prompt_seconds"] = p["prompt_seconds"] or None  # 0 ("whole"): the voice's full prompt
+        if p.get("top_k") == 0:  # "off": the model's own default where that is off, else no truncation
+            p["top_k"] = None if self.top_k_off_by_default else int(schema.option("top_k").max)
         p["seed"] = None if self.seed_random.isChecked() else self.seed_spin.value()
         return p
