@@ -191,7 +191,7 @@ class MainWindow(QMainWindow):
         tb.addSeparator()
         tb.addWidget(QLabel("Voice"))
         self.voice_combo = QComboBox()
-        self.voice_combo.setMinimumWidth(180)
+        self.voice_combo.setMinimumWidth(210)  # "Built-in (Multilingual)" whole
         self.voice_combo.setToolTip("The voice that speaks the script")
         tb.addWidget(self.voice_combo)
         # A Multilingual model's language: auto-detect (the guess shown in the first entry) or fixed.
