@@ -304,6 +304,7 @@ class _FakeStream:
 
 class _FakeEngine:
     variant, path = "fake", "/nonexistent"
+    from engine_native.engine import PRESETS as presets  # the server reads the model's presets
 
     def __init__(self):
         self.gate = threading.Event()
