@@ -281,59 +281,36 @@ def test_eight_concurrent_clients_get_complete_identical_audio(any_client):
         assert r == lone
 
 
-class _FakeStream:
-    """Chunks on demand: lets the queue be filled without engine work."""
-
-    def __init__(self, gate):
-        self.gate, self._cancel = gate, threading.Event()
-
-    def __iter__(self):
-        from engine_native.engine import Chunk
-
-        for i in range(2):
-            self.gate.wait(120)
-            if self._cancel.is_set():
-                return
-            yield Chunk(np.zeros(480, np.float32), RATE, i, i == 1, "x", (0, 1), 0, 1, {"speech_tokens": 1})
-
-    def cancel(self):
-        self._cancel.set()
-
-    close = cancel
-
-
-class _FakeEngine:
-    variant, path = "fake", "/nonexistent"
-    from engine_native.engine import PRESETS as presets  # the server reads the model's presets
-
-    def __init__(self):
-        self.gate = threading.Event()
-
-    def stream(self, text, voice=None, *, seed=None, **opts):
-        return _FakeStream(self.gate)
-
-
-def test_a_full_queue_answers_503():
+def test_a_full_queue_answers_503(server):
+    """queue=1 on the real engine: one generation running (a long stream held open) and one
+    waiting fill the queue, so a third request is answered 503 with Retry-After at once; when
+    the first client leaves, the waiting request is served whole."""
     from app.server import ServerConfig, ServerHandle
 
-    fake = _FakeEngine()
-    handle = ServerHandle(ServerConfig(model="fake", port=0, queue=1, voices_dir=None), engine=fake).start()
-    assert handle.wait_ready(30), handle.error
+    handle = ServerHandle(ServerConfig(model=server.config.model, port=0, api_key=KEY, voices_dir=None, queue=1),
+                          engine=server.engine).start()
+    assert handle.wait_ready(60), handle.error
+    worker = handle.service.worker
     try:
-        c = openai.OpenAI(base_url=handle.url, api_key="x", max_retries=0, timeout=30)
-        with ThreadPoolExecutor(2) as pool:  # one running, one waiting: the queue is full
-            held = [pool.submit(lambda: c.audio.speech.create(model="tts-1", voice="default", input="Hi.",
-                                                               response_format="pcm").read()) for _ in range(2)]
-            deadline = time.time() + 60
-            while (handle.service.worker.waiting < 1 or handle.service.worker.active < 1) and time.time() < deadline:
-                time.sleep(0.02)
-            assert handle.service.worker.active == 1 and handle.service.worker.waiting == 1
-            with pytest.raises(openai.APIStatusError) as e:
-                c.audio.speech.create(model="tts-1", voice="default", input="Hi.", response_format="pcm")
-            assert e.value.status_code == 503 and "busy" in e.value.message
-            assert e.value.response.headers.get("retry-after") == "1"
-            fake.gate.set()
-            assert [len(h.result()) for h in held] == [1920, 1920]
+        c = openai.OpenAI(base_url=handle.url, api_key=KEY, max_retries=0, timeout=600)
+        long = {**FAST, "max_tokens": 200}  # 40 sentences of up to 50 chunks: minutes of work while held open
+        with ThreadPoolExecutor(1) as pool:
+            with c.audio.speech.with_streaming_response.create(
+                    model="tts-1", voice="default", input=" ".join([TEXT] * 40), response_format="pcm",
+                    extra_body=long) as running:
+                audio = running.iter_bytes()  # held: dropping the iterator would close the response
+                assert next(audio)
+                waiting = pool.submit(lambda: speak(c, response_format="pcm"))
+                deadline = time.time() + 60
+                while (worker.waiting < 1 or worker.active < 1) and time.time() < deadline:
+                    time.sleep(0.02)
+                assert (worker.active, worker.waiting) == (1, 1)
+                with pytest.raises(openai.APIStatusError) as e:
+                    speak(c, response_format="pcm")
+                assert e.value.status_code == 503 and "busy" in e.value.message
+                assert e.value.response.headers.get("retry-after") == "1"
+            # leaving the block closed the running request's connection: it is cancelled
+            assert len(waiting.result(timeout=300)) == 2 * samples_for(N)
     finally:
         handle.stop()
 
