@@ -367,7 +367,6 @@ class Engine:
         self._t3_prompt_seconds = _get_or(f, "chatterbox.t3.prompt_seconds", 15)         # ENC_COND_LEN
         self._norm_loudness = (f.get_bool("chatterbox.voice.norm_loudness")              # MTL: none
                                if f.has_key("chatterbox.voice.norm_loudness") else True)
-        self._meanflow = f.get_bool("chatterbox.s3gen.cfm.meanflow")
         self.defaults = {
             "temperature": f.get_float("chatterbox.sampling.temperature"),
             "top_k": f.get_int("chatterbox.sampling.top_k"),
@@ -424,7 +423,7 @@ class Engine:
     def presets(self) -> dict[str, dict]:
         """PRESETS as they fit this model (a guided CFM's low-latency preset keeps 7 steps)."""
         out = {name: dict(p) for name, p in PRESETS.items()}
-        if not self._meanflow:
+        if self._cfm.guided:
             out["low-latency"]["cfm_steps"] = GUIDED_LOW_LATENCY_CFM_STEPS
         return out
 
@@ -435,7 +434,7 @@ class Engine:
                                                             "speech_vocab", "speech_cond_prompt_len")
               if f.has_key(f"chatterbox.t3.{k}")}
         hp["cfm_steps"] = self._cfm.n_timesteps
-        hp["meanflow"] = f.get_bool("chatterbox.s3gen.cfm.meanflow")
+        hp["meanflow"] = not self._cfm.guided
         system = _core.system_info()
         return {"path": str(self.path), "variant": self.variant, "quantization": f.get_string("chatterbox.quant"),
                 "backend": self.device, "device": self.device, "device_note": self.device_note,
