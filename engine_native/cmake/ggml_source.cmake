@@ -87,6 +87,13 @@ set(CMAKE_POSITION_INDEPENDENT_CODE ON)
 set(GGML_BUILD_TESTS OFF CACHE BOOL "" FORCE)
 set(GGML_BUILD_EXAMPLES OFF CACHE BOOL "" FORCE)
 set(GGML_CCACHE OFF CACHE BOOL "" FORCE)
+# ggml's own thread pool rather than OpenMP: core/backend.cpp gives every CPU backend a
+# persistent pool whose threads spin a bounded time at barriers and between graphs, then
+# sleep (patches/0004), so T3's ~500 barriers a token are quick on a quiet machine and
+# waste no time slices on a busy one. OpenMP offers only spin-forever (ACTIVE) or
+# sleep-at-once (PASSIVE, 2x slower per token when quiet). ON: the OpenMP build.
+option(CBS_OPENMP "thread ggml's CPU backend with OpenMP instead of its own thread pool" OFF)
+set(GGML_OPENMP ${CBS_OPENMP} CACHE BOOL "" FORCE)
 # llamafile's tiled sgemm: much faster batched matmuls (prompt passes, S3Gen) on the CPU.
 set(GGML_LLAMAFILE ON CACHE BOOL "use llamafile sgemm kernels")
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <mutex>
 
 #include "core/errors.h"
@@ -231,9 +232,76 @@ static void* cpu_proc(ggml_backend_t backend, const char* name) {
     return ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(ggml_backend_get_device(backend)), name);
 }
 
+// The CPU module's features include OPENMP=1 when it threads through OpenMP (no pool then).
+static bool cpu_uses_openmp(ggml_backend_t backend) {
+    auto fn = reinterpret_cast<ggml_backend_get_features_t>(cpu_proc(backend, "ggml_backend_get_features"));
+    for (ggml_backend_feature* f = fn ? fn(ggml_backend_dev_backend_reg(ggml_backend_get_device(backend))) : nullptr;
+         f && f->name; ++f)
+        if (std::string(f->name) == "OPENMP") return true;
+    return false;
+}
+
+// 5 x 10 us: a T3 token's graph nodes take tens of microseconds, so a partner thread
+// that is running arrives within the spin; one that was preempted is waited for asleep.
+static constexpr int kDefaultPoll = 5;
+
+static int thread_poll() {
+    const std::string v = env("CBS_THREAD_POLL");
+    if (v.empty()) return kDefaultPoll;
+    char* end = nullptr;
+    const long p = std::strtol(v.c_str(), &end, 10);
+    if (*end != '\0' || p < 0 || p > 100) throw EngineError("CBS_THREAD_POLL=" + v + ": expected 0 .. 100");
+    return static_cast<int>(p);
+}
+
+// Each CPU backend's own thread pool (two backends may compute at once: a pool runs one
+// graph at a time).
+struct Pools {
+    std::mutex mutex;
+    std::map<ggml_backend_t, ggml_threadpool_t> of;
+};
+static Pools& pools() {
+    static Pools p;
+    return p;
+}
+
+using threadpool_new_t = ggml_threadpool_t (*)(ggml_threadpool_params*);
+using threadpool_free_t = void (*)(ggml_threadpool_t);
+using set_threadpool_t = void (*)(ggml_backend_t, ggml_threadpool_t);
+
 void set_threads(ggml_backend_t backend, int threads) {
-    if (auto fn = reinterpret_cast<ggml_backend_set_n_threads_t>(cpu_proc(backend, "ggml_backend_set_n_threads")))
-        fn(backend, threads);
+    auto fn = reinterpret_cast<ggml_backend_set_n_threads_t>(cpu_proc(backend, "ggml_backend_set_n_threads"));
+    if (!fn) return;
+    fn(backend, threads);
+    auto pool_new = reinterpret_cast<threadpool_new_t>(cpu_proc(backend, "ggml_threadpool_new"));
+    auto pool_free = reinterpret_cast<threadpool_free_t>(cpu_proc(backend, "ggml_threadpool_free"));
+    auto set_pool = reinterpret_cast<set_threadpool_t>(cpu_proc(backend, "ggml_backend_cpu_set_threadpool"));
+    if (!pool_new || !pool_free || !set_pool || cpu_uses_openmp(backend)) return;
+    ggml_threadpool_params params = ggml_threadpool_params_default(threads);
+    params.poll = static_cast<uint32_t>(thread_poll());
+    ggml_threadpool_t pool = pool_new(&params);
+    if (!pool) throw DeviceError("could not start " + std::to_string(threads) + " CPU threads");
+    std::lock_guard<std::mutex> lock(pools().mutex);
+    set_pool(backend, pool);
+    ggml_threadpool_t& slot = pools().of[backend];
+    if (slot) pool_free(slot);
+    slot = pool;
+}
+
+void free_backend(ggml_backend_t backend) {
+    if (!backend) return;
+    ggml_threadpool_t pool = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(pools().mutex);
+        auto it = pools().of.find(backend);
+        if (it != pools().of.end()) {
+            pool = it->second;
+            pools().of.erase(it);
+        }
+    }
+    auto pool_free = pool ? reinterpret_cast<threadpool_free_t>(cpu_proc(backend, "ggml_threadpool_free")) : nullptr;
+    ggml_backend_free(backend);  // first: the backend must not outlive its pool
+    if (pool_free) pool_free(pool);
 }
 
 void set_abort_callback(ggml_backend_t backend, ggml_abort_callback callback, void* data) {

@@ -5,6 +5,9 @@
 //   CBS_CPU_VARIANT=NAME            that CPU variant (x64, sse42, haswell, ...) instead
 //                                   of the best; an error names those present when it
 //                                   is missing or the CPU lacks its instructions
+//   CBS_THREAD_POLL=0..100          how long a CPU thread spins before it sleeps, at a
+//                                   barrier or between graphs, in units of 10 us
+//                                   (default kDefaultPoll; 0: sleep at once)
 // A device is named "<backend>:<index>" in lower case ("cpu", "cuda:0", "vulkan:0").
 #pragma once
 
@@ -17,8 +20,11 @@
 
 namespace cbs {
 
+// Frees a backend made by make_backend() and the CPU thread pool it owns.
+void free_backend(ggml_backend_t backend);
+
 struct BackendDeleter {
-    void operator()(ggml_backend_t b) const { ggml_backend_free(b); }
+    void operator()(ggml_backend_t b) const { free_backend(b); }
 };
 using BackendPtr = std::unique_ptr<ggml_backend, BackendDeleter>;
 
@@ -51,7 +57,9 @@ std::string device_id(ggml_backend_t backend);
 
 bool backend_is_cpu(ggml_backend_t backend);
 // CPU backends only (no-op on others): the thread count and the abort callback, through
-// the CPU module's registry (the module is not linked).
+// the CPU module's registry (the module is not linked). Unless the CPU module is built
+// with OpenMP, set_threads gives the backend a persistent thread pool of that many
+// threads (without one, ggml starts and joins its threads for every graph).
 void set_threads(ggml_backend_t backend, int threads);
 void set_abort_callback(ggml_backend_t backend, ggml_abort_callback callback, void* data);
 

@@ -60,7 +60,7 @@ GraphRunner::GraphRunner(ggml_backend_t backend, size_t max_nodes) : backend_(ba
     ggml_backend_t backends[2] = {backend_, cpu_};  // the CPU last: sched's fallback
     sched_ = ggml_backend_sched_new(backends, nullptr, 2, max_nodes_, false, false);
     if (!sched_) {
-        ggml_backend_free(cpu_);
+        free_backend(cpu_);
         throw DeviceError(std::string("could not create a scheduler for ") + ggml_backend_name(backend_));
     }
 }
@@ -69,7 +69,7 @@ GraphRunner::~GraphRunner() {
     if (ctx_) ggml_free(ctx_);
     if (alloc_) ggml_gallocr_free(alloc_);
     if (sched_) ggml_backend_sched_free(sched_);
-    if (cpu_) ggml_backend_free(cpu_);
+    if (cpu_) free_backend(cpu_);
 }
 
 // A compute buffer kept between computations saves its allocation (page faults of a few ms
