@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 
@@ -66,8 +67,20 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(pa
                                   [&](const LazyGroup& l) { return std::strncmp(name, l.prefix.c_str(), l.prefix.size()) == 0; });
             (g == lazy_.end() ? resident : g->ids).push_back(i);
         }
-        buffer_ = load_tensors(resident);
+        std::vector<int64_t> plain;
+        std::map<ggml_backend_buffer_type_t, std::vector<int64_t>> extra;
+        for (int64_t i : resident) {
+            ggml_tensor* t = ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i));
+            ggml_backend_buffer_type_t b = extra_buft_for(t);
+            (b ? extra[b] : plain).push_back(i);
+        }
+        buffer_ = load_tensors(plain, ggml_backend_get_default_buffer_type(backend_));
+        for (auto& [b, ids] : extra) {
+            extra_buffers_.push_back(load_tensors(ids, b));
+            for (int64_t i : ids) in_extra_[ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i))] = i;
+        }
     } catch (...) {
+        for (ggml_backend_buffer_t b : extra_buffers_) ggml_backend_buffer_free(b);
         if (buffer_) ggml_backend_buffer_free(buffer_);
         gguf_free(gguf_);
         ggml_free(ctx_);
@@ -75,9 +88,41 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(pa
     }
 }
 
-ggml_backend_buffer_t ModelFile::load_tensors(const std::vector<int64_t>& ids) const {
+// Whether `buft` (an extra buffer type of `dev`) takes `w` as the weight of a matmul with
+// F32 activations: asked the way ggml's backends answer it, with `w` in a dummy buffer.
+static bool extra_takes(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft, ggml_tensor* w) {
+    ggml_init_params params{ggml_tensor_overhead() * 2, nullptr, true};
+    ggml_context* ctx = ggml_init(params);
+    if (!ctx) return false;
+    ggml_tensor* op = ggml_mul_mat(ctx, w, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, w->ne[0], 1));
+    ggml_backend_buffer_t dummy = ggml_backend_buft_alloc_buffer(buft, 0);
+    w->buffer = dummy;
+    const bool ok = dummy && ggml_backend_dev_supports_op(dev, op);
+    w->buffer = nullptr;
+    if (dummy) ggml_backend_buffer_free(dummy);
+    ggml_free(ctx);
+    return ok;
+}
+
+ggml_backend_buffer_type_t ModelFile::extra_buft_for(ggml_tensor* t) const {
+    static const bool enabled = [] {
+        const char* v = std::getenv("CBS_CPU_REPACK");
+        return !v || std::strcmp(v, "0") != 0;
+    }();
+    // T3's quantised tensors are all matmul weights (convert/quant.py); S3Gen's stay put.
+    if (!enabled || !ggml_is_quantized(t->type) || std::strncmp(ggml_get_name(t), "t3.", 3) != 0) return nullptr;
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend_);
+    if (!dev || ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) return nullptr;
+    using get_extra_t = ggml_backend_buffer_type_t* (*)(ggml_backend_dev_t);
+    auto get_extra = reinterpret_cast<get_extra_t>(
+        ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts"));
+    for (ggml_backend_buffer_type_t* b = get_extra ? get_extra(dev) : nullptr; b && *b; ++b)
+        if (extra_takes(dev, *b, t)) return *b;
+    return nullptr;
+}
+
+ggml_backend_buffer_t ModelFile::load_tensors(const std::vector<int64_t>& ids, ggml_backend_buffer_type_t buft) const {
     if (ids.empty()) return nullptr;
-    ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(backend_);
     const size_t align = ggml_backend_buft_get_alignment(buft);
     size_t size = align;
     for (int64_t i : ids)
@@ -119,7 +164,7 @@ void ModelFile::ensure_loaded(const std::string& name) const {
     for (LazyGroup& g : lazy_) {
         if (name.compare(0, g.prefix.size(), g.prefix) != 0) continue;
         std::lock_guard<std::mutex> lock(lazy_mutex_);
-        if (!g.buffer) g.buffer = load_tensors(g.ids);
+        if (!g.buffer) g.buffer = load_tensors(g.ids, ggml_backend_get_default_buffer_type(backend_));
         return;
     }
 }
@@ -146,6 +191,7 @@ ModelFile::ModelFile(const std::string& path, MetadataOnly) : path_(path) { open
 ModelFile::~ModelFile() {
     for (LazyGroup& g : lazy_)
         if (g.buffer) ggml_backend_buffer_free(g.buffer);
+    for (ggml_backend_buffer_t b : extra_buffers_) ggml_backend_buffer_free(b);
     if (buffer_) ggml_backend_buffer_free(buffer_);
     if (gguf_) gguf_free(gguf_);
     if (ctx_) ggml_free(ctx_);
@@ -275,14 +321,28 @@ ggml_tensor* ModelFile::tensor(const std::string& name, const std::vector<int64_
 
 size_t ModelFile::buffer_bytes() const {
     size_t n = buffer_ ? ggml_backend_buffer_get_size(buffer_) : 0;
+    for (ggml_backend_buffer_t b : extra_buffers_) n += ggml_backend_buffer_get_size(b);
     std::lock_guard<std::mutex> lock(lazy_mutex_);
     for (const LazyGroup& g : lazy_) n += g.buffer ? ggml_backend_buffer_get_size(g.buffer) : 0;
     return n;
 }
 
-std::vector<float> ModelFile::read_f32(const ggml_tensor* t) const {
+std::vector<uint8_t> ModelFile::read_raw(const ggml_tensor* t) const {
     std::vector<uint8_t> raw(ggml_nbytes(t));
-    ggml_backend_tensor_get(t, raw.data(), 0, raw.size());
+    auto it = in_extra_.find(t);
+    if (it == in_extra_.end()) {
+        ggml_backend_tensor_get(t, raw.data(), 0, raw.size());
+        return raw;
+    }
+    std::unique_ptr<FILE, int (*)(FILE*)> fp(std::fopen(path_.c_str(), "rb"), &std::fclose);
+    if (!fp || fseeko(fp.get(), static_cast<off_t>(gguf_get_data_offset(gguf_) + gguf_get_tensor_offset(gguf_, it->second)), SEEK_SET) != 0 ||
+        std::fread(raw.data(), 1, raw.size(), fp.get()) != raw.size())
+        throw ModelError(path_ + ": read error in tensor " + ggml_get_name(t));
+    return raw;
+}
+
+std::vector<float> ModelFile::read_f32(const ggml_tensor* t) const {
+    const std::vector<uint8_t> raw = read_raw(t);
     const int64_t n = ggml_nelements(t);
     std::vector<float> out(n);
     if (t->type == GGML_TYPE_F32) {

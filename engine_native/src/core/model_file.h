@@ -7,6 +7,11 @@
 // (type, shape) is read and the file's extent checked, but such a group's data is read
 // into a buffer of its own only when a component first asks for one of its tensors
 // (tensor(), find_tensor()), so a synthesis-only session never holds them.
+//
+// On a CPU backend, T3's quantised matrices (all of them matmul weights, see
+// convert/quant.py) go into the CPU's "extra" buffer type when it takes them: the repack
+// buffer stores Q4_0 rows interleaved for the AVX2/AVX-512 gemv/gemm kernels (AMX on a
+// build and CPU that has it). CBS_CPU_REPACK=0 keeps every weight in the plain buffer.
 #pragma once
 
 #include <cstdint>
@@ -75,7 +80,11 @@ private:
     void open(ggml_context** ctx);
     int64_t key_id(const std::string& key) const;
     // Allocates a buffer for the tensors `ids` (gguf indices) and reads their data.
-    ggml_backend_buffer_t load_tensors(const std::vector<int64_t>& ids) const;
+    ggml_backend_buffer_t load_tensors(const std::vector<int64_t>& ids, ggml_backend_buffer_type_t buft) const;
+    // The extra buffer type (repack, AMX) a matmul weight goes into, or nullptr.
+    ggml_backend_buffer_type_t extra_buft_for(ggml_tensor* t) const;
+    // A tensor's bytes as the file holds them (an extra buffer cannot be read back).
+    std::vector<uint8_t> read_raw(const ggml_tensor* t) const;
     void ensure_loaded(const std::string& name) const;
 
     struct LazyGroup {
@@ -92,6 +101,8 @@ private:
     gguf_context* gguf_ = nullptr;
     ggml_context* ctx_ = nullptr;
     ggml_backend_buffer_t buffer_ = nullptr;
+    std::vector<ggml_backend_buffer_t> extra_buffers_;  // weights in extra buffer types
+    std::map<const ggml_tensor*, int64_t> in_extra_;    // those tensors, with their gguf index
     std::map<std::string, ggml_tensor*> tensors_;
 };
 
