@@ -241,9 +241,11 @@ static bool cpu_uses_openmp(ggml_backend_t backend) {
     return false;
 }
 
-// 5 x 10 us: a T3 token's graph nodes take tens of microseconds, so a partner thread
-// that is running arrives within the spin; one that was preempted is waited for asleep.
-static constexpr int kDefaultPoll = 5;
+// 0: a thread at a barrier still spins 128 pauses (~6 us here) before it sleeps, and a
+// worker sleeps at once between graphs. Measured best of 0, 5 and 20 (10 us units) with
+// two processes burning both cores (64 vs 151 and 134 ms/token) and no worse without them
+// (benchmarks/bench_threads.py); a longer spin only pays on a machine that is truly idle.
+static constexpr int kDefaultPoll = 0;
 
 static int thread_poll() {
     const std::string v = env("CBS_THREAD_POLL");
