@@ -4,6 +4,9 @@ N iterations, then sleep), each in a process of its own, alternating over rounds
 machine's load affects every setting alike.
 
     PYTHONPATH=. python benchmarks/bench_omp_wait.py MODEL.gguf [--tokens 60] [--rounds 2]
+
+Only meaningful for a build with -DCBS_OPENMP=ON: the default build threads through ggml's
+own pool, which these variables do not touch (benchmarks/bench_threads.py compares both).
 """
 
 from __future__ import annotations

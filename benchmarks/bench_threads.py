@@ -38,7 +38,7 @@ def child(model: str, tokens: int, threads: int) -> None:
     n = len(s.next(tokens))
     t2 = time.perf_counter()
     print(json.dumps({"ms_per_token": (t2 - t1) * 1e3 / n, "prompt_ms": (t1 - t0) * 1e3,
-                      "module": engine_native.__file__}))
+                      "module": engine_native.__file__, "cpu": engine_native._core.system_info()["cpu_variant"]}))
 
 
 def burners(n: int) -> list[subprocess.Popen]:
@@ -63,8 +63,10 @@ def main(argv=None) -> int:
     here = os.environ.get("PYTHONPATH", str(ROOT))
     settings = {f"pool poll={p}": (here, {"CBS_THREAD_POLL": p}) for p in a.polls.split(",")}
     if a.omp_tree:
-        settings["omp PASSIVE"] = (a.omp_tree, {"OMP_WAIT_POLICY": "PASSIVE"})
-        settings["omp ACTIVE"] = (a.omp_tree, {"OMP_WAIT_POLICY": "ACTIVE"})
+        # The tree's own ggml libraries before the build tree a module's RUNPATH may name.
+        lib = {"LD_LIBRARY_PATH": str(Path(a.omp_tree) / "engine_native")}
+        settings["omp PASSIVE"] = (a.omp_tree, {"OMP_WAIT_POLICY": "PASSIVE", **lib})
+        settings["omp ACTIVE"] = (a.omp_tree, {"OMP_WAIT_POLICY": "ACTIVE", **lib})
     phases = ["quiet"] + ([f"load {a.load}"] if a.load > 0 else [])
     results = {(ph, k): [] for ph in phases for k in settings}
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
@@ -73,7 +75,8 @@ def main(argv=None) -> int:
             procs = burners(a.load) if ph != "quiet" else []
             try:
                 for name, (path, env) in settings.items():
-                    e = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "CBS_THREAD_POLL")}
+                    e = {k: v for k, v in os.environ.items()
+                         if k not in ("OMP_WAIT_POLICY", "CBS_THREAD_POLL", "LD_LIBRARY_PATH")}
                     e.update(env, PYTHONPATH=path)
                     out = subprocess.run([sys.executable, __file__, a.model, "--child", "--tokens", str(a.tokens),
                                           "--threads", str(a.threads)], env=e, capture_output=True, text=True)
@@ -83,7 +86,7 @@ def main(argv=None) -> int:
                     r = json.loads(out.stdout.strip().splitlines()[-1])
                     results[(ph, name)].append(r)
                     print(f"  {ph:<7} {name:<12} {r['ms_per_token']:7.1f} ms/token  prompt {r['prompt_ms']:6.0f} ms"
-                          f"  ({Path(r['module']).parent.parent})", flush=True)
+                          f"  ({Path(r['module']).parent.parent}, cpu module {r['cpu'] or 'single'})", flush=True)
             finally:
                 for p in procs:
                     p.kill()
