@@ -87,12 +87,16 @@ set(CMAKE_POSITION_INDEPENDENT_CODE ON)
 set(GGML_BUILD_TESTS OFF CACHE BOOL "" FORCE)
 set(GGML_BUILD_EXAMPLES OFF CACHE BOOL "" FORCE)
 set(GGML_CCACHE OFF CACHE BOOL "" FORCE)
-# ggml's own thread pool rather than OpenMP: core/backend.cpp gives every CPU backend a
+# Threads of ggml's CPU backend: OpenMP (ON; engine_native sets OMP_WAIT_POLICY=PASSIVE)
+# or ggml's own thread pool (OFF): core/backend.cpp then gives every CPU backend a
 # persistent pool whose threads spin a bounded time at barriers and between graphs, then
-# sleep (patches/0004), so T3's ~500 barriers a token are quick on a quiet machine and
-# waste no time slices on a busy one. OpenMP offers only spin-forever (ACTIVE) or
-# sleep-at-once (PASSIVE, 2x slower per token when quiet). ON: the OpenMP build.
-option(CBS_OPENMP "thread ggml's CPU backend with OpenMP instead of its own thread pool" OFF)
+# sleep (patches/0004, CBS_THREAD_POLL). Measured on the shared 2-core machine
+# (benchmarks/bench_threads.py, T3 Q4_0 ms/token, 2026-12-01): the pool equals OpenMP
+# PASSIVE when the machine is merely busy (46 vs 49, 187 vs 218) and is 1.6x slower with
+# two processes burning both cores (182 vs 116, 228 vs 130); ACTIVE is 10-50x slower than
+# both whenever the machine is busy. OpenMP stays the default until the pool is measured
+# on an idle machine, where the bounded spin should pay.
+option(CBS_OPENMP "thread ggml's CPU backend with OpenMP instead of its own thread pool" ON)
 set(GGML_OPENMP ${CBS_OPENMP} CACHE BOOL "" FORCE)
 # llamafile's tiled sgemm: much faster batched matmuls (prompt passes, S3Gen) on the CPU.
 set(GGML_LLAMAFILE ON CACHE BOOL "use llamafile sgemm kernels")
