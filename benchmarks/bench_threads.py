@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--polls", default="0,5,20", help="CBS_THREAD_POLL values for the thread pool")
+    ap.add_argument("--polls", default="0,2,10", help="CBS_THREAD_POLL values for the thread pool")
+    ap.add_argument("--omp-policies", default="PASSIVE,ACTIVE", help="OMP_WAIT_POLICY values for --omp-tree")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -65,8 +66,8 @@ def main(argv=None) -> int:
     if a.omp_tree:
         # The tree's own ggml libraries before the build tree a module's RUNPATH may name.
         lib = {"LD_LIBRARY_PATH": str(Path(a.omp_tree) / "engine_native")}
-        settings["omp PASSIVE"] = (a.omp_tree, {"OMP_WAIT_POLICY": "PASSIVE", **lib})
-        settings["omp ACTIVE"] = (a.omp_tree, {"OMP_WAIT_POLICY": "ACTIVE", **lib})
+        for pol in a.omp_policies.split(","):
+            settings[f"omp {pol}"] = (a.omp_tree, {"OMP_WAIT_POLICY": pol, **lib})
     phases = ["quiet"] + ([f"load {a.load}"] if a.load > 0 else [])
     results = {(ph, k): [] for ph in phases for k in settings}
     print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
