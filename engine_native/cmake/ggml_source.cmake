@@ -92,8 +92,9 @@ set(GGML_CCACHE OFF CACHE BOOL "" FORCE)
 # persistent pool whose threads spin a bounded time at barriers and between graphs, then
 # sleep (patches/0004, CBS_THREAD_POLL). Measured on the shared 2-core machine
 # (benchmarks/bench_threads.py, T3 Q4_0 ms/token, 2026-12-01): the pool equals OpenMP
-# PASSIVE when the machine is merely busy (46 vs 49, 187 vs 218) and is 1.6x slower with
-# two processes burning both cores (182 vs 116, 228 vs 130); ACTIVE is 10-50x slower than
+# PASSIVE or better when the machine is merely busy (46 vs 49, 187 vs 218, 103 vs 108) and
+# 1.6-2.5x slower with two processes burning both cores (182 vs 116, 228 vs 130, 147 vs 58,
+# 164 vs 79); ACTIVE is 10-50x slower than
 # both whenever the machine is busy. OpenMP stays the default until the pool is measured
 # on an idle machine, where the bounded spin should pay.
 option(CBS_OPENMP "thread ggml's CPU backend with OpenMP instead of its own thread pool" ON)
