@@ -22,6 +22,18 @@ from engine_native.bench import BENCH_TEXT
 from engine_native.engine import Engine, _CancelToken
 
 
+MODES = {  # how a stream runs T3 beside S3Gen (T3 keeps the engine's threads)
+    "serial": (False, 0),        # T3 and S3Gen take turns on all the threads
+    "overlap": (True, -1),       # S3Gen beside T3 with one thread fewer
+    "overlap-full": (True, 0),   # S3Gen beside T3 with all the threads too
+}
+
+
+def set_mode(engine, mode):
+    engine._overlap, fewer = MODES[mode]
+    engine._s3gen_beside_threads = max(1, engine._n_threads + fewer)
+
+
 def profile_stream(engine, preset, n, seed):
     rows, t_prev = [], time.perf_counter()
     t_start = t_prev
@@ -30,7 +42,7 @@ def profile_stream(engine, preset, n, seed):
         now = time.perf_counter()
         first_s = first_s if first_s is not None else now - t_start
         t = c.timings
-        rows.append((t["speech_tokens"], t["t3_ms"], t["s3gen_ms"], t["hift_ms"], (now - t_prev) * 1e3, c.samples.size))
+        rows.append((t["speech_tokens"], t["t3_ms"], t["s3gen_ms"], t["hift_ms"], (now - t_prev) * 1e3, c.samples))
         t_prev = now
     return rows, time.perf_counter() - t_start, first_s
 
@@ -72,6 +84,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--presets", nargs="+", default=["low-latency", "quality"])
     ap.add_argument("--threads-split", action="store_true")
+    ap.add_argument("--modes", nargs="+", default=["overlap"], choices=sorted(MODES),
+                    help="stream modes, run one after another per preset (compare within one run)")
     a = ap.parse_args(argv)
     if a.threads_split:
         threads_split(a.model, a.tokens, a.seed)
@@ -81,15 +95,21 @@ def main(argv=None) -> int:
     for name in a.presets:
         preset = engine.presets[name]
         b_wall, b_t3, b_s3, b_hift, b_n = batch(engine, preset, a.tokens, a.seed)
-        rows, wall, first = profile_stream(engine, preset, a.tokens, a.seed)
         print(f"\n{name}: batch {b_wall:.2f} s (T3 {b_t3 / 1e3:.2f}, S3Gen {b_s3 / 1e3:.2f}, HiFT {b_hift / 1e3:.2f}), "
               f"audio {b_n / engine.sample_rate:.2f} s")
-        print(f"{'chunk':>5} {'tokens':>6} {'t3 ms':>7} {'s3gen ms':>8} {'hift ms':>7} {'wall ms':>7} {'audio s':>7}")
-        for i, (tok, t3, s3, hf, w, ns) in enumerate(rows):
-            print(f"{i:>5} {tok:>6} {t3:>7.0f} {s3:>8.0f} {hf:>7.0f} {w:>7.0f} {ns / engine.sample_rate:>7.2f}")
-        sums = np.sum([[r[1], r[2], r[3]] for r in rows], axis=0) / 1e3
-        print(f"stream {wall:.2f} s = {wall / b_wall:.2f}x batch (T3 {sums[0]:.2f}, S3Gen {sums[1]:.2f}, HiFT {sums[2]:.2f}, "
-              f"other {wall - sums.sum():.2f}); first audio {first:.2f} s; {len(rows)} chunks", flush=True)
+        audio = {}
+        for mode in a.modes:
+            set_mode(engine, mode)
+            rows, wall, first = profile_stream(engine, preset, a.tokens, a.seed)
+            audio[mode] = np.concatenate([r[5] for r in rows])
+            print(f"[{mode}]\n{'chunk':>5} {'tokens':>6} {'t3 ms':>7} {'s3gen ms':>8} {'hift ms':>7} {'wall ms':>7} {'audio s':>7}")
+            for i, (tok, t3, s3, hf, w, wav) in enumerate(rows):
+                print(f"{i:>5} {tok:>6} {t3:>7.0f} {s3:>8.0f} {hf:>7.0f} {w:>7.0f} {wav.size / engine.sample_rate:>7.2f}")
+            sums = np.sum([[r[1], r[2], r[3]] for r in rows], axis=0) / 1e3
+            same = all(np.array_equal(audio[mode], v) for v in audio.values())
+            print(f"stream [{mode}] {wall:.2f} s = {wall / b_wall:.2f}x batch (waiting for T3 {sums[0]:.2f}, S3Gen {sums[1]:.2f}, "
+                  f"HiFT {sums[2]:.2f}); first audio {first:.2f} s; {len(rows)} chunks; audio same as the other modes: {same}",
+                  flush=True)
     return 0
 
 

@@ -77,10 +77,12 @@ _STREAM_CONTEXT_TOKENS = 50
 # passes 131 s; first audio unchanged (benchmarks/bench_stream_context.py).
 _CHUNK_GROWTH = 0.5
 # T3 beside S3Gen: once a sentence's first chunk is out, a worker thread samples its next
-# tokens on T3's own CPU backend with this many threads while the stream's S3Gen / HiFT
-# passes run on the model's backend with the rest (two cores: one each), instead of the
-# two taking turns on all the cores. The chunk boundaries, so the audio, stay the same.
-_OVERLAP_T3_THREADS = 1
+# tokens on T3's own CPU backend while the stream's S3Gen / HiFT passes run on the model's
+# backend with this many threads fewer than the engine's (at least one), instead of the two
+# taking turns on all the cores. T3 keeps its thread count: its decode attention splits the
+# KV cache by thread, so another count samples other tokens (measured: 1 vs 2 threads differ
+# from the 5th token on, random weights); the chunk boundaries stay the same, so the audio does.
+_S3GEN_BESIDE_T3_FEWER_THREADS = 1
 _T3_WORKER_STEP = 5  # tokens per T3 call of the worker: how often the stream sees new ones
 # Chatterbox's output rate, for a front end that needs a rate before any model is loaded;
 # a loaded model's own value (`Engine.sample_rate`, from the GGUF) always wins.
@@ -206,7 +208,7 @@ class _StreamVocoder:
 
 class _TokenWorker:
     """Samples the rest of a stream's sentence on a thread of its own, beside the stream's
-    S3Gen passes (T3 on its own backend with _OVERLAP_T3_THREADS threads)."""
+    S3Gen passes (T3 on its own backend)."""
 
     def __init__(self, engine, t3, tokens: list[int]):
         self._engine, self._t3 = engine, t3
@@ -222,7 +224,7 @@ class _TokenWorker:
     def _run(self):
         try:
             while not (self._t3.done or self._t3.cancelled):
-                with self._engine._t3_compute(_OVERLAP_T3_THREADS):
+                with self._engine._t3_lock:
                     got = self._t3.next(_T3_WORKER_STEP)
                 with self._cv:
                     self._tokens += got
@@ -450,8 +452,9 @@ class Engine:
         self._lock = _FairLock()     # one native computation at a time, in arrival order
         # T3 on a CPU backend of its own computes beside S3Gen / HiFT: a lock of its own.
         self._t3_lock = _FairLock() if self._t3.own_backend else self._lock
-        self._overlap = self._t3.own_backend and self._n_threads > _OVERLAP_T3_THREADS
+        self._overlap = self._t3.own_backend
         self._t3_workers = 0         # _TokenWorkers running (S3Gen then leaves them their threads)
+        self._s3gen_beside_threads = max(1, self._n_threads - _S3GEN_BESIDE_T3_FEWER_THREADS)
         self._workers_lock = threading.Lock()
         self._idle_caches = []       # T3 KV caches of finished sessions, for reuse
         self._cache_lock = threading.Lock()
@@ -860,7 +863,7 @@ class Engine:
                                  f"{p['max_tokens']}")
         with self._cache_lock:
             cache = self._idle_caches.pop() if self._idle_caches else None
-        with self._t3_compute(), cancel.armed(self._t3):  # Stop reaches the prompt's graph too
+        with self._t3_lock, cancel.armed(self._t3):  # Stop reaches the prompt's graph too
             if cache is None:
                 cache = _core.T3Cache(self._t3)
             t3 = self._t3.stream(ids, p["max_tokens"], seed, temperature=p["temperature"], top_k=p["top_k"],
@@ -880,20 +883,13 @@ class Engine:
             raise
 
     @contextmanager
-    def _t3_compute(self, threads: int | None = None):
-        """T3's turn (its lock) with `threads` threads on its own backend (None: all)."""
-        with self._t3_lock:
-            self._t3.set_threads(threads or self._n_threads)
-            yield
-
-    @contextmanager
     def _s3gen_compute(self, cancel):
         """S3Gen / HiFT's turn, Stop armed; while a stream's T3 worker runs, with the threads
         it leaves free."""
         with self._lock, cancel.armed(self._file):
             beside = self._t3_workers > 0
             if beside:
-                self._file.set_threads(max(1, self._n_threads - _OVERLAP_T3_THREADS))
+                self._file.set_threads(self._s3gen_beside_threads)
             try:
                 yield
             finally:
@@ -998,7 +994,7 @@ class Engine:
         for si, sentence in enumerate(self._sentences(text, cancel, p["language"])):
             t3, cache = self._t3_session(self._text_ids(sentence.text, p["language"]), seed + si, p, voice, cancel)
             try:
-                with self._t3_compute():
+                with self._t3_lock:
                     out.append(list(t3.next(p["max_tokens"])))
             finally:
                 self._end_session(t3, cache, cancel)
@@ -1046,7 +1042,7 @@ class Engine:
             if t3 is None:
                 return
             try:
-                with self._t3_compute():
+                with self._t3_lock:
                     tokens = t3.next(p["max_tokens"])
             finally:
                 self._end_session(t3, cache, cancel)
@@ -1094,7 +1090,7 @@ class Engine:
                 t0 = time.perf_counter()
                 want = first_tokens if not (started or tokens) else max(chunk_tokens, int(_CHUNK_GROWTH * len(tokens)))
                 if worker is None:
-                    with self._t3_compute():
+                    with self._t3_lock:
                         tokens += t3.next(want)
                     final = t3.done
                 else:

@@ -133,10 +133,6 @@ void bind_t3(py::module_& m) {
              "threads > 0 on a CPU model: T3 computes on a CPU backend of its own (shared by the model's T3s), "
              "so it can run beside S3Gen; 0: on the model's backend.")
         .def_property_readonly("own_backend", [](const PyT3& self) { return bool(self.model->t3_backend); })
-        .def("set_threads", [](PyT3& self, int n) {
-            if (n < 1) throw EngineError("threads must be >= 1");
-            if (self.model->t3_backend) set_threads(self.model->t3_backend.get(), n);
-        }, py::arg("n"), "The thread count of T3's own backend for the next computations (no-op without one).")
         .def("abort_compute", [](PyT3& self, bool on) {
             (self.model->t3_backend ? self.model->t3_abort : self.model->abort).store(on);
         }, py::arg("on") = true, "As ModelFile.abort_compute, for T3's computations (its own backend's flag).")
