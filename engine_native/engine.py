@@ -72,10 +72,11 @@ _HIFT_HOLDBACK = 4
 _STREAM_CONTEXT_TOKENS = 50
 # A chunk after the first takes max(chunk_tokens, this x the sentence's tokens so far): a long
 # sentence takes a few passes (each pays for the voice prompt, which dominates a pass) instead
-# of one per chunk_tokens, and the audio already queued (all of it so far) covers twice the
-# next chunk. Measured (250 tokens, Turbo, quality, loaded machine): 11 passes 227 s -> 7
-# passes 131 s; first audio unchanged (benchmarks/bench_stream_context.py).
-_CHUNK_GROWTH = 0.5
+# of one per chunk_tokens; first audio unchanged. Measured (Turbo Q4_0, quality, loaded
+# machine, benchmarks/bench_stream_context.py): 250 tokens, 11 passes 227 s -> 7 passes 131 s
+# (0.5); then 0.5 -> 1.0 (chunks 10, 25, 35, 70, 110): S3Gen 77.7 -> 68.5 s, 7 -> 5 passes,
+# rel vs batch 0.012 -> 0.011, log-mel 0.035 -> 0.027 (fewer seams); 100 tokens 61.4 -> 53.6 s.
+_CHUNK_GROWTH = 1.0
 # T3 beside S3Gen: once a sentence's first chunk is out, a worker thread samples its next
 # tokens on T3's own CPU backend while the stream's S3Gen / HiFT passes run on the model's
 # backend with this many threads fewer than the engine's (at least one), instead of the two
