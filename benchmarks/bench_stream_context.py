@@ -9,7 +9,10 @@ absolute log-mel difference (S3Gen's own 80-band log-mel, natural log) over the 
 Contexts are measured alternately per sentence, so a loaded machine affects them alike.
 
     PYTHONPATH=. python benchmarks/bench_stream_context.py MODEL.gguf [--lengths 40 100 250]
-        [--configs -1:0 50:0 25:0 50:1] [--preset quality]
+        [--configs -1:0 50:0 25:0 50:1 50:1:6] [--preset quality]
+
+A config is CONTEXT:GROW[:PROMPT_S]: PROMPT_S > 0 gives the stream's passes only the last
+PROMPT_S seconds of the voice's S3Gen prompt (the batch keeps the preset's).
 """
 
 from __future__ import annotations
@@ -70,14 +73,16 @@ def main(argv=None) -> int:
         batch_s = time.perf_counter() - t0
         ref_mel = np.asarray(mel24.compute(batch))
         for cfg in a.configs:
-            ctx, grow = int(cfg.split(":")[0]), float(cfg.split(":")[1])
-            wav, chunk_ms = stream_audio(engine, tokens, voice, seed, p, ctx, grow)
+            ctx, grow, *prompt_s = cfg.split(":")
+            ctx, grow = int(ctx), float(grow)
+            ps = {**p, "prompt_seconds": float(prompt_s[0])} if prompt_s else p
+            wav, chunk_ms = stream_audio(engine, tokens, voice, seed, ps, ctx, grow)
             n = min(wav.size, batch.size)
             rel = np.linalg.norm(wav[:n] - batch[:n]) / max(np.linalg.norm(batch[:n]), 1e-12)
             m = np.asarray(mel24.compute(wav))
             k = min(len(m), len(ref_mel))
             logmel = float(np.mean(np.abs(m[:k] - ref_mel[:k])))
-            print(f"{len(tokens):>6} {ctx if ctx >= 0 else 'all':>7} {grow:>4.1f} {len(chunk_ms):>6} {chunk_ms[0]:>8.0f} "
+            print(f"{len(tokens):>6} {ctx if ctx >= 0 else 'all':>7} {grow:>4.1f}{':' + prompt_s[0] + ' s' if prompt_s else ''} {len(chunk_ms):>6} {chunk_ms[0]:>8.0f} "
                   f"{chunk_ms[-1]:>8.0f} {max(chunk_ms):>8.0f} {sum(chunk_ms) / 1e3:>8.2f} {batch_s:>8.2f} "
                   f"{rel:>7.4f} {logmel:>7.4f}" + ("" if wav.size == batch.size else f"  (length {wav.size} vs {batch.size})"),
                   flush=True)

@@ -189,7 +189,7 @@ def cancel_in(engine: Engine, stage: str, delay: float, text: str, seed: int, n_
         time.sleep(delay)
         t0 = time.perf_counter()
         it.cancel()
-        with engine._lock:  # the engine is free: the next caller gets in
+        with engine._t3_lock, engine._lock:  # the engine is free: the next caller gets in (T3 and S3Gen)
             ms = _ms(t0)
         t.join(120)
         if errors:
@@ -241,7 +241,7 @@ def cancel_latency(engine: Engine, seed: int, n_tokens: int, options=None, delay
             time.sleep(delay)
             t0 = time.perf_counter()
             it.cancel()
-            with engine._lock:
+            with engine._t3_lock, engine._lock:
                 out.append(_ms(t0))
             t.join()
         finally:

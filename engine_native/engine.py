@@ -23,7 +23,9 @@ noise as the whole. What still differs from `synthesize` is the CFM's view of to
 yet sampled and of tokens before its window (its attention is bidirectional), which tests bound.
 
 Concurrency: any number of threads may call one Engine. Native computations run with the
-GIL released, one at a time, served in arrival order (a fair lock); every generation has
+GIL released, served in arrival order (fair locks): on the CPU, T3 has a backend and a
+lock of its own, so one T3 computation can run beside one S3Gen / HiFT computation (a
+stream's worker samples its next tokens while its last ones are rendered); every generation has
 its own T3 session (its own KV cache, taken from a small pool so the voice's conditioning
 prefix is reused), so concurrent streams interleave chunk by chunk and each caller gets its
 whole result, never a truncated one. `Stream.cancel()` ends a stream: its consumer's loop
@@ -70,10 +72,19 @@ _HIFT_HOLDBACK = 4
 _STREAM_CONTEXT_TOKENS = 50
 # A chunk after the first takes max(chunk_tokens, this x the sentence's tokens so far): a long
 # sentence takes a few passes (each pays for the voice prompt, which dominates a pass) instead
-# of one per chunk_tokens, and the audio already queued (all of it so far) covers twice the
-# next chunk. Measured (250 tokens, Turbo, quality, loaded machine): 11 passes 227 s -> 7
-# passes 131 s; first audio unchanged (benchmarks/bench_stream_context.py).
-_CHUNK_GROWTH = 0.5
+# of one per chunk_tokens; first audio unchanged. Measured (Turbo Q4_0, quality, loaded
+# machine, benchmarks/bench_stream_context.py): 250 tokens, 11 passes 227 s -> 7 passes 131 s
+# (0.5); then 0.5 -> 1.0 (chunks 10, 25, 35, 70, 110): S3Gen 77.7 -> 68.5 s, 7 -> 5 passes,
+# rel vs batch 0.012 -> 0.011, log-mel 0.035 -> 0.027 (fewer seams); 100 tokens 61.4 -> 53.6 s.
+_CHUNK_GROWTH = 1.0
+# T3 beside S3Gen: once a sentence's first chunk is out, a worker thread samples its next
+# tokens on T3's own CPU backend while the stream's S3Gen / HiFT passes run on the model's
+# backend with this many threads fewer than the engine's (at least one), instead of the two
+# taking turns on all the cores. T3 keeps its thread count: its decode attention splits the
+# KV cache by thread, so another count samples other tokens (measured: 1 vs 2 threads differ
+# from the 5th token on, random weights); the chunk boundaries stay the same, so the audio does.
+_S3GEN_BESIDE_T3_FEWER_THREADS = 1
+_T3_WORKER_STEP = 5  # tokens per T3 call of the worker: how often the stream sees new ones
 # Chatterbox's output rate, for a front end that needs a rate before any model is loaded;
 # a loaded model's own value (`Engine.sample_rate`, from the GGUF) always wins.
 NOMINAL_SAMPLE_RATE = 24000
@@ -194,6 +205,54 @@ class _StreamVocoder:
         self.source_tail = np.concatenate([context, new])[-_HIFT_CONTEXT * self.spf:]
         self.emitted = end
         return out, (time.perf_counter() - t0) * 1e3
+
+
+class _TokenWorker:
+    """Samples the rest of a stream's sentence on a thread of its own, beside the stream's
+    S3Gen passes (T3 on its own backend)."""
+
+    def __init__(self, engine, t3, tokens: list[int]):
+        self._engine, self._t3 = engine, t3
+        self._tokens = list(tokens)
+        self._done = False
+        self._error = None
+        self._cv = threading.Condition()
+        with engine._workers_lock:
+            engine._t3_workers += 1
+        self._thread = threading.Thread(target=self._run, name="cbs-t3-worker", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            while not (self._t3.done or self._t3.cancelled):
+                with self._engine._t3_lock:
+                    got = self._t3.next(_T3_WORKER_STEP)
+                with self._cv:
+                    self._tokens += got
+                    self._cv.notify_all()
+        except BaseException as e:  # noqa: BLE001 - raised in the stream's thread by wait()
+            self._error = e
+        finally:
+            with self._engine._workers_lock:
+                self._engine._t3_workers -= 1
+            with self._cv:
+                self._done = True
+                self._cv.notify_all()
+
+    def wait(self, n: int, cancel) -> tuple[list[int], bool]:
+        """The sentence's first n tokens once sampled (fewer when it ends first) and whether
+        they are all of it; returns early when the stream is cancelled."""
+        with self._cv:
+            while len(self._tokens) < n and not self._done and not cancel.is_set():
+                self._cv.wait(0.05)
+            if self._error is not None:
+                raise self._error
+            return self._tokens[:n], self._done and n >= len(self._tokens)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._t3.cancel()
+        self._thread.join()
 
 
 class Stream:
@@ -392,6 +451,12 @@ class Engine:
                                                  if f.has_key("chatterbox.builtin_voice.name") else "Built-in"),
                                         "builtin": True})
         self._lock = _FairLock()     # one native computation at a time, in arrival order
+        # T3 on a CPU backend of its own computes beside S3Gen / HiFT: a lock of its own.
+        self._t3_lock = _FairLock() if self._t3.own_backend else self._lock
+        self._overlap = self._t3.own_backend
+        self._t3_workers = 0         # _TokenWorkers running (S3Gen then leaves them their threads)
+        self._s3gen_beside_threads = max(1, self._n_threads - _S3GEN_BESIDE_T3_FEWER_THREADS)
+        self._workers_lock = threading.Lock()
         self._idle_caches = []       # T3 KV caches of finished sessions, for reuse
         self._cache_lock = threading.Lock()
         self._cloner = None          # the cloning encoders, while loaded (_voice_encoders)
@@ -407,7 +472,8 @@ class Engine:
             self._tokenizer = MtlTokenizer(self.path)
         else:
             self._tokenizer = _core.Gpt2Tokenizer(str(self.path))
-        self._t3 = _core.T3(self._file)
+        self._n_threads = self._threads or _core.system_info()["default_threads"]
+        self._t3 = _core.T3(self._file, threads=self._n_threads)  # on the CPU: a backend of its own
         self._encoder = _core.S3GenEncoder(self._file)
         self._cfm = _core.S3GenCfm(self._file)
         self._hift = _core.HiFT(self._file)  # on the model's device (a GPU: ggml ops; a device OOM: the CPU)
@@ -798,7 +864,7 @@ class Engine:
                                  f"{p['max_tokens']}")
         with self._cache_lock:
             cache = self._idle_caches.pop() if self._idle_caches else None
-        with self._lock, cancel.armed(self._file):  # Stop reaches the prompt's graph too
+        with self._t3_lock, cancel.armed(self._t3):  # Stop reaches the prompt's graph too
             if cache is None:
                 cache = _core.T3Cache(self._t3)
             t3 = self._t3.stream(ids, p["max_tokens"], seed, temperature=p["temperature"], top_k=p["top_k"],
@@ -816,6 +882,20 @@ class Engine:
             if cancel.is_set():
                 return None, None
             raise
+
+    @contextmanager
+    def _s3gen_compute(self, cancel):
+        """S3Gen / HiFT's turn, Stop armed; while a stream's T3 worker runs, with the threads
+        it leaves free."""
+        with self._lock, cancel.armed(self._file):
+            beside = self._t3_workers > 0
+            if beside:
+                self._file.set_threads(self._s3gen_beside_threads)
+            try:
+                yield
+            finally:
+                if beside:
+                    self._file.set_threads(self._n_threads)
 
     def _end_session(self, t3, cache, cancel) -> None:
         cancel.watch(None)
@@ -915,7 +995,7 @@ class Engine:
         for si, sentence in enumerate(self._sentences(text, cancel, p["language"])):
             t3, cache = self._t3_session(self._text_ids(sentence.text, p["language"]), seed + si, p, voice, cancel)
             try:
-                with self._lock:
+                with self._t3_lock:
                     out.append(list(t3.next(p["max_tokens"])))
             finally:
                 self._end_session(t3, cache, cancel)
@@ -963,7 +1043,7 @@ class Engine:
             if t3 is None:
                 return
             try:
-                with self._lock:
+                with self._t3_lock:
                     tokens = t3.next(p["max_tokens"])
             finally:
                 self._end_session(t3, cache, cancel)
@@ -976,7 +1056,7 @@ class Engine:
         timings["t3_ms"] = (time.perf_counter() - t0) * 1e3
         timings["attempts"] = attempt + 1
         speech = self._speech_tokens(best, final=True)
-        with self._lock, cancel.armed(self._file):
+        with self._s3gen_compute(cancel):
             t0 = time.perf_counter()
             try:
                 mel = self._mel(speech, voice, seed, True, p)
@@ -991,13 +1071,16 @@ class Engine:
         yield self._fade_in(wav), True, timings
 
     def _sentence_stream(self, ids, voice, seed, p, cancel, first_tokens, chunk_tokens):
-        """One sentence in chunks: S3Gen on each growing token prefix, new frames vocoded."""
+        """One sentence in chunks: S3Gen on each growing token prefix (a bounded window), new
+        frames vocoded. From the first chunk out on, a _TokenWorker samples the next tokens
+        while the passes run."""
         attempt = 0
         t0 = time.perf_counter()
         t3, cache = self._cancellable_session(ids, seed, p, voice, cancel)
         if t3 is None:
             return
         prompt_ms = (time.perf_counter() - t0) * 1e3
+        worker = None
         try:
             vocoder = _StreamVocoder(self._hift, seed)
             tokens: list[int] = []
@@ -1005,10 +1088,14 @@ class Engine:
             while True:
                 if cancel.is_set():
                     return
-                with self._lock:
-                    t0 = time.perf_counter()
-                    first = not (started or tokens)
-                    tokens += t3.next(first_tokens if first else max(chunk_tokens, int(_CHUNK_GROWTH * len(tokens))))
+                t0 = time.perf_counter()
+                want = first_tokens if not (started or tokens) else max(chunk_tokens, int(_CHUNK_GROWTH * len(tokens)))
+                if worker is None:
+                    with self._t3_lock:
+                        tokens += t3.next(want)
+                    final = t3.done
+                else:
+                    tokens, final = worker.wait(len(tokens) + want, cancel)
                 if cancel.is_set():
                     return
                 if not started and self._early_stop(tokens, len(ids), t3.done) and attempt + 1 < _MAX_ATTEMPTS:
@@ -1023,8 +1110,7 @@ class Engine:
                     continue
                 t3_ms = (time.perf_counter() - t0) * 1e3 + prompt_ms
                 prompt_ms = 0.0
-                final = t3.done
-                with self._lock, cancel.armed(self._file):
+                with self._s3gen_compute(cancel):
                     try:
                         wav, s3gen_ms, hift_ms = self._stream_pass(tokens, final, vocoder, voice, seed, p)
                     except Cancelled:  # Stop during S3Gen / HiFT: the stream ends quietly
@@ -1036,11 +1122,15 @@ class Engine:
                 if not started:
                     wav = self._fade_in(wav)
                     started = True
+                if worker is None and not final and self._overlap:
+                    worker = _TokenWorker(self, t3, tokens)  # samples on while this chunk plays
                 yield wav, final, {"t3_ms": t3_ms, "s3gen_ms": s3gen_ms, "hift_ms": hift_ms,
                                    "attempts": attempt + 1, "speech_tokens": len(tokens),
                                    "audio_s": wav.size / self.sample_rate}
                 if final:
                     return
         finally:
+            if worker is not None:
+                worker.stop()
             if t3 is not None:
                 self._end_session(t3, cache, cancel)

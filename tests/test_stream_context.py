@@ -15,7 +15,7 @@ from engine_native import engine as engine_module
 from tests.models import model_path
 
 TEXT = "A long sentence that goes on and on for the streaming window test."
-N = 130  # speech tokens: chunks of 10, 25, 25, 30, 40 (growing), the later ones windowed
+N = 130  # speech tokens: chunks of 10, 25, 35, 60 (each at least the tokens so far), the later ones windowed
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +50,40 @@ def test_long_stream_passes_are_windowed_and_match_batch(engine):
     rel = np.linalg.norm(streamed - batch) / np.linalg.norm(batch)
     print(f"stream vs batch, {N} tokens: rel {rel:.4f}")
     assert rel < 0.05
+
+
+def test_t3_worker_samples_beside_s3gen_and_leaves_the_audio_unchanged(engine, monkeypatch):
+    """After a sentence's first chunk, a worker thread samples its next tokens (T3 on its own
+    CPU backend) while the passes run: the same chunks, sample for sample, as T3 and S3Gen
+    taking turns; Stop with the worker running ends it and frees the engine."""
+    opts = dict(seed=5, max_tokens=60, cfm_steps=1, first_chunk_tokens=10, chunk_tokens=10)
+    assert engine._overlap and engine._t3_lock is not engine._lock   # a CPU model: T3 has its own backend
+    started = []
+
+    class Counted(engine_module._TokenWorker):
+        def __init__(self, *a):
+            started.append(True)
+            super().__init__(*a)
+
+    monkeypatch.setattr(engine_module, "_TokenWorker", Counted)
+    overlapped = [c.samples for c in engine.stream(TEXT, **opts)]
+    assert started == [True]
+    engine._overlap = False
+    try:
+        serial = [c.samples for c in engine.stream(TEXT, **opts)]
+    finally:
+        engine._overlap = True
+    assert started == [True]
+    assert len(overlapped) == len(serial) > 2
+    assert all(np.array_equal(a, b) for a, b in zip(overlapped, serial))
+
+    it = engine.stream(TEXT, **{**opts, "max_tokens": 200})
+    next(it)                                   # the worker is sampling now
+    assert engine._t3_workers == 1
+    it.cancel()
+    assert list(it) == []
+    with engine._t3_lock, engine._lock:        # the engine is free (T3 and S3Gen)
+        pass
+    it.close()                                 # joins the worker
+    assert engine._t3_workers == 0
+    assert engine.synthesize("Hi.", seed=0, max_tokens=4).size > 0

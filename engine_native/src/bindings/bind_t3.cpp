@@ -119,9 +119,23 @@ void bind_t3(py::module_& m) {
         });
 
     py::class_<PyT3>(m, "T3", "T3 (the model named by chatterbox.t3.arch) over a loaded ModelFile.")
-        .def(py::init([](py::object model) {
-                 return build<T3Model>(model, [](PyModel& pm) { return make_t3(*pm.file, pm.backend.get()); });
-             }), py::arg("model"))
+        .def(py::init([](py::object model, int threads) {
+                 return build<T3Model>(model, [threads](PyModel& pm) {
+                     if (threads > 0 && backend_is_cpu(pm.backend.get()) && !pm.t3_backend) {
+                         pm.t3_backend = make_backend("cpu", threads);
+                         set_abort_callback(pm.t3_backend.get(), [](void* flag) {
+                             return static_cast<std::atomic<bool>*>(flag)->load(std::memory_order_relaxed);
+                         }, &pm.t3_abort);
+                     }
+                     return make_t3(*pm.file, pm.t3_backend && threads > 0 ? pm.t3_backend.get() : pm.backend.get());
+                 });
+             }), py::arg("model"), py::arg("threads") = 0,
+             "threads > 0 on a CPU model: T3 computes on a CPU backend of its own (shared by the model's T3s), "
+             "so it can run beside S3Gen; 0: on the model's backend.")
+        .def_property_readonly("own_backend", [](const PyT3& self) { return bool(self.model->t3_backend); })
+        .def("abort_compute", [](PyT3& self, bool on) {
+            (self.model->t3_backend ? self.model->t3_abort : self.model->abort).store(on);
+        }, py::arg("on") = true, "As ModelFile.abort_compute, for T3's computations (its own backend's flag).")
         .def_property_readonly("arch", [](const PyT3& self) { return self->hp().arch; })
         .def("logits", [](PyT3& self, std::vector<int32_t> text, std::vector<int32_t> speech,
                           py::object speaker_emb, py::object prompt_tokens, py::object exaggeration,

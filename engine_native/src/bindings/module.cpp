@@ -118,6 +118,10 @@ PYBIND11_MODULE(_core, m) {
         .def("abort_compute", [](Model& m, bool on) { m.abort.store(on); }, py::arg("on") = true,
              "on: the computation in flight (and any started) stops at its next graph node with Cancelled; "
              "off: computations run again. Engine arms it only for the generation being cancelled.")
+        .def("set_threads", [](Model& m, int n) {
+            if (n < 1) throw cbs::EngineError("threads must be >= 1");
+            cbs::set_threads(m.backend.get(), n);
+        }, py::arg("n"), "The CPU backend's thread count for the next computations (no-op on other devices).")
         .def_property_readonly("buffer_bytes", [](const Model& m) { return m.file->buffer_bytes(); })
         .def("release_lazy", [](Model& m) { return m.file->release_lazy(); }, py::call_guard<py::gil_scoped_release>(),
              "Frees the cloning encoders' weights (loaded again on next use); returns the bytes freed. Only "
