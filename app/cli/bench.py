@@ -74,9 +74,11 @@ def cmd_bench(args) -> int:
         try:
             # On the same kind of device as ours: a CUDA GPU -> torch's "cuda" (no Vulkan in torch).
             ref_device = "cuda" if str(r["device"]).startswith("cuda") else "cpu"
+            # The reference's prepare_conditionals fails on CUDA (its S3 tokenizer multiplies a float64
+            # filterbank into float32): cloning is timed on the CPU reference only.
+            clone = {"clone_wav": r["clone_wav"]} if ref_device == "cpu" else {}
             ref = run_reference_bench(args.reference, text_ids=r["text_ids"], tokens=args.tokens,
-                                      speech_ids=r["speech_ids"], threads=r["threads"], clone_wav=r["clone_wav"],
-                                      device=ref_device)
+                                      speech_ids=r["speech_ids"], threads=r["threads"], device=ref_device, **clone)
         except ReferenceUnavailable as e:
             print(f"chatterbox-studio: error: {e}", file=sys.stderr)
             return 1
