@@ -7,9 +7,16 @@
 #   cuda/     cuda.xz.* (an earlier run's $OUT: its CUDA module, xz, split; optional: skips
 #             the 4-minute CUDA build, the same ggml source assumed)
 #   whl/      wheels missing there (gguf)      turbo.skel.gguf[.xz] (benchmarks/model_skeleton.py)
+#   refwhl/   with REF=1: chatterbox-tts and the wheels the image lacks for it (no resemble-perth:
+#             34 MB of watermarker weights that the bench never runs; a pass-through stands in)
+# REF=1: the PyTorch reference on the same weights: a random Turbo snapshot is built there
+# (tests/reference, torch, while the engine builds) and converted into the F32 GGUF every
+# step uses (instead of the skeleton); the pairs in REF_BENCH run `bench --reference` (torch
+# on CUDA for a CUDA device, in the same process run as ours).
 # The device tool carries 64 MiB at most: with the CUDA module (37 MB as xz) carry the
 # skeleton as .xz (17 MB) and leave out cpu/, vulkan/ and app/qt; keep ggml's CUDA sources
-# (patches/ touch them and every patch must apply, also for a CPU-only build).
+# (patches/ touch them and every patch must apply, also for a CPU-only build). ggml/ must be
+# a real folder, not a symbolic link (cmake copies it to patch it, and copies a link as a link).
 # STAGES (default "build tests bench"; also "probe": benchmarks/gpu_probe.py for PROBE's
 # device/quant pairs) picks what runs, BENCH the device/quant pairs,
 # TESTS_K one pytest -k selection (default: "not greedy", then "greedy"),
@@ -31,13 +38,27 @@ ldconfig 2>/dev/null
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site whl/*.whl \
-  && export PYTHONPATH=/tmp/site
+  $(ls refwhl/*.whl 2>/dev/null) && export PYTHONPATH=/tmp/site
+if [ -n "${REF:-}" ] && ! ls refwhl/resemble_perth-*.whl > /dev/null 2>&1; then
+  mkdir -p /tmp/site/perth
+  printf '%s\n' '"""Stand-in for resemble-perth (not carried): generate()s watermark, never timed by the bench."""' \
+    'class PerthImplicitWatermarker:' '    def apply_watermark(self, wav, sample_rate):' '        return wav' \
+    > /tmp/site/perth/__init__.py
+fi
 export PYTHONUNBUFFERED=1
 
-[ -f turbo.skel.gguf.xz ] && [ ! -f turbo.skel.gguf ] && xz -dk turbo.skel.gguf.xz
-# The random-weight model, F32, while the engine builds (gguf + numpy only).
 mkdir -p $M
-if [ ! -s $M/turbo-f32.gguf ]; then
+SNAP=/tmp/cbs-snap
+if [ -n "${REF:-}" ]; then
+  # The reference's random snapshot (torch, CPU), while the engine builds; converted below.
+  if [ ! -s $M/turbo-f32.gguf ] && [ ! -s $SNAP/reference_snapshot.json ]; then
+    (cd src && rm -rf $SNAP && CBS_REF_INNER=1 HF_HUB_OFFLINE=1 python3 -m tests.reference snapshot --variant turbo \
+       --out $SNAP >> "$OUT/steps.log" 2>&1) &
+    snap_pid=$!
+  fi
+elif [ ! -s $M/turbo-f32.gguf ]; then
+  # The random-weight model, F32, while the engine builds (gguf + numpy only).
+  [ -f turbo.skel.gguf.xz ] && [ ! -f turbo.skel.gguf ] && xz -dk turbo.skel.gguf.xz
   (python3 src/benchmarks/model_skeleton.py unpack turbo.skel.gguf $M/turbo-f32.gguf >> "$OUT/steps.log" 2>&1) &
   model_pid=$!
 fi
@@ -63,6 +84,7 @@ cp -f cpu/libggml-cpu-*.so $B/engine_native/ 2>/dev/null
 [ -f vulkan/libggml-vulkan.so.xz ] && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
   vulkan/libggml-vulkan.so.xz $B/engine_native/libggml-vulkan.so
 cp -f $B/engine_native/*.so src/engine_native/
+ls src/engine_native/_core*.so > /dev/null 2>&1 || { log "no engine was built: stop (build.log)"; exit 1; }
 ls -la $B/engine_native/*.so >> "$OUT/steps.log" 2>&1
 echo "libstdc++ symbols defined in libggml.so: $(nm -D --defined-only $B/engine_native/libggml.so | grep -c ' _ZNSt')" >> "$OUT/steps.log"
 cd src
@@ -74,6 +96,13 @@ for v in haswell x64 nonesuch; do echo "== CBS_CPU_VARIANT=$v" >> "$OUT/info.txt
 echo "== CBS_GPU=none" >> "$OUT/info.txt"; CBS_GPU=none cli info >> "$OUT/info.txt" 2>&1
 log "info: $(grep -c '^device' "$OUT/info.txt") device lines"
 [ -n "${model_pid:-}" ] && wait $model_pid
+if [ -n "${snap_pid:-}" ]; then
+  wait $snap_pid; log "reference snapshot: exit $?"
+fi
+if [ -n "${REF:-}" ] && [ ! -s $M/turbo-f32.gguf ]; then
+  cli convert $SNAP -o $M/turbo-f32.gguf >> "$OUT/steps.log" 2>&1; log "convert: exit $?"
+fi
+[ -s $M/turbo-f32.gguf ] || { log "no model: stop"; exit 1; }
 log "model ready"
 requant_pids=""
 for q in f16 q4_0; do
@@ -116,7 +145,9 @@ if [[ " $stages " == *" bench "* ]]; then
     for i in $(seq 90); do [ -s $M/turbo-$q.gguf ] && break; sleep 2; done
     log "bench $d $q"
     echo "== bench $d $q" >> "$OUT/bench.txt"
-    timeout ${BENCH_TIMEOUT:-150} /tmp/cbs bench -m $M/turbo-$q.gguf --device $d >> "$OUT/bench.txt" 2>&1
+    ref=(); [[ " ${REF_BENCH:-} " == *" $dq "* ]] && ref=(--reference $SNAP)
+    CBS_REF_PYTHON=$(command -v python3) timeout $(( ${BENCH_TIMEOUT:-150} + ${#ref[@]} * ${REF_TIMEOUT:-60} )) \
+      /tmp/cbs bench -m $M/turbo-$q.gguf --device $d "${ref[@]}" >> "$OUT/bench.txt" 2>&1
     log "bench $d $q: exit $?"
   done
 fi

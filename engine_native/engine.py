@@ -1037,6 +1037,7 @@ class Engine:
         """One sentence: T3 to the end (early stops retried, the longest kept), then S3Gen once."""
         timings = {}
         t0 = time.perf_counter()
+        vocoder = _StreamVocoder(self._hift, seed)  # made first: its noise is drawn while T3 runs
         best = None
         for attempt in range(_MAX_ATTEMPTS):
             t3, cache = self._cancellable_session(ids, seed + attempt * 1_000_003, p, voice, cancel)
@@ -1056,12 +1057,13 @@ class Engine:
         timings["t3_ms"] = (time.perf_counter() - t0) * 1e3
         timings["attempts"] = attempt + 1
         speech = self._speech_tokens(best, final=True)
+        self._hift.source_expect(vocoder.state, self._token_mel_ratio * len(speech))  # while S3Gen runs
         with self._s3gen_compute(cancel):
             t0 = time.perf_counter()
             try:
                 mel = self._mel(speech, voice, seed, True, p)
                 timings["s3gen_ms"] = (time.perf_counter() - t0) * 1e3
-                wav, timings["hift_ms"] = _StreamVocoder(self._hift, seed).push(mel, final=True)
+                wav, timings["hift_ms"] = vocoder.push(mel, final=True)
             except Cancelled:
                 if cancel.is_set():
                     return

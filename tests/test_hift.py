@@ -115,3 +115,28 @@ def test_inference_is_deterministic_per_seed_and_bounded():
     c = debug.hift_inference(model_path("turbo"), mel, seed=8)
     assert a.shape == (480 * 40,) and np.isfinite(a).all() and np.abs(a).max() <= 0.99
     assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_excitation_in_pieces_equals_one_call_whenever_its_noise_was_drawn():
+    """The excitation's noise is drawn ahead on a thread (in blocks) and its sines in parallel
+    pieces: cut anywhere (across noise blocks and thread pieces), with the noise drawn before or
+    during the call, and continued from a copy, it is the one call's excitation bit for bit."""
+    import time
+
+    from engine_native import _core
+
+    h = _core.HiFT(_core.ModelFile(str(model_path("turbo"))))
+    rng = np.random.default_rng(4)
+    f0 = (rng.uniform(80, 300, 700) * (rng.random(700) > 0.3)).astype(np.float32)  # voiced and unvoiced
+    whole = h.excitation_continue(f0, h.source_state(3))  # 336000 samples: several pieces and blocks
+    state = h.source_state(3)
+    time.sleep(0.2)  # let the noise be drawn ahead
+    cuts = [0, 1, 37, 300, 699, 700]
+    parts = np.concatenate([h.excitation_continue(f0[a:b], state) for a, b in zip(cuts, cuts[1:])])
+    assert np.array_equal(parts, whole)
+    state = h.source_state(3)
+    head = h.excitation_continue(f0[:100], state)
+    look = h.excitation_continue(f0[100:], state.copy())  # a look ahead leaves `state` where it was
+    assert np.array_equal(np.concatenate([head, look]), whole)
+    assert np.array_equal(h.excitation_continue(f0[100:], state), look)
+    assert not np.array_equal(h.excitation_continue(f0, h.source_state(4)), whole)

@@ -72,8 +72,13 @@ def cmd_bench(args) -> int:
     if args.reference:
         print("running the PyTorch reference ...", file=sys.stderr, flush=True)
         try:
+            # On the same kind of device as ours: a CUDA GPU -> torch's "cuda" (no Vulkan in torch).
+            ref_device = "cuda" if str(r["device"]).startswith("cuda") else "cpu"
+            # The reference's prepare_conditionals fails on CUDA (its S3 tokenizer multiplies a float64
+            # filterbank into float32): cloning is timed on the CPU reference only.
+            clone = {"clone_wav": r["clone_wav"]} if ref_device == "cpu" else {}
             ref = run_reference_bench(args.reference, text_ids=r["text_ids"], tokens=args.tokens,
-                                      speech_ids=r["speech_ids"], threads=r["threads"], clone_wav=r["clone_wav"])
+                                      speech_ids=r["speech_ids"], threads=r["threads"], device=ref_device, **clone)
         except ReferenceUnavailable as e:
             print(f"chatterbox-studio: error: {e}", file=sys.stderr)
             return 1
@@ -82,7 +87,7 @@ def cmd_bench(args) -> int:
           f"{r['threads']} threads, "
           f"{r['t3_tokens']} speech tokens ({r['audio_s']:.2f} s of audio)")
     head = f"  {'':<28} {'native':>14}"
-    print(head + (f" {'PyTorch':>14} {'speed-up':>9}" if ref else ""))
+    print(head + (f" {'PyTorch':>14} {'speed-up':>9}" if ref else "") + (f"   (PyTorch on {ref_device})" if ref else ""))
     g = (lambda k: ref.get(k)) if ref else (lambda k: None)
     print(_row("load", r["load_ms"], g("load_ms")))
     print(_row("T3 prompt (voice cached)", r["t3_prompt_ms"]))
@@ -93,7 +98,7 @@ def cmd_bench(args) -> int:
     print(_row("S3Gen encoder", r["encoder_ms"]))
     print(_row("S3Gen CFM", r["cfm_ms"]))
     print(_row("S3Gen encoder + CFM", s3, g("s3gen_ms")))
-    print(_row("HiFT", r["hift_ms"], g("hift_ms")))
+    print(_row("HiFT", r["hift_ms"], g("hift_ms")) + f"   (noise drawn at HiFT: {r['hift_noise_at_hift_ms']:.1f} ms)")
     ref_gen = (ref["t3_ms"] + ref["s3gen_ms"] + ref["hift_ms"]) if ref else None
     print(_row("generation (end to end)", r["generation_ms"], ref_gen))
     print(_row("generation RTF", r["rtf"], ref_gen / 1e3 / ref["audio_s"] if ref else None, "", "{:.3f}"))

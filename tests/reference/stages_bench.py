@@ -16,11 +16,14 @@ def bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     """Load (from_local), T3 sampling of `tokens` tokens for `text_ids` with the defaults,
     then S3Gen (encoder + CFM + HiFT) on the given speech tokens; ms each, peak RSS. Turbo:
     inference_turbo and 2 meanflow steps; Multilingual: T3.inference with its analyzer and
-    generate()'s guidance 0.5, and the standard CFM's 10 guided steps."""
+    generate()'s guidance 0.5, and the standard CFM's 10 guided steps. `device` (default "cpu"):
+    the torch device it runs on (e.g. "cuda"); timings then synchronise the device."""
     from chatterbox.models.t3.modules.cond_enc import T3Cond
 
     torch.set_num_threads(int(inputs["threads"]))
     torch.manual_seed(0)
+    device = str(inputs["device"]) if "device" in inputs else "cpu"
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     mtl = (Path(snapshot) / "t3_mtl23ls_v2.safetensors").exists()
     t0 = time.perf_counter()
     if mtl:  # ChatterboxMultilingualTTS.generate's settings: guidance 0.5, exaggeration 0.5, 10 CFM steps
@@ -28,19 +31,27 @@ def bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
 
         from .stages_mtl import prepare
         prepare(snapshot)
-        tts = ChatterboxMultilingualTTS.from_local(str(snapshot), "cpu")
+        tts = ChatterboxMultilingualTTS.from_local(str(snapshot), device)
         conds = tts.conds
     else:
         from chatterbox.tts_turbo import ChatterboxTurboTTS
 
-        tts = ChatterboxTurboTTS.from_local(str(snapshot), "cpu")
-        conds = load_conds(snapshot)
+        tts = ChatterboxTurboTTS.from_local(str(snapshot), device)
+        conds = load_conds(snapshot).to(device)
+    sync()
     load_ms = (time.perf_counter() - t0) * 1e3
-    text = torch.from_numpy(np.asarray(inputs["text_ids"], np.int64)).reshape(1, -1)
+    text = torch.from_numpy(np.asarray(inputs["text_ids"], np.int64)).reshape(1, -1).to(device)
     n = int(inputs["tokens"])
     cond = T3Cond(speaker_emb=conds.t3.speaker_emb, cond_prompt_speech_tokens=conds.t3.cond_prompt_speech_tokens,
-                  emotion_adv=(0.5 if mtl else 0.0) * torch.ones(1, 1, 1))
+                  emotion_adv=(0.5 if mtl else 0.0) * torch.ones(1, 1, 1, device=device))
     with torch.inference_mode():
+        if device != "cpu" and not mtl:  # a GPU's first calls load kernels and libraries: warm up once
+            tts.t3.inference_turbo(cond, text, temperature=0.8, top_k=1000, top_p=0.95, repetition_penalty=1.2,
+                                   max_gen_len=10)
+            warm = torch.from_numpy(np.asarray(inputs["speech_ids"], np.int64)[:25]).to(device)
+            tts.s3gen.hift_inference(tts.s3gen.flow_inference(warm, ref_dict=conds.gen, n_cfm_timesteps=2,
+                                                              finalize=True), None)
+            sync()
         t0 = time.perf_counter()
         if mtl:
             out = tts.t3.inference(t3_cond=cond, text_tokens=torch.cat([text, text]), max_new_tokens=n,
@@ -48,13 +59,16 @@ def bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
         else:
             out = tts.t3.inference_turbo(cond, text, temperature=0.8, top_k=1000, top_p=0.95,
                                          repetition_penalty=1.2, max_gen_len=n)
+        sync()
         t3_ms = (time.perf_counter() - t0) * 1e3
-        speech = torch.from_numpy(np.asarray(inputs["speech_ids"], np.int64))
+        speech = torch.from_numpy(np.asarray(inputs["speech_ids"], np.int64)).to(device)
         t0 = time.perf_counter()
         mel = tts.s3gen.flow_inference(speech, ref_dict=conds.gen, n_cfm_timesteps=10 if mtl else 2, finalize=True)
+        sync()
         flow_ms = (time.perf_counter() - t0) * 1e3
         t0 = time.perf_counter()
         wav, _ = tts.s3gen.hift_inference(mel, None)
+        sync()
         hift_ms = (time.perf_counter() - t0) * 1e3
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     clone = {}
@@ -68,6 +82,7 @@ def bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
             sf.write(str(path), np.asarray(inputs["clone_wav"], np.float32), 24000, subtype="FLOAT")
             t0 = time.perf_counter()
             tts.prepare_conditionals(str(path))
+            sync()
             clone["clone_ms"] = np.asarray((time.perf_counter() - t0) * 1e3)
         clone["peak_rss_clone_mb"] = np.asarray(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
     return {**clone,"load_ms": np.asarray(load_ms), "t3_ms": np.asarray(t3_ms), "t3_tokens": np.asarray(out.shape[1]),

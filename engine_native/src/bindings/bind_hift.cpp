@@ -130,8 +130,12 @@ void bind_hift(py::module_& m) {
         }, py::arg("f0"), py::arg("phases"), py::arg("noise"),
            "m_source's excitation from f0 [T] with given phases [H] and standard-normal noise [H, 480 T].")
         .def("source_state", [](PyHift& self, uint64_t seed) {
-            return HiftSourceState(self->source.n_harmonics(), seed);
-        }, py::arg("seed"), "A fresh excitation state for one utterance.")
+            return self->source.state(seed);
+        }, py::arg("seed"), "A fresh excitation state for one utterance (its noise is drawn ahead on a thread).")
+        .def("source_expect", [](PyHift& self, const HiftSourceState& state, int64_t frames) {
+            self->source.expect(state, frames);
+        }, py::arg("state"), py::arg("frames"),
+           "Have the noise of the next `frames` mel frames of `state` drawn ahead (without waiting).")
         .def("excitation_continue", [](PyHift& self, F32Array f0, HiftSourceState& state) {
             std::vector<float> f = to_vector(f0);
             return to_numpy(released([&] { return self->source.excitation(f, state); }));
@@ -140,7 +144,7 @@ void bind_hift(py::module_& m) {
         .def("inference", [](PyHift& self, F32Array mel, uint64_t seed) {
             const int64_t T = check_mel(*self.impl, mel);
             auto out = to_numpy(compute(self, [&](HiftPair& h) {
-                HiftSourceState state(h.source.n_harmonics(), seed);
+                HiftSourceState state = h.source.state(seed);
                 std::vector<float> source = h.source.excitation(h.f0(mel.data(), T), state);
                 return h.decode(mel.data(), T, source.data(), static_cast<int64_t>(source.size()));
             }));

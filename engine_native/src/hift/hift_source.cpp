@@ -1,9 +1,68 @@
 #include "hift/hift_source.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace cbs {
+
+NoiseAhead::NoiseAhead(std::mt19937_64 rng, int64_t lead)
+    : target_(lead), lead_(lead), rng_(rng), thread_([this] { run(); }) {}
+
+NoiseAhead::~NoiseAhead() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+}
+
+void NoiseAhead::run() {
+    std::normal_distribution<float> normal{0.0f, 1.0f};  // keeps its spare draw across blocks
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [this] { return stop_ || drawn_ < target_; });
+            if (stop_) return;
+        }
+        auto block = std::make_unique<float[]>(kBlock);  // drawn outside the lock
+        for (int64_t i = 0; i < kBlock; ++i) block[i] = normal(rng_);
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            blocks_.push_back(std::move(block));
+            drawn_ += kBlock;
+        }
+        cv_.notify_all();
+    }
+}
+
+void NoiseAhead::expect(int64_t end) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        target_ = std::max(target_, end + lead_);
+    }
+    cv_.notify_all();
+}
+
+void NoiseAhead::read(int64_t from, int64_t count, float* out) {
+    if (count <= 0) return;
+    std::vector<const float*> blocks;
+    {
+        std::unique_lock<std::mutex> lock(mu_);
+        target_ = std::max(target_, from + count + lead_);
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return drawn_ >= from + count; });
+        for (int64_t b = from / kBlock; b <= (from + count - 1) / kBlock; ++b) blocks.push_back(blocks_[b].get());
+    }
+    // Filled blocks never change and never move: copy them without the lock.
+    for (int64_t i = 0, first = from / kBlock; i < count;) {
+        const int64_t at = from + i, in_block = at % kBlock, n = std::min(count - i, kBlock - in_block);
+        std::memcpy(out + i, blocks[at / kBlock - first] + in_block, static_cast<size_t>(n) * sizeof(float));
+        i += n;
+    }
+}
 
 HiftSource::HiftSource(const ModelFile& mf) {
     sample_rate_ = static_cast<int>(mf.get_int("chatterbox.hift.sample_rate"));
@@ -19,9 +78,19 @@ HiftSource::HiftSource(const ModelFile& mf) {
         throw EngineError(mf.path() + ": hift.m_source.l_linear does not match nb_harmonics");
 }
 
-HiftSourceState::HiftSourceState(int n_harmonics, uint64_t seed) : phase_sum(n_harmonics, 0.0), rng(seed) {
+HiftSourceState::HiftSourceState(int n_harmonics, uint64_t seed, int64_t lead_draws) : phase_sum(n_harmonics, 0.0) {
+    std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> uniform(static_cast<float>(-M_PI), static_cast<float>(M_PI));
     for (int h = 0; h < n_harmonics; ++h) phases.push_back(uniform(rng));
+    noise = std::make_shared<NoiseAhead>(rng, lead_draws);  // the same generator goes on with the noise
+}
+
+HiftSourceState HiftSource::state(uint64_t seed) const {
+    return HiftSourceState(n_harm_, seed, static_cast<int64_t>(kLeadSeconds) * sample_rate_ * n_harm_);
+}
+
+void HiftSource::expect(const HiftSourceState& state, int64_t frames) const {
+    if (frames > 0) state.noise->expect(state.next_draw + frames * upsample_ * n_harm_);
 }
 
 std::vector<float> HiftSource::excitation(const std::vector<float>& f0, const std::vector<float>& phases,
@@ -31,40 +100,71 @@ std::vector<float> HiftSource::excitation(const std::vector<float>& f0, const st
         throw EngineError("excitation: phases must hold " + std::to_string(n_harm_) + " values and noise " +
                           std::to_string(n_harm_ * N));
     std::vector<double> phase_sum(n_harm_, 0.0);
-    return excite(f0, phases, noise, phase_sum);
+    return excite(f0, phases, noise.data(), N, 1, phase_sum);
 }
 
 std::vector<float> HiftSource::excitation(const std::vector<float>& f0, HiftSourceState& state) const {
     if (static_cast<int>(state.phases.size()) != n_harm_) throw EngineError("excitation state of another model");
     const int64_t N = static_cast<int64_t>(f0.size()) * upsample_;
-    std::vector<float> noise(static_cast<size_t>(n_harm_) * N);
-    for (int64_t n = 0; n < N; ++n)
-        for (int h = 0; h < n_harm_; ++h) noise[h * N + n] = state.normal(state.rng);
-    return excite(f0, state.phases, noise, state.phase_sum);
+    std::vector<float> draws(static_cast<size_t>(n_harm_) * N);  // sample-major: draw n * H + h
+    state.noise->read(state.next_draw, n_harm_ * N, draws.data());
+    state.next_draw += n_harm_ * N;
+    return excite(f0, state.phases, draws.data(), 1, n_harm_, state.phase_sum);
 }
 
 std::vector<float> HiftSource::excite(const std::vector<float>& f0, const std::vector<float>& phases,
-                                      const std::vector<float>& noise, std::vector<double>& acc) const {
+                                      const float* noise, int64_t h_stride, int64_t n_stride,
+                                      std::vector<double>& acc) const {
     const int64_t N = static_cast<int64_t>(f0.size()) * upsample_;
     const float two_pi = static_cast<float>(2.0 * M_PI);
     std::vector<float> out(N);
-    for (int64_t n = 0; n < N; ++n) {
-        const float f = f0[n / upsample_];  // nn.Upsample(mode="nearest")
-        const bool voiced = f > voiced_threshold_;
-        const float noise_amp = voiced ? noise_std_ : sine_amp_ / 3.0f;
-        float merged = merge_b_;
-        for (int h = 0; h < n_harm_; ++h) {
-            const float step = f * static_cast<float>(h + 1) / static_cast<float>(sample_rate_);
-            acc[h] += step;
-            float cum = static_cast<float>(acc[h]);
-            cum = cum - std::floor(cum);  // torch.remainder(x, 1)
-            const float phase = h == 0 ? 0.0f : phases[h];
-            float s = sine_amp_ * std::sin(two_pi * cum + phase);
-            s = (voiced ? s : 0.0f) + noise_amp * noise[h * N + n];
-            merged += merge_w_[h] * s;
+    // Samples [begin, end) from the phase sums `sum` at `begin` (advanced to `end`).
+    auto piece = [&](int64_t begin, int64_t end, std::vector<double>& sum) {
+        for (int64_t n = begin; n < end; ++n) {
+            const float f = f0[n / upsample_];  // nn.Upsample(mode="nearest")
+            const bool voiced = f > voiced_threshold_;
+            const float noise_amp = voiced ? noise_std_ : sine_amp_ / 3.0f;
+            float merged = merge_b_;
+            for (int h = 0; h < n_harm_; ++h) {
+                const float step = f * static_cast<float>(h + 1) / static_cast<float>(sample_rate_);
+                sum[h] += step;
+                float cum = static_cast<float>(sum[h]);
+                cum = cum - std::floor(cum);  // torch.remainder(x, 1)
+                const float phase = h == 0 ? 0.0f : phases[h];
+                float s = sine_amp_ * std::sin(two_pi * cum + phase);
+                s = (voiced ? s : 0.0f) + noise_amp * noise[h * h_stride + n * n_stride];
+                merged += merge_w_[h] * s;
+            }
+            out[n] = std::tanh(merged);
         }
-        out[n] = std::tanh(merged);
+    };
+    // The sines dominate and each sample's are independent, but the phase sums are
+    // sequential (double, added step by step as torch's cumsum does): add them up once,
+    // keeping the sums where each thread's piece begins, then compute the pieces in
+    // parallel. Each sample sees the same operations as in one pass: bit-identical.
+    const int64_t kMinPiece = 16384;
+    const int64_t P = std::max<int64_t>(1, std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()),
+                                                             std::min<int64_t>(8, N / kMinPiece)));
+    if (P == 1) {
+        piece(0, N, acc);
+        return out;
     }
+    std::vector<std::vector<double>> starts;
+    std::vector<float> steps(n_harm_);
+    for (int64_t p = 0, n = 0; p < P; ++p) {
+        const int64_t begin = N * p / P;
+        for (; n < begin; ++n) {
+            const float f = f0[n / upsample_];
+            for (int h = 0; h < n_harm_; ++h)
+                acc[h] += f * static_cast<float>(h + 1) / static_cast<float>(sample_rate_);
+        }
+        starts.push_back(acc);
+    }
+    std::vector<std::thread> pool;
+    for (int64_t p = 1; p < P; ++p) pool.emplace_back(piece, N * p / P, N * (p + 1) / P, std::ref(starts[p]));
+    piece(0, N / P, starts[0]);
+    for (std::thread& t : pool) t.join();
+    acc = starts[P - 1];  // the last piece ended at N
     return out;
 }
 
