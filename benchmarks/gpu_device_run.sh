@@ -139,6 +139,7 @@ if [[ " $stages " == *" probe "* ]]; then
   done
 fi
 if [[ " $stages " == *" bench "* ]]; then
+  export CBS_CUDA_GRAPHS=${CBS_CUDA_GRAPHS:-1}  # one engine per bench process: CUDA graphs on (engine_native/__init__.py)
   for dq in ${BENCH:-cuda:0/f32 cuda:0/q4_0 cuda:0/f16 vulkan:0/f32 vulkan:0/q4_0}; do
     d=${dq%/*} q=${dq#*/}
     if [ $(( $(date +%s) - ${T0:-0} )) -gt ${DEADLINE:-100000000000} ]; then log "bench $dq: skipped (past ${DEADLINE} s)"; continue; fi

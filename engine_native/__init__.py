@@ -13,6 +13,13 @@ import os
 # the native module loads it, so it must be set first. A user's own setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# ggml-cuda's CUDA graphs abort the process ("illegal instruction") when one process runs
+# many of our graphs on the device in turn (several engines, or after an out-of-memory;
+# docs/GPU.md, third session). Nothing may crash a desktop app: off unless asked for with
+# CBS_CUDA_GRAPHS=1 (T3 ~0.9 ms/token faster on CUDA; benches in fresh processes use it).
+if os.environ.get("CBS_CUDA_GRAPHS") != "1":
+    os.environ.setdefault("GGML_CUDA_DISABLE_GRAPHS", "1")
+
 
 def _find_native_module() -> None:
     """Run from a source checkout (the repository root is on sys.path first), this folder has
