@@ -22,6 +22,31 @@ ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tens
 ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride = 1, int pad = 0,
                     int dilation = 1);
 
+struct GraphInputs;
+
+// Attention on the CPU runs as two matrix products around ggml_soft_max_ext: with contiguous
+// operands they take ggml's blocked sgemm (tinyBLAS), about twice the speed of the CPU's
+// flash-attention kernel at T ~ 1000. tinyBLAS takes a contraction length that is a
+// multiple of 16 only (else ggml's much slower dot-product loop), so for probabilities x
+// values the keys are padded with zeros to one and this mask [padded n_kv, n_q] gives the
+// padded keys -inf (exactly zero weight). nullptr when no padding is needed or !on_cpu.
+ggml_tensor* key_pad_mask(ggml_context* ctx, GraphInputs& in, int64_t n_kv, int64_t n_q, bool on_cpu);
+
+// softmax(scale * scores + mask) x v. scores [n_kv', T_q, H, B] contiguous, n_kv' the
+// mask's width (n_kv without a mask); v [D, n_kv, H, B] (a view is fine) -> [D, H, T_q, B].
+ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml_tensor* mask, float scale);
+
+// Full-context softmax attention in f32 with scale 1/sqrt(D): q, k, v [D, T, H, B] (views
+// whose rows are contiguous) -> [D, H, T_q, B]. On the CPU with OpenBLAS (CBS_HAVE_BLAS) one
+// fused operation: per head and block of queries, scores, softmax and values through
+// single-threaded sgemm on ggml's threads (about twice tinyBLAS on these shapes, and no
+// T x T tensor per head). Otherwise ggml_flash_attn_ext (f32 precision), which on the CPU
+// measured faster than two tinyBLAS products around ggml's softmax.
+ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, bool on_cpu);
+
+// Whether the CPU's attention goes through OpenBLAS (the build found it).
+bool have_blas();
+
 // Host values for a graph's input tensors, uploaded once the graph is allocated.
 struct GraphInputs {
     std::vector<std::pair<ggml_tensor*, std::vector<int32_t>>> ints;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "core/backend.h"
+
 namespace cbs {
 
 ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) {
@@ -58,7 +60,8 @@ CfmEstimator::Stage CfmEstimator::load_stage(const ModelFile& mf, const std::str
     return s;
 }
 
-CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend) : runner_(backend) {
+CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
+    : runner_(backend), on_cpu_(backend_is_cpu(backend)) {
     auto i = [&](const char* k) { return static_cast<int>(mf.get_int(std::string("chatterbox.s3gen.cfm.") + k)); };
     in_channels_ = i("in_channels");
     out_channels_ = i("out_channels");
@@ -141,9 +144,7 @@ ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const 
         return ggml_permute(ctx, ggml_reshape_4d(ctx, linear(ctx, h, w, nullptr), D, H, T, B), 0, 2, 1, 3);
     };
     // Full-context attention (the reference's mask is all ones: static_chunk_size 0).
-    ggml_tensor* o = ggml_flash_attn_ext(ctx, heads(b.q_w), heads(b.k_w), heads(b.v_w), nullptr,
-                                         1.0f / std::sqrt(static_cast<float>(D)), 0.0f, 0.0f);
-    ggml_flash_attn_ext_set_prec(o, GGML_PREC_F32);
+    ggml_tensor* o = attention(ctx, heads(b.q_w), heads(b.k_w), heads(b.v_w), on_cpu_);
     o = ggml_reshape_3d(ctx, o, D * H, T, B);  // result is [D, H, T, B]
     x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b));
 

@@ -99,6 +99,7 @@ private:
     Stage down_, up_;
     std::vector<Stage> mid_;
     GraphRunner runner_;
+    bool on_cpu_;  // ggml_ops' attention: the CPU's way
 };
 
 // The flow's CFM: spk projection, cond from the prompt mel, and the Euler sampler.
