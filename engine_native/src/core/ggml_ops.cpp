@@ -18,14 +18,15 @@ ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_
     return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, eps), w), b);
 }
 
-ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) {
-    ggml_tensor* y = ggml_mul_mat(ctx, w, x);
+ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas) {
+    ggml_tensor* y = matmul(ctx, w, x, blas);
     return b ? ggml_add(ctx, y, b) : y;
 }
 
-ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad, int dilation) {
+ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad, int dilation,
+                    bool blas) {
     ggml_tensor* cols = ggml_im2col(ctx, w, x, stride, 0, pad, 0, dilation, 0, false, GGML_TYPE_F32);  // [K*C_in, L_out]
-    ggml_tensor* y = ggml_mul_mat(ctx, cols, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]));  // [L_out, C_out]
+    ggml_tensor* y = matmul(ctx, cols, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]), blas);  // [L_out, C_out]
     return b ? ggml_add(ctx, y, ggml_reshape_2d(ctx, b, 1, b->ne[0])) : y;
 }
 
@@ -33,18 +34,18 @@ static constexpr int64_t kSgemmK = 16;  // tinyBLAS's f32 contraction step (AVX-
 
 ggml_tensor* key_pad_mask(ggml_context* ctx, GraphInputs& in, int64_t n_kv, int64_t n_q, bool on_cpu) {
     const int64_t padded = (n_kv + kSgemmK - 1) / kSgemmK * kSgemmK;
-    if (!on_cpu || padded == n_kv) return nullptr;
+    if (!on_cpu || have_blas() || padded == n_kv) return nullptr;
     // f32, not f16: ggml's softmax adds an f32 mask in a loop the compiler vectorises.
     std::vector<float> m(static_cast<size_t>(padded * n_q), 0.0f);
     for (int64_t i = 0; i < n_q; ++i) std::fill(m.begin() + i * padded + n_kv, m.begin() + (i + 1) * padded, -INFINITY);
     return in.f32(ctx, std::move(m), padded, n_q);
 }
 
-ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml_tensor* mask, float scale) {
+ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml_tensor* mask, float scale, bool blas) {
     ggml_tensor* p = ggml_soft_max_ext(ctx, scores, mask, scale, 0.0f);
     ggml_tensor* vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [n_kv, D, H, B]
     if (scores->ne[0] > vt->ne[0]) vt = ggml_pad(ctx, vt, static_cast<int>(scores->ne[0] - vt->ne[0]), 0, 0, 0);
-    return ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, vt, p), 0, 2, 1, 3));
+    return ggml_cont(ctx, ggml_permute(ctx, matmul(ctx, vt, p, blas), 0, 2, 1, 3));
 }
 
 #ifdef CBS_HAVE_BLAS
@@ -120,6 +121,47 @@ static void blas_attention(ggml_tensor* dst, int ith, int nth, void*) {
     }
 }
 #endif
+
+#ifdef CBS_HAVE_BLAS
+static const float* row_at(const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
+    return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
+}
+
+// dst = a x b as ggml_mul_mat: C[N x M] = B[N x K] A[M x K]^T per batch of b, row-major.
+// Work units: b's batches, each cut into enough row blocks for every thread to have one.
+static void blas_matmul(ggml_tensor* dst, int ith, int nth, void*) {
+    static const bool one_thread = (scipy_openblas_set_num_threads(1), true);
+    (void)one_thread;
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], batches = b->ne[2] * b->ne[3];
+    const int64_t chunks = batches >= nth ? 1 : (nth + batches - 1) / batches, rows = (N + chunks - 1) / chunks;
+    const int lda = static_cast<int>(a->nb[1] / sizeof(float)), ldb = static_cast<int>(b->nb[1] / sizeof(float));
+    const int ldc = static_cast<int>(dst->nb[1] / sizeof(float));
+    for (int64_t u = ith; u < batches * chunks; u += nth) {
+        const int64_t r0 = (u % chunks) * rows, i2 = (u / chunks) % b->ne[2], i3 = (u / chunks) / b->ne[2];
+        const int64_t n = std::min(rows, N - r0);
+        if (n <= 0) continue;
+        const float* A = row_at(a, 0, i2 / (b->ne[2] / a->ne[2]), i3 / (b->ne[3] / a->ne[3]));
+        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(M),
+                          static_cast<int>(K), 1.0f, row_at(b, r0, i2, i3), ldb, A, lda, 0.0f,
+                          const_cast<float*>(row_at(dst, r0, i2, i3)), ldc);
+    }
+}
+#endif
+
+ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas) {
+#ifdef CBS_HAVE_BLAS
+    // Small products (a time embedding's one row) stay with ggml: sgemm's setup would dominate.
+    if (blas && a->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && a->nb[0] == sizeof(float) &&
+        b->nb[0] == sizeof(float) && b->ne[1] >= 16 && a->ne[1] >= 16 && a->ne[0] == b->ne[0] &&
+        b->ne[2] % a->ne[2] == 0 && b->ne[3] % a->ne[3] == 0) {
+        ggml_tensor* args[2] = {a, b};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 2, blas_matmul,
+                              GGML_N_TASKS_MAX, nullptr);
+    }
+#endif
+    return ggml_mul_mat(ctx, a, b);
+}
 
 bool have_blas() {
 #ifdef CBS_HAVE_BLAS
