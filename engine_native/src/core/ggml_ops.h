@@ -30,13 +30,12 @@ ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tens
 
 struct GraphInputs;
 
-// Attention on the CPU runs as two matrix products around ggml_soft_max_ext: with contiguous
-// operands they take ggml's blocked sgemm (tinyBLAS), about twice the speed of the CPU's
-// flash-attention kernel at T ~ 1000. tinyBLAS takes a contraction length that is a
-// multiple of 16 only (else ggml's much slower dot-product loop), so for probabilities x
-// values the keys are padded with zeros to one and this mask [padded n_kv, n_q] gives the
-// padded keys -inf (exactly zero weight). nullptr when no padding is needed, !on_cpu or
-// the products go through OpenBLAS (matmul), which takes any length.
+// Attention written as two matrix products around ggml_soft_max_ext (the S3Gen encoder's
+// relative-position attention). Without OpenBLAS the products take ggml's tinyBLAS, which
+// accepts a contraction length that is a multiple of 16 only (else ggml's much slower
+// dot-product loop), so for probabilities x values the keys are padded with zeros to one
+// and this mask [padded n_kv, n_q] gives the padded keys -inf (exactly zero weight).
+// nullptr when no padding is needed, !on_cpu, or OpenBLAS (matmul) takes any length.
 ggml_tensor* key_pad_mask(ggml_context* ctx, GraphInputs& in, int64_t n_kv, int64_t n_q, bool on_cpu);
 
 // softmax(scale * scores + mask) x v. scores [n_kv', T_q, H, B] contiguous, n_kv' the
@@ -51,7 +50,7 @@ ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml
 // measured faster than two tinyBLAS products around ggml's softmax.
 ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, bool on_cpu);
 
-// Whether the CPU's attention goes through OpenBLAS (the build found it).
+// Whether the build links OpenBLAS (matmul's and attention's CPU path).
 bool have_blas();
 
 // Host values for a graph's input tensors, uploaded once the graph is allocated.
