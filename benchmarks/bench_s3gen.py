@@ -43,8 +43,11 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     speech = np.random.default_rng(0).integers(0, 6561, args.tokens).astype(np.int32)
+    import engine_native
+
+    blas = "OpenBLAS" if engine_native.system_info().get("blas") else "ggml's kernels"
     print(f"S3Gen Turbo: {args.tokens} speech tokens ({args.tokens * 0.04:.2f} s of audio) after the voice's prompt, "
-          f"{args.threads} threads, best of {args.repeat}")
+          f"{args.threads} threads, best of {args.repeat}; the CPU's f32 products on {blas}")
     for q in args.quants.split(","):
         e = Engine(model_path("turbo", q), threads=args.threads)
         v = e.builtin_voice

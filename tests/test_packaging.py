@@ -121,6 +121,9 @@ def built_app(tmp_path_factory):
     frozen = {p.name for p in (internal / "engine_native").glob("libggml*.so")}
     assert any(n.startswith("libggml-cpu") for n in frozen), frozen
     assert installed <= frozen, installed - frozen
+    # OpenBLAS (scipy-openblas32) where the engine links it, in the folder _core's rpath names.
+    if engine_native.system_info()["blas"]:
+        assert list((internal / "scipy_openblas32" / "lib").glob("libscipy_openblas*.so"))
     for plugin in ("libqoffscreen.so", "libqxcb.so"):
         assert (internal / "PySide6" / "Qt" / "plugins" / "platforms" / plugin).is_file(), plugin
     assert (internal / "resources" / "chatterbox-studio.svg").is_file()

@@ -7,6 +7,7 @@
 #include "core/model_file.h"
 #include "bindings/helpers.h"
 #include "core/options.h"
+#include "core/ggml_ops.h"
 #include "core/system_info.h"
 
 namespace py = pybind11;
@@ -187,8 +188,10 @@ PYBIND11_MODULE(_core, m) {
         d["backends"] = s.backends;
         d["devices"] = devices_list(s.devices);
         d["default_threads"] = s.default_threads;
+        d["blas"] = cbs::have_blas();
         return d;
-    }, "ggml version, CPU features and variant, loaded backends and devices, default thread count.");
+    }, "ggml version, CPU features and variant, loaded backends and devices, default thread count, whether the "
+       "CPU's f32 matrix products use OpenBLAS.");
 
     m.def("devices", [] { return devices_list(cbs::list_devices()); },
           "Every device present, the fastest first: [{id, name, backend, description, type, memory_free, "

@@ -1,10 +1,16 @@
 #include "core/ggml_ops.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/backend.h"
 #include "core/model_file.h"
 #include "core/system_info.h"
+
+#ifdef CBS_HAVE_BLAS
+#include <cblas.h>  // scipy-openblas32: every symbol carries a scipy_ prefix
+#endif
 
 namespace cbs {
 
@@ -12,15 +18,170 @@ ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_
     return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, eps), w), b);
 }
 
-ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) {
-    ggml_tensor* y = ggml_mul_mat(ctx, w, x);
+ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas) {
+    ggml_tensor* y = matmul(ctx, w, x, blas);
     return b ? ggml_add(ctx, y, b) : y;
 }
 
-ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad, int dilation) {
+ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad, int dilation,
+                    bool blas) {
     ggml_tensor* cols = ggml_im2col(ctx, w, x, stride, 0, pad, 0, dilation, 0, false, GGML_TYPE_F32);  // [K*C_in, L_out]
-    ggml_tensor* y = ggml_mul_mat(ctx, cols, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]));  // [L_out, C_out]
+    ggml_tensor* y = matmul(ctx, cols, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]), blas);  // [L_out, C_out]
     return b ? ggml_add(ctx, y, ggml_reshape_2d(ctx, b, 1, b->ne[0])) : y;
+}
+
+static constexpr int64_t kSgemmK = 16;  // tinyBLAS's f32 contraction step (AVX-512)
+
+ggml_tensor* key_pad_mask(ggml_context* ctx, GraphInputs& in, int64_t n_kv, int64_t n_q, bool on_cpu) {
+    const int64_t padded = (n_kv + kSgemmK - 1) / kSgemmK * kSgemmK;
+    if (!on_cpu || have_blas() || padded == n_kv) return nullptr;
+    // f32, not f16: ggml's softmax adds an f32 mask in a loop the compiler vectorises.
+    std::vector<float> m(static_cast<size_t>(padded * n_q), 0.0f);
+    for (int64_t i = 0; i < n_q; ++i) std::fill(m.begin() + i * padded + n_kv, m.begin() + (i + 1) * padded, -INFINITY);
+    return in.f32(ctx, std::move(m), padded, n_q);
+}
+
+ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml_tensor* mask, float scale, bool blas) {
+    ggml_tensor* p = ggml_soft_max_ext(ctx, scores, mask, scale, 0.0f);
+    ggml_tensor* vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [n_kv, D, H, B]
+    if (scores->ne[0] > vt->ne[0]) vt = ggml_pad(ctx, vt, static_cast<int>(scores->ne[0] - vt->ne[0]), 0, 0, 0);
+    return ggml_cont(ctx, ggml_permute(ctx, matmul(ctx, vt, p, blas), 0, 2, 1, 3));
+}
+
+#ifdef CBS_HAVE_BLAS
+// e^x for x <= 0 within about one ulp (Cody-Waite reduction, degree-6 Taylor polynomial on
+// |r| <= ln2/2: truncation error 1.2e-7 relative), in plain arithmetic the compiler vectorises.
+static inline float exp_nonpositive(float x) {
+    x = x < -87.0f ? -87.0f : x;                                   // 2^n stays a normal float; e^-87 ~ 1.6e-38
+    const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
+    const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+    float two_n;
+    std::memcpy(&two_n, &bits, sizeof two_n);
+    return p * two_n;
+}
+
+// row[j] = e^(row[j] - max(row)); returns their sum. Sixteen lanes of partial max and sum
+// let the compiler vectorise each loop; cloned for AVX-512, AVX2 and the baseline.
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static float exp_shifted_row(float* row, int64_t n) {
+    constexpr int L = 16;
+    float m[L], s[L];
+    for (int l = 0; l < L; ++l) m[l] = -INFINITY, s[l] = 0.0f;
+    int64_t j = 0;
+    for (; j + L <= n; j += L)
+        for (int l = 0; l < L; ++l) m[l] = row[j + l] > m[l] ? row[j + l] : m[l];
+    float mx = -INFINITY;
+    for (int l = 0; l < L; ++l) mx = m[l] > mx ? m[l] : mx;
+    for (; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
+    for (j = 0; j + L <= n; j += L)
+        for (int l = 0; l < L; ++l) s[l] += (row[j + l] = exp_nonpositive(row[j + l] - mx));
+    float sum = 0.0f;
+    for (; j < n; ++j) sum += (row[j] = exp_nonpositive(row[j] - mx));
+    for (int l = 0; l < L; ++l) sum += s[l];
+    return sum;
+}
+
+// Rows of one query block: its scores (kBlockQ x T_k floats per thread) stay in L2.
+static constexpr int64_t kBlockQ = 64;
+
+static void blas_attention(ggml_tensor* dst, int ith, int nth, void*) {
+    static const bool one_thread = (scipy_openblas_set_num_threads(1), true);  // ggml's threads split the work
+    (void)one_thread;
+    const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], H = q->ne[2], B = q->ne[3];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ, jobs = blocks * H * B;
+    thread_local std::vector<float> scores;
+    scores.resize(static_cast<size_t>(kBlockQ * Tk));
+    float* S = scores.data();
+    auto at = [](const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
+        return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
+    };
+    for (int64_t job = ith; job < jobs; job += nth) {
+        const int64_t blk = job % blocks, h = (job / blocks) % H, b = job / (blocks * H);
+        const int64_t t0 = blk * kBlockQ, n = std::min(kBlockQ, Tq - t0);
+        const float *Q = at(q, t0, h, b), *K = at(k, 0, h, b), *V = at(v, 0, h, b);
+        float* O = reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + t0 * dst->nb[2] + b * dst->nb[3]);
+        const int ldq = static_cast<int>(q->nb[1] / sizeof(float)), ldk = static_cast<int>(k->nb[1] / sizeof(float));
+        const int ldv = static_cast<int>(v->nb[1] / sizeof(float)), ldo = static_cast<int>(dst->nb[2] / sizeof(float));
+        // S = scale * Q K^T  [n x Tk]
+        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(Tk),
+                          static_cast<int>(D), scale, Q, ldq, K, ldk, 0.0f, S, static_cast<int>(Tk));
+        float inv_sum[kBlockQ];
+        for (int64_t i = 0; i < n; ++i) inv_sum[i] = 1.0f / exp_shifted_row(S + i * Tk, Tk);
+        // O = softmax(S) V  [n x D], normalised after the product (D multiplies a row, not Tk).
+        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(D),
+                          static_cast<int>(Tk), 1.0f, S, static_cast<int>(Tk), V, ldv, 0.0f, O, ldo);
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t d = 0; d < D; ++d) O[i * ldo + d] *= inv_sum[i];
+    }
+}
+#endif
+
+#ifdef CBS_HAVE_BLAS
+static const float* row_at(const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
+    return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
+}
+
+// dst = a x b as ggml_mul_mat: C[N x M] = B[N x K] A[M x K]^T per batch of b, row-major.
+// Work units: b's batches, each cut into enough row blocks for every thread to have one.
+static void blas_matmul(ggml_tensor* dst, int ith, int nth, void*) {
+    static const bool one_thread = (scipy_openblas_set_num_threads(1), true);
+    (void)one_thread;
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], batches = b->ne[2] * b->ne[3];
+    const int64_t chunks = batches >= nth ? 1 : (nth + batches - 1) / batches, rows = (N + chunks - 1) / chunks;
+    const int lda = static_cast<int>(a->nb[1] / sizeof(float)), ldb = static_cast<int>(b->nb[1] / sizeof(float));
+    const int ldc = static_cast<int>(dst->nb[1] / sizeof(float));
+    for (int64_t u = ith; u < batches * chunks; u += nth) {
+        const int64_t r0 = (u % chunks) * rows, i2 = (u / chunks) % b->ne[2], i3 = (u / chunks) / b->ne[2];
+        const int64_t n = std::min(rows, N - r0);
+        if (n <= 0) continue;
+        const float* A = row_at(a, 0, i2 / (b->ne[2] / a->ne[2]), i3 / (b->ne[3] / a->ne[3]));
+        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(M),
+                          static_cast<int>(K), 1.0f, row_at(b, r0, i2, i3), ldb, A, lda, 0.0f,
+                          const_cast<float*>(row_at(dst, r0, i2, i3)), ldc);
+    }
+}
+#endif
+
+ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas) {
+#ifdef CBS_HAVE_BLAS
+    // Small products (a time embedding's one row) stay with ggml: sgemm's setup would dominate.
+    if (blas && a->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && a->nb[0] == sizeof(float) &&
+        b->nb[0] == sizeof(float) && b->ne[1] >= 16 && a->ne[1] >= 16 && a->ne[0] == b->ne[0] &&
+        b->ne[2] % a->ne[2] == 0 && b->ne[3] % a->ne[3] == 0) {
+        ggml_tensor* args[2] = {a, b};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 2, blas_matmul,
+                              GGML_N_TASKS_MAX, nullptr);
+    }
+#endif
+    return ggml_mul_mat(ctx, a, b);
+}
+
+bool have_blas() {
+#ifdef CBS_HAVE_BLAS
+    return true;
+#else
+    return false;
+#endif
+}
+
+ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, bool on_cpu) {
+#ifdef CBS_HAVE_BLAS
+    if (on_cpu) {
+        ggml_tensor* args[3] = {q, k, v};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[2], q->ne[1], q->ne[3], args, 3, blas_attention,
+                              GGML_N_TASKS_MAX, nullptr);
+    }
+#endif
+    ggml_tensor* o = ggml_flash_attn_ext(ctx, q, k, v, nullptr, 1.0f / std::sqrt(static_cast<float>(q->ne[0])), 0.0f, 0.0f);
+    ggml_flash_attn_ext_set_prec(o, GGML_PREC_F32);
+    return o;
 }
 
 ggml_tensor* GraphInputs::ids(ggml_context* ctx, std::vector<int32_t> v) {

@@ -14,13 +14,44 @@ namespace cbs {
 // Layer norm over ne0 (channels when a tensor is [C, T]) with affine w, b.
 ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, float eps);
 
+// ggml_mul_mat(a, b) ([K, M, ...] x [K, N, ...] -> [M, N, ...], a broadcast over b's
+// batches). With `blas` (a CPU backend's graph) and OpenBLAS built in, f32 operands whose
+// rows are contiguous (views allowed) go through single-threaded sgemm on ggml's threads,
+// each taking a share of the rows: about twice ggml's tinyBLAS on this model's shapes.
+ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas);
+
 // x [in, n] -> [out, n] through a PyTorch-layout Linear weight (ne [in, out]); b may be null.
-ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b);
+ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas = false);
 
 // 1-D convolution in full f32 (ggml_conv_1d rounds through an f16 im2col):
 // x [L, C_in] (time fastest), w ne [K, C_in, C_out] -> [L_out, C_out]; b [C_out] may be null.
 ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride = 1, int pad = 0,
-                    int dilation = 1);
+                    int dilation = 1, bool blas = false);
+
+struct GraphInputs;
+
+// Attention written as two matrix products around ggml_soft_max_ext (the S3Gen encoder's
+// relative-position attention). Without OpenBLAS the products take ggml's tinyBLAS, which
+// accepts a contraction length that is a multiple of 16 only (else ggml's much slower
+// dot-product loop), so for probabilities x values the keys are padded with zeros to one
+// and this mask [padded n_kv, n_q] gives the padded keys -inf (exactly zero weight).
+// nullptr when no padding is needed, !on_cpu, or OpenBLAS (matmul) takes any length.
+ggml_tensor* key_pad_mask(ggml_context* ctx, GraphInputs& in, int64_t n_kv, int64_t n_q, bool on_cpu);
+
+// softmax(scale * scores + mask) x v. scores [n_kv', T_q, H, B] contiguous, n_kv' the
+// mask's width (n_kv without a mask); v [D, n_kv, H, B] (a view is fine) -> [D, H, T_q, B].
+ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml_tensor* mask, float scale, bool blas);
+
+// Full-context softmax attention in f32 with scale 1/sqrt(D): q, k, v [D, T, H, B] (views
+// whose rows are contiguous) -> [D, H, T_q, B]. On the CPU with OpenBLAS (CBS_HAVE_BLAS) one
+// fused operation: per head and block of queries, scores, softmax and values through
+// single-threaded sgemm on ggml's threads (about twice tinyBLAS on these shapes, and no
+// T x T tensor per head). Otherwise ggml_flash_attn_ext (f32 precision), which on the CPU
+// measured faster than two tinyBLAS products around ggml's softmax.
+ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, bool on_cpu);
+
+// Whether the build links OpenBLAS (matmul's and attention's CPU path).
+bool have_blas();
 
 // Host values for a graph's input tensors, uploaded once the graph is allocated.
 struct GraphInputs {

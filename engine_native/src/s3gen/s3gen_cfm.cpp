@@ -4,14 +4,16 @@
 #include <cmath>
 #include <string>
 
+#include "core/backend.h"
+
 namespace cbs {
 
-ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) {
+ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas) {
     const int K = static_cast<int>(w->ne[0]);
     ggml_tensor* xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C_in]
     if (K > 1) xt = ggml_pad_ext(ctx, xt, K - 1, 0, 0, 0, 0, 0, 0, 0);
     ggml_tensor* cols = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, 1, 0, false, GGML_TYPE_F32);         // [K*C_in, T]
-    ggml_tensor* y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]), cols);  // [C_out, T]
+    ggml_tensor* y = matmul(ctx, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]), cols, blas);  // [C_out, T]
     return b ? ggml_add(ctx, y, b) : y;
 }
 
@@ -58,7 +60,8 @@ CfmEstimator::Stage CfmEstimator::load_stage(const ModelFile& mf, const std::str
     return s;
 }
 
-CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend) : runner_(backend) {
+CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
+    : runner_(backend), on_cpu_(backend_is_cpu(backend)) {
     auto i = [&](const char* k) { return static_cast<int>(mf.get_int(std::string("chatterbox.s3gen.cfm.") + k)); };
     in_channels_ = i("in_channels");
     out_channels_ = i("out_channels");
@@ -120,7 +123,7 @@ ggml_tensor* CfmEstimator::time_mlp(ggml_context* ctx, ggml_tensor* s) const {
 // CausalBlock1D: causal conv (k3) -> LayerNorm over channels -> Mish. [C_in, T] -> [C_out, T].
 ggml_tensor* CfmEstimator::block1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cw, ggml_tensor* cb, ggml_tensor* lw,
                                    ggml_tensor* lb) const {
-    return mish(ctx, layer_norm(ctx, causal_conv1d_ct(ctx, x, cw, cb), lw, lb, ln_eps_));
+    return mish(ctx, layer_norm(ctx, causal_conv1d_ct(ctx, x, cw, cb, on_cpu_), lw, lb, ln_eps_));
 }
 
 // CausalResnetBlock1D: block1, + mlp(Mish(temb)), block2, + res_conv(x). [C_in, T] -> [C_out, T].
@@ -128,7 +131,7 @@ ggml_tensor* CfmEstimator::resnet(ggml_context* ctx, ggml_tensor* x, ggml_tensor
     ggml_tensor* h = block1d(ctx, x, r.c1_w, r.c1_b, r.ln1_w, r.ln1_b);
     h = ggml_add(ctx, h, linear(ctx, mish(ctx, temb), r.mlp_w, r.mlp_b));
     h = block1d(ctx, h, r.c2_w, r.c2_b, r.ln2_w, r.ln2_b);
-    ggml_tensor* res = linear(ctx, x, ggml_reshape_2d(ctx, r.res_w, r.res_w->ne[1], r.res_w->ne[2]), r.res_b);
+    ggml_tensor* res = linear(ctx, x, ggml_reshape_2d(ctx, r.res_w, r.res_w->ne[1], r.res_w->ne[2]), r.res_b, on_cpu_);
     return ggml_add(ctx, h, res);
 }
 
@@ -138,17 +141,15 @@ ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const 
     const int64_t T = x->ne[1], B = x->ne[2], H = n_head_, D = head_dim_;
     ggml_tensor* h = layer_norm(ctx, x, b.n1_w, b.n1_b, ln_eps_);
     auto heads = [&](ggml_tensor* w) {  // [D, T, H, B]
-        return ggml_permute(ctx, ggml_reshape_4d(ctx, linear(ctx, h, w, nullptr), D, H, T, B), 0, 2, 1, 3);
+        return ggml_permute(ctx, ggml_reshape_4d(ctx, linear(ctx, h, w, nullptr, on_cpu_), D, H, T, B), 0, 2, 1, 3);
     };
     // Full-context attention (the reference's mask is all ones: static_chunk_size 0).
-    ggml_tensor* o = ggml_flash_attn_ext(ctx, heads(b.q_w), heads(b.k_w), heads(b.v_w), nullptr,
-                                         1.0f / std::sqrt(static_cast<float>(D)), 0.0f, 0.0f);
-    ggml_flash_attn_ext_set_prec(o, GGML_PREC_F32);
+    ggml_tensor* o = attention(ctx, heads(b.q_w), heads(b.k_w), heads(b.v_w), on_cpu_);
     o = ggml_reshape_3d(ctx, o, D * H, T, B);  // result is [D, H, T, B]
-    x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b));
+    x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b, on_cpu_));
 
     h = layer_norm(ctx, x, b.n3_w, b.n3_b, ln_eps_);
-    h = linear(ctx, ggml_gelu_erf(ctx, linear(ctx, h, b.ff1_w, b.ff1_b)), b.ff2_w, b.ff2_b);
+    h = linear(ctx, ggml_gelu_erf(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, on_cpu_)), b.ff2_w, b.ff2_b, on_cpu_);
     return ggml_add(ctx, x, h);
 }
 
@@ -181,11 +182,11 @@ ggml_tensor* CfmEstimator::estimate(ggml_context* ctx, GraphInputs& in, ggml_ten
     h = ggml_cont(ctx, ggml_transpose(ctx, h));  // [4M, T, B]
     h = run_stage(ctx, h, temb, down_);
     ggml_tensor* skip = h;
-    h = causal_conv1d_ct(ctx, h, down_.conv_w, down_.conv_b);
+    h = causal_conv1d_ct(ctx, h, down_.conv_w, down_.conv_b, on_cpu_);
     for (const Stage& s : mid_) h = run_stage(ctx, h, temb, s);
     h = ggml_concat(ctx, h, skip, 0);  // [2C, T, B]
     h = run_stage(ctx, h, temb, up_);
-    h = causal_conv1d_ct(ctx, h, up_.conv_w, up_.conv_b);
+    h = causal_conv1d_ct(ctx, h, up_.conv_w, up_.conv_b, on_cpu_);
     h = block1d(ctx, h, final_c_w_, final_c_b_, final_ln_w_, final_ln_b_);
     // final_proj (1x1 conv), produced time-fastest: [T, M, B]. mul_mat broadcasts only its
     // first operand over the batch, so a batch goes weights-first and is transposed after.

@@ -20,7 +20,7 @@ namespace cbs {
 
 // Causal 1-D convolution of x [C_in, T] (channel fastest) with w ne [K, C_in, C_out]:
 // left pad K-1, stride 1, full f32. Returns [C_out, T]; b [C_out] may be null.
-ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b);
+ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas = false);
 
 // Mish: x * tanh(softplus(x)).
 ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x);
@@ -99,6 +99,7 @@ private:
     Stage down_, up_;
     std::vector<Stage> mid_;
     GraphRunner runner_;
+    bool on_cpu_;  // ggml_ops' attention: the CPU's way
 };
 
 // The flow's CFM: spk projection, cond from the prompt mel, and the Euler sampler.

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "core/backend.h"
+
 namespace cbs {
 
 // One conformer block's weights, every shape checked: d_model D, n_head H, and the
@@ -21,7 +23,8 @@ S3GenEncoder::Block S3GenEncoder::load_block(const ModelFile& mf, const std::str
             t("feed_forward.w_2.bias", {D})};
 }
 
-S3GenEncoder::S3GenEncoder(const ModelFile& mf, ggml_backend_t backend) : runner_(backend) {
+S3GenEncoder::S3GenEncoder(const ModelFile& mf, ggml_backend_t backend)
+    : runner_(backend), on_cpu_(backend_is_cpu(backend)) {
     auto i = [&](const char* k) { return static_cast<int>(mf.get_int(std::string("chatterbox.") + k)); };
     auto f = [&](const char* k) { return static_cast<float>(mf.get_float(std::string("chatterbox.") + k)); };
     d_model_ = i("s3gen.enc.d_model");
@@ -85,33 +88,35 @@ std::vector<float> S3GenEncoder::rel_positions(int n) const {
 
 // LinearNoSubsampling + positional scaling: Linear -> LayerNorm -> x * sqrt(d_model).
 ggml_tensor* S3GenEncoder::embed(ggml_context* ctx, ggml_tensor* x, const Embed& e) const {
-    x = layer_norm(ctx, linear(ctx, x, e.w, e.b), e.ln_w, e.ln_b, embed_eps_);
+    x = layer_norm(ctx, linear(ctx, x, e.w, e.b, on_cpu_), e.ln_w, e.ln_b, embed_eps_);
     return ggml_scale(ctx, x, std::sqrt(static_cast<float>(d_model_)));
 }
 
 // Pre-norm conformer block (no macaron FFN, no conv module): rel-pos MHSA, then FFN (SiLU).
-ggml_tensor* S3GenEncoder::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* pos, const Block& b) const {
+ggml_tensor* S3GenEncoder::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* pos, ggml_tensor* mask, const Block& b) const {
     const int64_t T = x->ne[1], H = n_head_, D = d_model_ / n_head_;
     ggml_tensor* h = layer_norm(ctx, x, b.norm_mha_w, b.norm_mha_b, layer_eps_);
-    ggml_tensor* q = ggml_reshape_3d(ctx, linear(ctx, h, b.q_w, b.q_b), D, H, T);
-    ggml_tensor* k = ggml_reshape_3d(ctx, linear(ctx, h, b.k_w, b.k_b), D, H, T);
-    ggml_tensor* v = ggml_reshape_3d(ctx, linear(ctx, h, b.v_w, b.v_b), D, H, T);
-    ggml_tensor* p = ggml_reshape_3d(ctx, linear(ctx, pos, b.pos_w, nullptr), D, H, 2 * T - 1);
+    ggml_tensor* q = ggml_reshape_3d(ctx, linear(ctx, h, b.q_w, b.q_b, on_cpu_), D, H, T);
+    ggml_tensor* k = ggml_reshape_3d(ctx, linear(ctx, h, b.k_w, b.k_b, on_cpu_), D, H, T);
+    ggml_tensor* v = ggml_reshape_3d(ctx, linear(ctx, h, b.v_w, b.v_b, on_cpu_), D, H, T);
+    ggml_tensor* p = ggml_reshape_3d(ctx, linear(ctx, pos, b.pos_w, nullptr, on_cpu_), D, H, 2 * T - 1);
 
-    ggml_tensor* q_u = ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_u, D, H, 1)), 0, 2, 1, 3);
-    ggml_tensor* q_v = ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_v, D, H, 1)), 0, 2, 1, 3);
-    ggml_tensor* ac = ggml_mul_mat(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), q_u);  // [T_k, T_q, H]
-    ggml_tensor* bd = ggml_mul_mat(ctx, ggml_permute(ctx, p, 0, 2, 1, 3), q_v);  // [2T-1, T_q, H]
+    // Contiguous queries (and without OpenBLAS padded keys, mask): the sgemm paths (ggml_ops).
+    ggml_tensor* q_u = ggml_cont(ctx, ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_u, D, H, 1)), 0, 2, 1, 3));
+    ggml_tensor* q_v = ggml_cont(ctx, ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_v, D, H, 1)), 0, 2, 1, 3));
+    ggml_tensor* ac = matmul(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), q_u, on_cpu_);  // [T_k, T_q, H]
+    ggml_tensor* bd = matmul(ctx, ggml_permute(ctx, p, 0, 2, 1, 3), q_v, on_cpu_);  // [2T-1, T_q, H]
     // rel_shift: score(i, j) takes bd[i][T-1-i+j], i.e. a view stepping 2T-2 per query row.
     bd = ggml_view_3d(ctx, bd, T, T, H, (2 * T - 2) * sizeof(float), bd->nb[2], (T - 1) * sizeof(float));
-    ggml_tensor* att = ggml_soft_max_ext(ctx, ggml_add(ctx, ac, bd), nullptr, 1.0f / std::sqrt(static_cast<float>(D)), 0.0f);
-    ggml_tensor* vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 2, 0, 3));  // [T_k, D, H]
-    ggml_tensor* o = ggml_mul_mat(ctx, vt, att);                         // [D, T_q, H]
-    o = ggml_cont_2d(ctx, ggml_permute(ctx, o, 0, 2, 1, 3), D * H, T);
-    x = ggml_add(ctx, x, linear(ctx, o, b.out_w, b.out_b));
+    ggml_tensor* scores = ggml_add(ctx, ac, bd);
+    if (mask) scores = ggml_pad(ctx, scores, static_cast<int>(mask->ne[0] - T), 0, 0, 0);
+    ggml_tensor* o = attend(ctx, scores, ggml_permute(ctx, v, 0, 2, 1, 3), mask, 1.0f / std::sqrt(static_cast<float>(D)),
+                            on_cpu_);
+    o = ggml_reshape_2d(ctx, o, D * H, T);  // [D, H, T]
+    x = ggml_add(ctx, x, linear(ctx, o, b.out_w, b.out_b, on_cpu_));
 
     h = layer_norm(ctx, x, b.norm_ff_w, b.norm_ff_b, layer_eps_);
-    h = linear(ctx, ggml_silu(ctx, linear(ctx, h, b.ff1_w, b.ff1_b)), b.ff2_w, b.ff2_b);
+    h = linear(ctx, ggml_silu(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, on_cpu_)), b.ff2_w, b.ff2_b, on_cpu_);
     return ggml_add(ctx, x, h);
 }
 
@@ -130,12 +135,13 @@ std::vector<float> S3GenEncoder::encode(const std::vector<int32_t>& tokens) {
 
     // Pre-lookahead: conv over the next `lookahead` frames, leaky ReLU, causal conv, residual.
     ggml_tensor* xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C]
-    ggml_tensor* la = conv1d(ctx, ggml_pad_ext(ctx, xt, 0, lookahead_, 0, 0, 0, 0, 0, 0), la_conv1_w_, la_conv1_b_);
+    ggml_tensor* la = conv1d(ctx, ggml_pad_ext(ctx, xt, 0, lookahead_, 0, 0, 0, 0, 0, 0), la_conv1_w_, la_conv1_b_, 1, 0, 1, on_cpu_);
     la = ggml_leaky_relu(ctx, la, lookahead_slope_, false);
     const int k2 = static_cast<int>(la_conv2_w_->ne[0]);
-    la = conv1d(ctx, ggml_pad_ext(ctx, la, k2 - 1, 0, 0, 0, 0, 0, 0, 0), la_conv2_w_, la_conv2_b_);
+    la = conv1d(ctx, ggml_pad_ext(ctx, la, k2 - 1, 0, 0, 0, 0, 0, 0, 0), la_conv2_w_, la_conv2_b_, 1, 0, 1, on_cpu_);
     x = ggml_add(ctx, x, ggml_cont(ctx, ggml_transpose(ctx, la)));
-    for (const Block& b : blocks_) x = block(ctx, x, pos, b);
+    ggml_tensor* mask = key_pad_mask(ctx, in, T, T, on_cpu_);
+    for (const Block& b : blocks_) x = block(ctx, x, pos, mask, b);
 
     // Upsample1D: nearest repeat by `up_stride` along time, left pad, conv.
     xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C]
@@ -144,14 +150,15 @@ std::vector<float> S3GenEncoder::encode(const std::vector<int32_t>& tokens) {
     for (int s = 1; s < up_stride_; ++s) rep = ggml_concat(ctx, rep, xt, 0);
     rep = ggml_reshape_2d(ctx, rep, T2, d_model_);
     const int ku = static_cast<int>(up_w_->ne[0]);
-    rep = conv1d(ctx, ggml_pad_ext(ctx, rep, ku - 1, 0, 0, 0, 0, 0, 0, 0), up_w_, up_b_);
+    rep = conv1d(ctx, ggml_pad_ext(ctx, rep, ku - 1, 0, 0, 0, 0, 0, 0, 0), up_w_, up_b_, 1, 0, 1, on_cpu_);
     x = ggml_cont(ctx, ggml_transpose(ctx, rep));  // [C, 2T]
 
     x = embed(ctx, x, up_embed_);
     ggml_tensor* pos2 = in.f32(ctx, rel_positions(T2), d_model_, 2 * T2 - 1);
-    for (const Block& b : up_blocks_) x = block(ctx, x, pos2, b);
+    ggml_tensor* mask2 = key_pad_mask(ctx, in, T2, T2, on_cpu_);
+    for (const Block& b : up_blocks_) x = block(ctx, x, pos2, mask2, b);
     x = layer_norm(ctx, x, after_w_, after_b_, after_eps_);
-    ggml_tensor* mu = ggml_cont(ctx, ggml_transpose(ctx, linear(ctx, x, proj_w_, proj_b_)));  // [2T, n_mels]
+    ggml_tensor* mu = ggml_cont(ctx, ggml_transpose(ctx, linear(ctx, x, proj_w_, proj_b_, on_cpu_)));  // [2T, n_mels]
     return runner_.compute(mu, in);
 }
 

@@ -31,7 +31,7 @@ private:
 
     Block load_block(const ModelFile& mf, const std::string& prefix, int64_t& ff_width) const;
     ggml_tensor* embed(ggml_context* ctx, ggml_tensor* x, const Embed& e) const;
-    ggml_tensor* block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* pos, const Block& b) const;
+    ggml_tensor* block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* pos, ggml_tensor* mask, const Block& b) const;
     std::vector<float> rel_positions(int n) const;  // [d_model, 2n-1], relative positions n-1 .. -(n-1)
 
     int d_model_, n_head_, vocab_, n_mels_, lookahead_, up_stride_;
@@ -41,6 +41,7 @@ private:
     Embed embed_, up_embed_;
     std::vector<Block> blocks_, up_blocks_;
     GraphRunner runner_;
+    bool on_cpu_;  // keys padded for the CPU's sgemm (ggml_ops' key_pad_mask)
 };
 
 }  // namespace cbs
