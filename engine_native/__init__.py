@@ -12,6 +12,12 @@ import os
 # the same cores; sleeping instead costs microseconds per graph. libgomp reads this when
 # the native module loads it, so it must be set first. A user's own setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# ... but a few microseconds of spinning first (libgomp honours it beside PASSIVE): T3's
+# per-token graphs wait at hundreds of barriers, and sleeping at each doubles a token's
+# time on a quiet machine. Measured on 2 cores (benchmarks/bench_repack.py, Q4_0 Turbo,
+# repacked): quiet 45-54 ms/token -> 25 ms (ACTIVE: 22); two busy processes beside it
+# 66 -> 86 ms (ACTIVE there: seconds a token).
+os.environ.setdefault("GOMP_SPINCOUNT", "2000")
 
 # ggml-cuda's CUDA graphs abort the process ("illegal instruction") when one process runs
 # many of our graphs on the device in turn (several engines, or after an out-of-memory;
