@@ -160,7 +160,10 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas
                               GGML_N_TASKS_MAX, nullptr);
     }
 #endif
-    return ggml_mul_mat(ctx, a, b);
+    // Asked for at f32: on CUDA an f32 x f32 product otherwise runs through TF32 (patches/0002).
+    ggml_tensor* r = ggml_mul_mat(ctx, a, b);
+    ggml_mul_mat_set_prec(r, GGML_PREC_F32);
+    return r;
 }
 
 bool have_blas() {
@@ -179,7 +182,14 @@ ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_t
                               GGML_N_TASKS_MAX, nullptr);
     }
 #endif
-    ggml_tensor* o = ggml_flash_attn_ext(ctx, q, k, v, nullptr, 1.0f / std::sqrt(static_cast<float>(q->ne[0])), 0.0f, 0.0f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(q->ne[0]));
+    if (!on_cpu) {
+        // A GPU: two f32 products around a softmax. ggml-cuda's flash attention rounds K and
+        // V to f16, which put the CFM's mel at rel 1.06e-3 from the CPU's (H200).
+        ggml_tensor* scores = matmul(ctx, ggml_cont(ctx, k), ggml_cont(ctx, q), false);  // [T_k, T_q, H, B]
+        return attend(ctx, scores, v, nullptr, scale, false);
+    }
+    ggml_tensor* o = ggml_flash_attn_ext(ctx, q, k, v, nullptr, scale, 0.0f, 0.0f);
     ggml_flash_attn_ext_set_prec(o, GGML_PREC_F32);
     return o;
 }

@@ -46,8 +46,9 @@ ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml
 // whose rows are contiguous) -> [D, H, T_q, B]. On the CPU with OpenBLAS (CBS_HAVE_BLAS) one
 // fused operation: per head and block of queries, scores, softmax and values through
 // single-threaded sgemm on ggml's threads (about twice tinyBLAS on these shapes, and no
-// T x T tensor per head). Otherwise ggml_flash_attn_ext (f32 precision), which on the CPU
-// measured faster than two tinyBLAS products around ggml's softmax.
+// T x T tensor per head). On a GPU two f32 products around ggml's softmax (the device's
+// flash attention rounds K and V to f16). On the CPU without OpenBLAS ggml_flash_attn_ext
+// (f32 precision), measured faster there than two tinyBLAS products around the softmax.
 ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, bool on_cpu);
 
 // Whether the build links OpenBLAS (matmul's and attention's CPU path).

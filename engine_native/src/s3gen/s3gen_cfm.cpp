@@ -191,7 +191,7 @@ ggml_tensor* CfmEstimator::estimate(ggml_context* ctx, GraphInputs& in, ggml_ten
     // final_proj (1x1 conv), produced time-fastest: [T, M, B]. mul_mat broadcasts only its
     // first operand over the batch, so a batch goes weights-first and is transposed after.
     ggml_tensor* pw = ggml_reshape_2d(ctx, proj_w_, proj_w_->ne[1], proj_w_->ne[2]);
-    ggml_tensor* out = h->ne[2] == 1 ? ggml_mul_mat(ctx, h, pw) : ggml_cont(ctx, ggml_transpose(ctx, ggml_mul_mat(ctx, pw, h)));
+    ggml_tensor* out = h->ne[2] == 1 ? matmul(ctx, h, pw, false) : ggml_cont(ctx, ggml_transpose(ctx, matmul(ctx, pw, h, false)));
     return ggml_add(ctx, out, ggml_reshape_2d(ctx, proj_b_, 1, M));
 }
 
