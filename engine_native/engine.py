@@ -451,12 +451,12 @@ class Engine:
                                                  if f.has_key("chatterbox.builtin_voice.name") else "Built-in"),
                                         "builtin": True})
         self._lock = _FairLock()     # one native computation at a time, in arrival order
-        # T3 on a CPU backend of its own computes beside S3Gen / HiFT: a lock of its own.
-        self._t3_lock = _FairLock() if self._t3.own_backend else self._lock
-        # Off by default: on 2 cores with both threads busy it measured no faster (1.73x -> 1.64x
-        # batch, loaded) and it takes CPU from the GUI thread (the GUI soak's stalls).
-        # CBS_STREAM_OVERLAP=1 turns it on where cores are idle.
+        # A stream's T3 worker beside S3Gen (T3 on a CPU backend of its own, with a lock of its
+        # own). Off by default: on 2 cores with both threads busy it measured no faster (1.73x ->
+        # 1.64x batch, loaded) and it takes CPU from the GUI thread (the GUI soak's stalls); off,
+        # T3 and S3Gen take turns under one lock as before. CBS_STREAM_OVERLAP=1 turns it on.
         self._overlap = self._t3.own_backend and os.environ.get("CBS_STREAM_OVERLAP") == "1"
+        self._t3_lock = _FairLock() if self._overlap else self._lock
         self._t3_workers = 0         # _TokenWorkers running (S3Gen then leaves them their threads)
         self._s3gen_beside_threads = max(1, self._n_threads - _S3GEN_BESIDE_T3_FEWER_THREADS)
         self._workers_lock = threading.Lock()

@@ -57,8 +57,9 @@ def test_t3_worker_samples_beside_s3gen_and_leaves_the_audio_unchanged(engine, m
     CPU backend) while the passes run: the same chunks, sample for sample, as T3 and S3Gen
     taking turns; Stop with the worker running ends it and frees the engine."""
     opts = dict(seed=5, max_tokens=60, cfm_steps=1, first_chunk_tokens=10, chunk_tokens=10)
-    assert engine._t3_lock is not engine._lock   # a CPU model: T3 has its own backend
-    monkeypatch.setattr(engine, "_overlap", True)  # off by default (CBS_STREAM_OVERLAP); restored after
+    assert engine._t3.own_backend                # a CPU model: T3 has its own backend
+    monkeypatch.setattr(engine, "_overlap", True)  # off by default (CBS_STREAM_OVERLAP=1); restored after
+    monkeypatch.setattr(engine, "_t3_lock", engine_module._FairLock())
     started = []
 
     class Counted(engine_module._TokenWorker):
