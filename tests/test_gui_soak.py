@@ -52,6 +52,9 @@ STREAM = {"first_chunk_tokens": 10, "chunk_tokens": 10}
 RSS_GROWTH_LIMIT = 0.05
 # CBS_SOAK_TRACE=<file>: write the stacks of all threads there whenever the GUI thread stalls
 TRACE_STALLS = open(os.environ["CBS_SOAK_TRACE"], "w") if os.environ.get("CBS_SOAK_TRACE") else None
+PROFILE_ACTION = int(os.environ.get("CBS_SOAK_PROFILE", "0"))
+# CBS_SOAK_TRACE_MS: how late a tick must be for that dump (default: 1.2 x the stall limit)
+TRACE_AFTER_S = float(os.environ.get("CBS_SOAK_TRACE_MS", STALL_LIMIT_S * 1200)) / 1000
 
 SCRIPTS = [
     "Good morning. The weather is fine today.",
@@ -86,9 +89,14 @@ class StallProbe(TimerProbe):
     the next tick is late."""
 
     def _tick(self):
+        n = len(self.stalls)
         super()._tick()
+        if len(self.stalls) > n and os.environ.get("CBS_SOAK_STALL_TIMES"):  # to match a profiler's clock
+            gap, cpu, action = self.stalls[-1]
+            print(f"\nSTALL {action} monotonic {time.monotonic() - gap:.3f}..{time.monotonic():.3f} "
+                  f"cpu {cpu * 1000:.0f} ms", flush=True)
         if TRACE_STALLS:
-            faulthandler.dump_traceback_later(STALL_LIMIT_S * 1.2, exit=False, file=TRACE_STALLS)
+            faulthandler.dump_traceback_later(TRACE_AFTER_S, exit=False, file=TRACE_STALLS)
 
     def stop(self):
         super().stop()
@@ -402,7 +410,15 @@ class Soak:
     def step(self, name: str) -> None:
         self.n += 1
         self.probe.action = f"{self.n}:{name}"
-        getattr(self, name)()
+        if PROFILE_ACTION == self.n:  # CBS_SOAK_PROFILE=N: the GUI thread's Python profile of action N
+            import cProfile
+            import pstats
+
+            with cProfile.Profile() as prof:
+                getattr(self, name)()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+        else:
+            getattr(self, name)()
         self.counts[name] = self.counts.get(name, 0) + 1
 
 
