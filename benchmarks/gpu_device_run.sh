@@ -9,6 +9,8 @@
 #   whl/      wheels missing there (gguf)      turbo.skel.gguf[.xz] (benchmarks/model_skeleton.py)
 #   refwhl/   with REF=1: chatterbox-tts and the wheels the image lacks for it (no resemble-perth:
 #             34 MB of watermarker weights that the bench never runs; a pass-through stands in)
+#   refsite.tar.xz  instead of refwhl/: the same wheels unpacked and packed again with xz
+#             (19 MB of wheels -> 8 MB, which leaves room for vulkan/ in the 64 MiB)
 # REF=1: the PyTorch reference on the same weights: a random Turbo snapshot is built there
 # (tests/reference, torch, while the engine builds) and converted into the F32 GGUF every
 # step uses (instead of the skeleton); the pairs in REF_BENCH run `bench --reference` (torch
@@ -18,7 +20,8 @@
 # (patches/ touch them and every patch must apply, also for a CPU-only build). ggml/ must be
 # a real folder, not a symbolic link (cmake copies it to patch it, and copies a link as a link).
 # STAGES (default "build tests bench"; also "probe": benchmarks/gpu_probe.py for PROBE's
-# device/quant pairs) picks what runs, BENCH the device/quant pairs,
+# device/quant pairs, then the same with --profile and CBS_PROFILE_OPS=1: time by operation
+# kind, profile.txt) picks what runs, BENCH the device/quant pairs,
 # TESTS_K one pytest -k selection (default: "not greedy", then "greedy"),
 # BENCH_TIMEOUT each bench's limit (150 s); tests, then probe, then bench run.
 # DEADLINE (s after T0, a date +%s) skips benchmarks started later; a build, models left by an earlier run on
@@ -39,6 +42,7 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site whl/*.whl \
   $(ls refwhl/*.whl 2>/dev/null) && export PYTHONPATH=/tmp/site
+[ -f refsite.tar.xz ] && tar -C /tmp/site -xJf refsite.tar.xz
 if [ -n "${REF:-}" ] && ! ls refwhl/resemble_perth-*.whl > /dev/null 2>&1; then
   mkdir -p /tmp/site/perth
   printf '%s\n' '"""Stand-in for resemble-perth (not carried): generate()s watermark, never timed by the bench."""' \
@@ -136,6 +140,10 @@ if [[ " $stages " == *" probe "* ]]; then
     log "probe $d $q"
     PYTHONPATH=$PWD:${PYTHONPATH:-} timeout 120 python3 benchmarks/gpu_probe.py $M/turbo-$q.gguf $d >> "$OUT/bench.txt" 2>&1
     log "probe $d $q: exit $?"
+    echo "== profile $d $q" >> "$OUT/profile.txt"
+    CBS_PROFILE_OPS=1 PYTHONPATH=$PWD:${PYTHONPATH:-} timeout 60 python3 benchmarks/gpu_probe.py $M/turbo-$q.gguf $d --profile \
+      2>&1 | grep -v "^ggml_\|^load_backend" >> "$OUT/profile.txt"
+    log "profile $d $q: exit $?"
   done
 fi
 if [[ " $stages " == *" bench "* ]]; then
@@ -153,6 +161,6 @@ if [[ " $stages " == *" bench "* ]]; then
   done
 fi
 [ -n "$requant_pids" ] && wait $requant_pids  # a later run on the same machine finds them
-# At most 8 files come back: steps.log, build.log (its tail), info.txt, tests.log, bench.txt.
+# At most 8 files come back: steps.log, build.log (its tail), info.txt, tests.log, bench.txt, profile.txt.
 tail -c 2000000 "$OUT/build.log" > /tmp/build.tail 2>/dev/null && mv /tmp/build.tail "$OUT/build.log"
 log "done"

@@ -1,8 +1,14 @@
 """Per-stage device timings the full bench does not split out (the device tool's run):
-T3 ms/token (greedy and with the default sampler), HiFT on the device (f0 + excitation +
-decode) against the CPU kernels, 500 mel frames (10 s). Prints numbers, asserts nothing.
+T3 ms/token (greedy and with the default sampler), the S3Gen encoder and CFM and HiFT's
+f0, excitation and decode, each timed on its first call at the size (allocation and kernel
+loading included, as the bench's one pass) and then steady (median), the CFM with its q, k,
+v products fused and not (CBS_CFM_QKV), HiFT on the device against the CPU kernels, 250
+speech tokens = 500 mel frames (10 s). Prints numbers, asserts nothing.
 
-    python benchmarks/gpu_probe.py MODEL.gguf cuda:0
+    python benchmarks/gpu_probe.py MODEL.gguf cuda:0 [--profile]
+
+--profile (with CBS_PROFILE_OPS=1 in the environment): one encoder, CFM and HiFT decode
+pass, each graph's time by operation kind on stderr (core/ggml_ops.cpp), nothing else.
 """
 from __future__ import annotations
 
@@ -38,9 +44,73 @@ def median_ms(f, reps=5) -> float:
     return statistics.median(ts) * 1e3
 
 
+def first_and_steady(f, reps=3) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    f()
+    first = (time.perf_counter() - t0) * 1e3
+    return first, median_ms(f, reps)
+
+
+def s3gen_inputs(mf, n_speech=250):
+    prompt = mf.tensor_f32("voice.prompt_token").astype(np.int32).reshape(-1)
+    speech = np.random.default_rng(1).integers(0, mf.get_int("chatterbox.s3gen.speech_vocab"), n_speech).astype(np.int32)
+    return np.concatenate([prompt, speech])
+
+
+def s3gen_stages(mf, profile=False) -> None:
+    """Encoder, CFM (q, k, v fused and not), HiFT f0 / excitation / decode: first call and steady."""
+    import os
+
+    tokens = s3gen_inputs(mf)
+    enc = _core.S3GenEncoder(mf)
+    if profile:
+        mu = enc.encode(tokens)
+    else:
+        first, steady = first_and_steady(lambda: enc.encode(tokens))
+        mu = enc.encode(tokens)
+        print(f"  S3Gen encoder ({len(tokens)} tokens)  first {first:7.1f} ms  steady {steady:7.1f} ms")
+    feat = mf.tensor_f32("voice.prompt_feat").reshape(-1, mu.shape[0])
+    emb = mf.tensor_f32("voice.embedding").reshape(-1)
+    x0 = np.random.default_rng(2).standard_normal(mu.shape, dtype=np.float32)
+    mels = {}
+    for fuse in (("1",) if profile else ("1", "0")):
+        os.environ["CBS_CFM_QKV"] = fuse  # read when the estimator is made
+        cfm = _core.S3GenCfm(mf)
+        os.environ.pop("CBS_CFM_QKV")
+        if profile:
+            mels[fuse] = cfm.sample(mu, feat, emb, x0)
+            break
+        first, steady = first_and_steady(lambda: cfm.sample(mu, feat, emb, x0))
+        mels[fuse] = cfm.sample(mu, feat, emb, x0)
+        print(f"  S3Gen CFM ({mu.shape[1]} frames, q k v {'fused' if fuse == '1' else 'apart'})"
+              f"  first {first:7.1f} ms  steady {steady:7.1f} ms")
+    if not profile:
+        a, b = mels["1"].astype(np.float64), mels["0"].astype(np.float64)
+        print(f"  CFM mel, q k v fused vs apart: rel {np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")
+    mel = np.ascontiguousarray(mels["1"])
+    h = _core.HiFT(mf)
+    if profile:
+        f0 = h.f0(mel)
+        h.decode(mel, h.excitation_continue(f0, h.source_state(0)))
+        return
+    f0_first, f0_steady = first_and_steady(lambda: h.f0(mel))
+    f0 = h.f0(mel)
+    ex_first, ex_steady = first_and_steady(lambda: h.excitation_continue(f0, h.source_state(0)))
+    src = h.excitation_continue(f0, h.source_state(0))
+    de_first, de_steady = first_and_steady(lambda: h.decode(mel, src))
+    print(f"  HiFT ({mel.shape[1]} frames) f0 first {f0_first:6.1f} / steady {f0_steady:6.1f} ms, excitation (noise drawn"
+          f" now) {ex_first:6.1f} / {ex_steady:6.1f} ms, decode {de_first:6.1f} / {de_steady:6.1f} ms")
+
+
 def main() -> None:
     path, dev = sys.argv[1], sys.argv[2]
     mf = _core.ModelFile(path, device=dev)
+    if "--profile" in sys.argv[3:]:
+        print(f"profile {path} on {dev} (per-operation figures on stderr)")
+        s3gen_stages(mf, profile=True)
+        return
+    print(f"probe {path} on {dev}")
+    s3gen_stages(mf)
     t3 = _core.T3(mf)
     text = list(range(1000, 1040))
     print(f"probe {path} on {dev}")

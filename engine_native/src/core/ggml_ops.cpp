@@ -1,8 +1,13 @@
 #include "core/ggml_ops.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
 
 #include "core/backend.h"
 #include "core/model_file.h"
@@ -185,8 +190,9 @@ ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_t
     const float scale = 1.0f / std::sqrt(static_cast<float>(q->ne[0]));
     if (!on_cpu) {
         // A GPU: two f32 products around a softmax. ggml-cuda's flash attention rounds K and
-        // V to f16, which put the CFM's mel at rel 1.06e-3 from the CPU's (H200).
-        ggml_tensor* scores = matmul(ctx, ggml_cont(ctx, k), ggml_cont(ctx, q), false);  // [T_k, T_q, H, B]
+        // V to f16, which put the CFM's mel at rel 1.06e-3 from the CPU's (H200). The views
+        // go to the product as they are (cuBLAS takes the strides; Vulkan copies inside).
+        ggml_tensor* scores = matmul(ctx, k, q, false);  // [T_k, T_q, H, B]
         return attend(ctx, scores, v, nullptr, scale, false);
     }
     ggml_tensor* o = ggml_flash_attn_ext(ctx, q, k, v, nullptr, scale, 0.0f, 0.0f);
@@ -274,6 +280,52 @@ static bool device_lacks(ggml_backend_t backend, const ggml_tensor* node) {
     return false;
 }
 
+// CBS_PROFILE_OPS=1 (a diagnostic, device graphs only): every node of a graph computed and
+// waited for on its own through the scheduler's eval callback, the time per operation summed
+// by kind and printed to stderr after each graph (kernel time plus one launch and one sync
+// each; the graph's own time, all nodes launched at once, is printed beside it).
+static bool profile_ops() {
+    static const bool on = [] {
+        const char* e = std::getenv("CBS_PROFILE_OPS");
+        return e && *e && std::string(e) != "0";
+    }();
+    return on;
+}
+
+namespace {
+struct OpProfile {
+    std::chrono::steady_clock::time_point start;
+    std::map<std::string, std::pair<int, double>> by_kind;  // kind -> (nodes, ms)
+};
+
+bool profile_node(ggml_tensor* t, bool ask, void* data) {
+    auto* p = static_cast<OpProfile*>(data);
+    const auto now = std::chrono::steady_clock::now();
+    if (ask) {
+        p->start = now;
+        return true;
+    }
+    std::string kind = ggml_op_desc(t);
+    if (t->op == GGML_OP_MUL_MAT && t->src[0])
+        kind += std::string(" ") + ggml_type_name(t->src[0]->type) + (ggml_is_contiguous(t->src[0]) ? "" : " view") +
+                (t->ne[2] * t->ne[3] > 1 ? " batched" : "");
+    auto& e = p->by_kind[kind];
+    e.first += 1;
+    e.second += std::chrono::duration<double, std::milli>(now - p->start).count();
+    return true;
+}
+}  // namespace
+
+static void print_profile(const OpProfile& p, int n_nodes, double node_by_node_ms, double whole_ms) {
+    std::vector<std::pair<std::string, std::pair<int, double>>> rows(p.by_kind.begin(), p.by_kind.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    std::fprintf(stderr, "[ops] graph of %d nodes: %.2f ms node by node, %.2f ms as one graph\n", n_nodes,
+                 node_by_node_ms, whole_ms);
+    for (size_t i = 0; i < rows.size() && i < 14; ++i)
+        std::fprintf(stderr, "[ops]   %-32s %5d nodes %8.2f ms\n", rows[i].first.c_str(), rows[i].second.first,
+                     rows[i].second.second);
+}
+
 void GraphRunner::run(const GraphInputs& in) {
     ggml_status status;
     if (sched_) {
@@ -285,7 +337,7 @@ void GraphRunner::run(const GraphInputs& in) {
         if (!ggml_backend_sched_alloc_graph(sched_, graph_))
             throw EngineError(std::string("not enough memory for the computation on ") + ggml_backend_name(backend_));
         in.upload();
-        status = ggml_backend_sched_graph_compute(sched_, graph_);
+        status = profile_ops() ? profiled_compute(in) : ggml_backend_sched_graph_compute(sched_, graph_);
     } else {
         if (!ggml_gallocr_alloc_graph(alloc_, graph_)) throw EngineError("not enough memory for the computation");
         in.upload();
@@ -294,6 +346,27 @@ void GraphRunner::run(const GraphInputs& in) {
     if (status == GGML_STATUS_ABORTED) throw CancelledError("cancelled");
     if (status == GGML_STATUS_ALLOC_FAILED) throw EngineError(std::string("out of memory on ") + ggml_backend_name(backend_));
     if (status != GGML_STATUS_SUCCESS) throw EngineError("graph computation failed");
+}
+
+// The graph as usual (timed), then again node by node (inputs uploaded again: the
+// allocator may have reused their memory).
+ggml_status GraphRunner::profiled_compute(const GraphInputs& in) {
+    using clock = std::chrono::steady_clock;
+    auto t0 = clock::now();
+    ggml_status status = ggml_backend_sched_graph_compute(sched_, graph_);
+    ggml_backend_sched_synchronize(sched_);
+    const double whole = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    if (status != GGML_STATUS_SUCCESS) return status;
+    OpProfile prof;
+    ggml_backend_sched_set_eval_callback(sched_, profile_node, &prof);
+    in.upload();
+    t0 = clock::now();
+    status = ggml_backend_sched_graph_compute(sched_, graph_);
+    ggml_backend_sched_synchronize(sched_);
+    const double by_node = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    ggml_backend_sched_set_eval_callback(sched_, nullptr, nullptr);
+    print_profile(prof, ggml_graph_n_nodes(graph_), by_node, whole);
+    return status;
 }
 
 std::vector<float> GraphRunner::rerun(ggml_tensor* out, const GraphInputs& in) {

@@ -97,6 +97,8 @@ public:
 private:
     // On the CPU: frees a compute buffer above kKeepComputeBytes (ggml_ops.cpp) after use.
     void release_large_buffer();
+    // CBS_PROFILE_OPS=1: the graph computed, then computed again node by node, timed by kind.
+    ggml_status profiled_compute(const GraphInputs& in);
 
     ggml_backend_t backend_;
     size_t max_nodes_;

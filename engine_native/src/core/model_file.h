@@ -75,6 +75,8 @@ public:
 
     // Any tensor's contents as float32 (dequantised), for tests and small tensors.
     std::vector<float> read_f32(const ggml_tensor* t) const;
+    // A tensor's bytes as the file holds them (an extra buffer cannot be read back).
+    std::vector<uint8_t> read_raw(const ggml_tensor* t) const;
 
 private:
     void open(ggml_context** ctx);
@@ -83,8 +85,6 @@ private:
     ggml_backend_buffer_t load_tensors(const std::vector<int64_t>& ids, ggml_backend_buffer_type_t buft) const;
     // The extra buffer type (repack, AMX) a matmul weight goes into, or nullptr.
     ggml_backend_buffer_type_t extra_buft_for(ggml_tensor* t) const;
-    // A tensor's bytes as the file holds them (an extra buffer cannot be read back).
-    std::vector<uint8_t> read_raw(const ggml_tensor* t) const;
     void ensure_loaded(const std::string& name) const;
 
     struct LazyGroup {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "core/backend.h"
@@ -98,6 +99,42 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
     final_ln_b_ = t("final_block.block.2.bias", {C});
     proj_w_ = t("final_proj.weight", {1, C, out_channels_});
     proj_b_ = t("final_proj.bias", {out_channels_});
+    const char* fuse = std::getenv("CBS_CFM_QKV");  // "0": the three products (a comparison)
+    if (!on_cpu_ && !(fuse && std::string(fuse) == "0")) fuse_qkv(mf, backend);
+}
+
+CfmEstimator::~CfmEstimator() {
+    if (qkv_buf_) ggml_backend_buffer_free(qkv_buf_);
+    if (qkv_ctx_) ggml_free(qkv_ctx_);
+}
+
+void CfmEstimator::fuse_qkv(const ModelFile& mf, ggml_backend_t backend) {
+    std::vector<Transformer*> blocks;
+    for (Stage* s : {&down_, &up_}) for (Transformer& b : s->tfm) blocks.push_back(&b);
+    for (Stage& s : mid_) for (Transformer& b : s.tfm) blocks.push_back(&b);
+    std::vector<Transformer*> fused;
+    for (Transformer* b : blocks)
+        if (b->q_w->type == b->k_w->type && b->q_w->type == b->v_w->type && ggml_are_same_shape(b->q_w, b->k_w) &&
+            ggml_are_same_shape(b->q_w, b->v_w) && ggml_is_contiguous(b->q_w) && ggml_is_contiguous(b->k_w) &&
+            ggml_is_contiguous(b->v_w))
+            fused.push_back(b);
+    if (fused.empty()) return;
+    qkv_ctx_ = ggml_init({ggml_tensor_overhead() * fused.size(), nullptr, /*no_alloc=*/true});
+    std::vector<ggml_tensor*> ws;
+    for (Transformer* b : fused)
+        ws.push_back(ggml_new_tensor_2d(qkv_ctx_, b->q_w->type, b->q_w->ne[0], 3 * b->q_w->ne[1]));
+    qkv_buf_ = ggml_backend_alloc_ctx_tensors(qkv_ctx_, backend);
+    if (!qkv_buf_) return;  // no room: the three products stay
+    for (size_t i = 0; i < fused.size(); ++i) {
+        // Rows (output channels) are contiguous in every type: [q; k; v] is their bytes in turn.
+        size_t at = 0;
+        for (ggml_tensor* w : {fused[i]->q_w, fused[i]->k_w, fused[i]->v_w}) {
+            const std::vector<uint8_t> raw = mf.read_raw(w);
+            ggml_backend_tensor_set(ws[i], raw.data(), at, raw.size());
+            at += raw.size();
+        }
+        fused[i]->qkv_w = ws[i];
+    }
 }
 
 // SinusoidalPosEmb(dim=in_channels)(t, scale=1000), in float32 as torch computes it.
@@ -143,8 +180,18 @@ ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const 
     auto heads = [&](ggml_tensor* w) {  // [D, T, H, B]
         return ggml_permute(ctx, ggml_reshape_4d(ctx, linear(ctx, h, w, nullptr, on_cpu_), D, H, T, B), 0, 2, 1, 3);
     };
+    ggml_tensor *q, *k, *v;
+    if (b.qkv_w) {
+        ggml_tensor* qkv = matmul(ctx, b.qkv_w, h, false);  // [3A, T, B]
+        auto part = [&](int i) {                              // [D, T, H, B], rows contiguous
+            return ggml_view_4d(ctx, qkv, D, T, H, B, qkv->nb[1], D * sizeof(float), qkv->nb[2], i * D * H * sizeof(float));
+        };
+        q = part(0), k = part(1), v = part(2);
+    } else {
+        q = heads(b.q_w), k = heads(b.k_w), v = heads(b.v_w);
+    }
     // Full-context attention (the reference's mask is all ones: static_chunk_size 0).
-    ggml_tensor* o = attention(ctx, heads(b.q_w), heads(b.k_w), heads(b.v_w), on_cpu_);
+    ggml_tensor* o = attention(ctx, q, k, v, on_cpu_);
     o = ggml_reshape_3d(ctx, o, D * H, T, B);  // result is [D, H, T, B]
     x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b, on_cpu_));
 

@@ -29,6 +29,9 @@ ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x);
 class CfmEstimator {
 public:
     CfmEstimator(const ModelFile& mf, ggml_backend_t backend);
+    ~CfmEstimator();
+    CfmEstimator(const CfmEstimator&) = delete;
+    CfmEstimator& operator=(const CfmEstimator&) = delete;
 
     // x, mu, cond: row-major [n_mels][T]; spks: [n_mels] (already projected);
     // t, r: the flow times (r only used by meanflow models). Returns dxdt row-major [n_mels][T].
@@ -57,6 +60,7 @@ private:
     };
     struct Transformer {
         ggml_tensor *n1_w, *n1_b, *q_w, *k_w, *v_w, *o_w, *o_b, *n3_w, *n3_b, *ff1_w, *ff1_b, *ff2_w, *ff2_b;
+        ggml_tensor* qkv_w = nullptr;  // on a GPU: [q; k; v] as one weight (fuse_qkv)
     };
     struct Stage {  // one U-Net level: resnet, transformers, then an optional causal conv
         Resnet res;
@@ -89,6 +93,11 @@ private:
     std::vector<float> euler(std::vector<float> x, int T, const std::vector<float>& ts,
                              const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs);
     void check_inputs(size_t x, size_t mu, size_t spks, size_t cond, int T) const;
+    // On a GPU: each transformer's q, k and v weights as one [C, 3A] weight in a buffer of
+    // our own, so the three projections are one product (a GPU's CFM time is mostly the
+    // per-operation cost of its ~4000 small operations). Skipped (the three products kept)
+    // where their types differ or the device has no room.
+    void fuse_qkv(const ModelFile& mf, ggml_backend_t backend);
 
     int in_channels_, out_channels_, channels_, n_head_, head_dim_, time_dim_;
     int64_t ff_ = -1;  // transformer feed-forward width (from the first one)
@@ -98,6 +107,8 @@ private:
     ggml_tensor *final_c_w_, *final_c_b_, *final_ln_w_, *final_ln_b_, *proj_w_, *proj_b_;
     Stage down_, up_;
     std::vector<Stage> mid_;
+    ggml_context* qkv_ctx_ = nullptr;  // fuse_qkv's tensors and buffer
+    ggml_backend_buffer_t qkv_buf_ = nullptr;
     GraphRunner runner_;
     bool on_cpu_;  // ggml_ops' attention: the CPU's way
 };

@@ -1,5 +1,6 @@
 #include "s3gen/s3gen_encoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -68,25 +69,32 @@ S3GenEncoder::S3GenEncoder(const ModelFile& mf, ggml_backend_t backend)
 
 // ESPnet relative positional encoding rows for relative positions n-1 down to -(n-1),
 // computed in float32 step by step as EspnetRelPositionalEncoding.extend_pe does.
-std::vector<float> S3GenEncoder::rel_positions(int n) const {
+std::vector<float> S3GenEncoder::rel_positions(int n) {
     const int d = d_model_;
-    std::vector<float> pe(static_cast<size_t>(2 * n - 1) * d);
-    const float scale = static_cast<float>(-(std::log(10000.0) / d));
-    for (int row = 0; row < 2 * n - 1; ++row) {
-        const int rel = n - 1 - row;  // positive: pe_positive flipped; negative: pe_negative
-        const float pos = static_cast<float>(std::abs(rel));
-        const float sign = rel >= 0 ? 1.0f : -1.0f;
-        for (int k = 0; k < d / 2; ++k) {
-            const float div = std::exp(static_cast<float>(2 * k) * scale);
-            const float arg = sign * (pos * div);
-            pe[static_cast<size_t>(row) * d + 2 * k] = std::sin(arg);
-            pe[static_cast<size_t>(row) * d + 2 * k + 1] = std::cos(arg);
+    if (n > n_table_) {
+        const int N = std::max(n, 2 * n_table_);  // grown geometrically: a stream's inputs grow chunk by chunk
+        table_.assign(static_cast<size_t>(2 * N - 1) * d, 0.0f);
+        const float scale = static_cast<float>(-(std::log(10000.0) / d));
+        std::vector<float> div(d / 2);
+        for (int k = 0; k < d / 2; ++k) div[k] = std::exp(static_cast<float>(2 * k) * scale);
+        for (int row = 0; row < 2 * N - 1; ++row) {
+            const int rel = N - 1 - row;  // positive: pe_positive flipped; negative: pe_negative
+            const float pos = static_cast<float>(std::abs(rel));
+            const float sign = rel >= 0 ? 1.0f : -1.0f;
+            float* out = table_.data() + static_cast<size_t>(row) * d;
+            for (int k = 0; k < d / 2; ++k) {
+                const float arg = sign * (pos * div[k]);
+                out[2 * k] = std::sin(arg);
+                out[2 * k + 1] = std::cos(arg);
+            }
         }
+        n_table_ = N;
     }
-    return pe;
+    // Relative position n-1 is row N-n of the table.
+    const auto first = table_.begin() + static_cast<ptrdiff_t>(n_table_ - n) * d;
+    return std::vector<float>(first, first + static_cast<ptrdiff_t>(2 * n - 1) * d);
 }
 
-// LinearNoSubsampling + positional scaling: Linear -> LayerNorm -> x * sqrt(d_model).
 ggml_tensor* S3GenEncoder::embed(ggml_context* ctx, ggml_tensor* x, const Embed& e) const {
     x = layer_norm(ctx, linear(ctx, x, e.w, e.b, on_cpu_), e.ln_w, e.ln_b, embed_eps_);
     return ggml_scale(ctx, x, std::sqrt(static_cast<float>(d_model_)));
