@@ -28,6 +28,12 @@ ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tens
 ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride = 1, int pad = 0,
                     int dilation = 1, bool blas = false);
 
+// GELU with the exact erf, x * (1 + erf(x / sqrt 2)) / 2, and Mish, x * tanh(softplus(x)).
+// On the CPU (on_cpu, f32) one fused pass each in vectorised f32 arithmetic (ggml's CPU ops
+// call libm's scalar erff / expf / tanhf per element), as accurate as erff; elsewhere ggml's ops.
+ggml_tensor* gelu_erf(ggml_context* ctx, ggml_tensor* x, bool on_cpu);
+ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x, bool on_cpu);
+
 struct GraphInputs;
 
 // Attention written as two matrix products around ggml_soft_max_ext (the S3Gen encoder's
