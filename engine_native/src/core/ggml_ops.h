@@ -18,6 +18,8 @@ ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_
 // batches). With `blas` (a CPU backend's graph) and OpenBLAS built in, f32 operands whose
 // rows are contiguous (views allowed) go through single-threaded sgemm on ggml's threads,
 // each taking a share of the rows: about twice ggml's tinyBLAS on this model's shapes.
+// A 2-D `a` stored quantised or f16 (a quantised model's S3Gen weights) takes the same path:
+// each thread converts its share of a's rows to f32 first (CBS_BLAS_QUANT=0: ggml's kernel).
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas);
 
 // x [in, n] -> [out, n] through a PyTorch-layout Linear weight (ne [in, out]); b may be null.
