@@ -35,6 +35,82 @@ ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tens
     return b ? ggml_add(ctx, y, ggml_reshape_2d(ctx, b, 1, b->ne[0])) : y;
 }
 
+// e^x for x <= 0 within about one ulp (Cody-Waite reduction, degree-6 Taylor polynomial on
+// |r| <= ln2/2: truncation error 1.2e-7 relative), in plain arithmetic the compiler vectorises.
+static inline float exp_nonpositive(float x) {
+    x = x < -87.0f ? -87.0f : x;                                   // 2^n stays a normal float; e^-87 ~ 1.6e-38
+    const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
+    const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
+    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+    float two_n;
+    std::memcpy(&two_n, &bits, sizeof two_n);
+    return p * two_n;
+}
+
+// Phi(x) = (1 + erf(x / sqrt 2)) / 2 in plain arithmetic the compiler vectorises (libm's
+// erff is a scalar call, ~8% of the CFM). z = |x| / sqrt 2; z < 1: erf(z) = z P(z^2);
+// z >= 1: erfc(z) = e^(-z^2) Q(t), t = 1 / (1 + z/2). P (degree 6) and Q (degree 8) are
+// weighted least-squares fits to erf and erfc (relative error 1.2e-9 each, float64); in
+// f32 GELU's absolute error stays at erff's (3.7e-7 vs 4.5e-7 max over [-12, 12]), and
+// the left tail, taken from erfc, is more accurate than 1 + erff's cancellation.
+static inline float normal_cdf(float x) {
+    const float z = std::fabs(x) * 0.70710678f, u = z * z;
+    const float erf_small =
+        z * (1.12837911f + u * (-0.376126260f + u * (0.112835854f + u * (-0.0268538203f +
+             u * (0.00518834218f + u * (-0.000801031070f + u * 7.85421871e-05f))))));
+    const float t = 1.0f / (1.0f + 0.5f * z);
+    const float q = -2.90868084e-05f + t * (0.282715619f + t * (0.276413262f + t * (0.275716454f + t * (0.0887406543f +
+                    t * (0.237886295f + t * (-0.130437538f + t * (-0.0826686546f + t * 0.0519137643f)))))));
+    const float erfc_big = exp_nonpositive(-u) * q;
+    const float upper = z < 1.0f ? 0.5f + 0.5f * erf_small : 1.0f - 0.5f * erfc_big;  // Phi(|x|)
+    const float lower = z < 1.0f ? 0.5f - 0.5f * erf_small : 0.5f * erfc_big;         // Phi(-|x|)
+    return x >= 0.0f ? upper : lower;
+}
+
+// tanh(softplus(x)) = n(n + 2) / (n(n + 2) + 2) with n = e^x, written with m = e^-|x| <= 1
+// (for x >= 0 numerator and denominator divided by n^2) so nothing overflows.
+static inline float tanh_softplus(float x) {
+    const float m = exp_nonpositive(-std::fabs(x));
+    const float pos = (1.0f + 2.0f * m) / (1.0f + 2.0f * m + 2.0f * m * m);
+    const float neg = m * (m + 2.0f) / (m * (m + 2.0f) + 2.0f);
+    return x >= 0.0f ? pos : neg;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void gelu_erf_span(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * normal_cdf(x[i]);
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void mish_span(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * tanh_softplus(x[i]);
+}
+
+// An element-wise f32 op on a contiguous tensor, split into equal spans across ggml's threads.
+template <void (*span)(const float*, float*, int64_t)>
+static void elementwise(ggml_tensor* dst, const ggml_tensor* a, int ith, int nth, void*) {
+    const int64_t n = ggml_nelements(a), per = ((n + nth - 1) / nth + 15) / 16 * 16;
+    const int64_t i0 = std::min(n, ith * per), len = std::min(per, n - i0);
+    if (len > 0) span(static_cast<const float*>(a->data) + i0, static_cast<float*>(dst->data) + i0, len);
+}
+
+ggml_tensor* gelu_erf(ggml_context* ctx, ggml_tensor* x, bool on_cpu) {
+    if (!on_cpu || x->type != GGML_TYPE_F32) return ggml_gelu_erf(ctx, x);
+    return ggml_map_custom1(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), elementwise<gelu_erf_span>,
+                            GGML_N_TASKS_MAX, nullptr);
+}
+
+ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x, bool on_cpu) {
+    if (!on_cpu || x->type != GGML_TYPE_F32) return ggml_mul(ctx, x, ggml_tanh(ctx, ggml_softplus(ctx, x)));
+    return ggml_map_custom1(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), elementwise<mish_span>, GGML_N_TASKS_MAX,
+                            nullptr);
+}
+
 static constexpr int64_t kSgemmK = 16;  // tinyBLAS's f32 contraction step (AVX-512)
 
 ggml_tensor* key_pad_mask(ggml_context* ctx, GraphInputs& in, int64_t n_kv, int64_t n_q, bool on_cpu) {
@@ -54,19 +130,6 @@ ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml
 }
 
 #ifdef CBS_HAVE_BLAS
-// e^x for x <= 0 within about one ulp (Cody-Waite reduction, degree-6 Taylor polynomial on
-// |r| <= ln2/2: truncation error 1.2e-7 relative), in plain arithmetic the compiler vectorises.
-static inline float exp_nonpositive(float x) {
-    x = x < -87.0f ? -87.0f : x;                                   // 2^n stays a normal float; e^-87 ~ 1.6e-38
-    const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;  // round to nearest (1.5 * 2^23 trick)
-    const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-    float two_n;
-    std::memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
-}
-
 // row[j] = e^(row[j] - max(row)); returns their sum. Sixteen lanes of partial max and sum
 // let the compiler vectorise each loop; cloned for AVX-512, AVX2 and the baseline.
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -90,8 +153,11 @@ static float exp_shifted_row(float* row, int64_t n) {
     return sum;
 }
 
-// Rows of one query block: its scores (kBlockQ x T_k floats per thread) stay in L2.
-static constexpr int64_t kBlockQ = 64;
+// Rows of one query block (its scores are kBlockQ x T_k floats per thread). Each block packs
+// the head's K and V again inside sgemm, so larger blocks pack less: CFM, Q4_0 Turbo, CPU
+// seconds measured at T_k 1000: 64 rows 5.22, 256 rows 4.49, 512 rows 4.55, 1024 rows 4.78;
+// at T_k 2000: 64 15.4, 256 13.9, 512 13.5 (benchmarks/bench_s3gen_quant.py workload).
+static constexpr int64_t kBlockQ = 256;
 
 static void blas_attention(ggml_tensor* dst, int ith, int nth, void*) {
     static const bool one_thread = (scipy_openblas_set_num_threads(1), true);  // ggml's threads split the work
@@ -154,8 +220,47 @@ static void blas_matmul(ggml_tensor* dst, int ith, int nth, void*) {
 }
 #endif
 
+#ifdef CBS_HAVE_BLAS
+// The same for a 2-D weight `a` stored quantised or f16 (a Q4_0 model's S3Gen): each thread
+// converts its share of a's rows to f32 (ggml's to_float) into a buffer of its own, then
+// multiplies every row of b by them. Converting costs M*K per product against sgemm's M*K*N,
+// and the activations stay f32 (ggml's own kernel rounds them to 8 bits). Measured (Q4_0 Turbo,
+// 250 tokens, encoder + CFM, loaded 2 cores, bench_s3gen_quant.py): ggml's Q4_0 kernel 6.78 s,
+// this 4.85 s; f32 weights 4.76 s (dequantising at load would cost ~330 MiB for 2%).
+static void blas_matmul_dequant(ggml_tensor* dst, int ith, int nth, void*) {
+    static const bool one_thread = (scipy_openblas_set_num_threads(1), true);
+    (void)one_thread;
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
+    const int64_t per = ((M + nth - 1) / nth + 15) / 16 * 16, m0 = std::min(M, ith * per), m = std::min(per, M - m0);
+    if (m <= 0) return;
+    thread_local std::vector<float> w;
+    w.resize(static_cast<size_t>(m * K));
+    const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
+    for (int64_t i = 0; i < m; ++i) to_float(static_cast<const char*>(a->data) + (m0 + i) * a->nb[1], w.data() + i * K, K);
+    const int ldb = static_cast<int>(b->nb[1] / sizeof(float)), ldc = static_cast<int>(dst->nb[1] / sizeof(float));
+    for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2)
+            scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(m),
+                              static_cast<int>(K), 1.0f, row_at(b, 0, i2, i3), ldb, w.data(), static_cast<int>(K), 0.0f,
+                              const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+}
+
+static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benchmarks/bench_s3gen_quant.py)
+    const char* v = std::getenv("CBS_BLAS_QUANT");
+    return !v || std::strcmp(v, "0") != 0;
+}
+#endif
+
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas) {
 #ifdef CBS_HAVE_BLAS
+    if (blas && a->type != GGML_TYPE_F32 && ggml_get_type_traits(a->type)->to_float && b->type == GGML_TYPE_F32 &&
+        ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && b->nb[0] == sizeof(float) && b->ne[1] >= 16 &&
+        a->ne[1] >= 16 && a->ne[0] == b->ne[0] && blas_quant_enabled()) {
+        ggml_tensor* args[2] = {a, b};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 2, blas_matmul_dequant,
+                              GGML_N_TASKS_MAX, nullptr);
+    }
     // Small products (a time embedding's one row) stay with ggml: sgemm's setup would dominate.
     if (blas && a->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && a->nb[0] == sizeof(float) &&
         b->nb[0] == sizeof(float) && b->ne[1] >= 16 && a->ne[1] >= 16 && a->ne[0] == b->ne[0] &&

@@ -18,6 +18,8 @@ ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_
 // batches). With `blas` (a CPU backend's graph) and OpenBLAS built in, f32 operands whose
 // rows are contiguous (views allowed) go through single-threaded sgemm on ggml's threads,
 // each taking a share of the rows: about twice ggml's tinyBLAS on this model's shapes.
+// A 2-D `a` stored quantised or f16 (a quantised model's S3Gen weights) takes the same path:
+// each thread converts its share of a's rows to f32 first (CBS_BLAS_QUANT=0: ggml's kernel).
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas);
 
 // x [in, n] -> [out, n] through a PyTorch-layout Linear weight (ne [in, out]); b may be null.
@@ -27,6 +29,12 @@ ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tens
 // x [L, C_in] (time fastest), w ne [K, C_in, C_out] -> [L_out, C_out]; b [C_out] may be null.
 ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride = 1, int pad = 0,
                     int dilation = 1, bool blas = false);
+
+// GELU with the exact erf, x * (1 + erf(x / sqrt 2)) / 2, and Mish, x * tanh(softplus(x)).
+// On the CPU (on_cpu, f32) one fused pass each in vectorised f32 arithmetic (ggml's CPU ops
+// call libm's scalar erff / expf / tanhf per element), as accurate as erff; elsewhere ggml's ops.
+ggml_tensor* gelu_erf(ggml_context* ctx, ggml_tensor* x, bool on_cpu);
+ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x, bool on_cpu);
 
 struct GraphInputs;
 

@@ -18,10 +18,6 @@ ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w,
     return b ? ggml_add(ctx, y, b) : y;
 }
 
-ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x) {
-    return ggml_mul(ctx, x, ggml_tanh(ctx, ggml_softplus(ctx, x)));
-}
-
 // ---------------------------------------------------------------------------
 // Estimator
 // ---------------------------------------------------------------------------
@@ -160,13 +156,13 @@ ggml_tensor* CfmEstimator::time_mlp(ggml_context* ctx, ggml_tensor* s) const {
 // CausalBlock1D: causal conv (k3) -> LayerNorm over channels -> Mish. [C_in, T] -> [C_out, T].
 ggml_tensor* CfmEstimator::block1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cw, ggml_tensor* cb, ggml_tensor* lw,
                                    ggml_tensor* lb) const {
-    return mish(ctx, layer_norm(ctx, causal_conv1d_ct(ctx, x, cw, cb, on_cpu_), lw, lb, ln_eps_));
+    return mish(ctx, layer_norm(ctx, causal_conv1d_ct(ctx, x, cw, cb, on_cpu_), lw, lb, ln_eps_), on_cpu_);
 }
 
 // CausalResnetBlock1D: block1, + mlp(Mish(temb)), block2, + res_conv(x). [C_in, T] -> [C_out, T].
 ggml_tensor* CfmEstimator::resnet(ggml_context* ctx, ggml_tensor* x, ggml_tensor* temb, const Resnet& r) const {
     ggml_tensor* h = block1d(ctx, x, r.c1_w, r.c1_b, r.ln1_w, r.ln1_b);
-    h = ggml_add(ctx, h, linear(ctx, mish(ctx, temb), r.mlp_w, r.mlp_b));
+    h = ggml_add(ctx, h, linear(ctx, mish(ctx, temb, on_cpu_), r.mlp_w, r.mlp_b));
     h = block1d(ctx, h, r.c2_w, r.c2_b, r.ln2_w, r.ln2_b);
     ggml_tensor* res = linear(ctx, x, ggml_reshape_2d(ctx, r.res_w, r.res_w->ne[1], r.res_w->ne[2]), r.res_b, on_cpu_);
     return ggml_add(ctx, h, res);
@@ -196,7 +192,7 @@ ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const 
     x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b, on_cpu_));
 
     h = layer_norm(ctx, x, b.n3_w, b.n3_b, ln_eps_);
-    h = linear(ctx, ggml_gelu_erf(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, on_cpu_)), b.ff2_w, b.ff2_b, on_cpu_);
+    h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, on_cpu_), on_cpu_), b.ff2_w, b.ff2_b, on_cpu_);
     return ggml_add(ctx, x, h);
 }
 

@@ -22,9 +22,6 @@ namespace cbs {
 // left pad K-1, stride 1, full f32. Returns [C_out, T]; b [C_out] may be null.
 ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas = false);
 
-// Mish: x * tanh(softplus(x)).
-ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x);
-
 // The ConditionalDecoder estimator: one velocity evaluation.
 class CfmEstimator {
 public:
