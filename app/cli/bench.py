@@ -114,6 +114,7 @@ def cmd_bench(args) -> int:
     _print_cancel_by_stage(r)
     if "clone_ms" in r:
         print(_row("clone a 10 s recording", r["clone_ms"], g("clone_ms")))
+        print(_row("  first, loading encoders", r["clone_first_ms"], None))
     else:
         print(f"  {'clone a 10 s recording':<28} {'-':>14}   ({r['clone_error']})")
     print(_row("peak RSS, synthesis", r["peak_rss_mb"], g("peak_rss_mb"), "MB", "{:.0f}"))
