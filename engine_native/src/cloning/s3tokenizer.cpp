@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "core/backend.h"
+
 namespace cbs {
 
 namespace {
@@ -15,7 +17,8 @@ constexpr float kFsqScale = 0.9990000128746033f;
 constexpr int kWindowSeconds = 30, kOverlapSeconds = 4;  // long-audio sliding windows
 }  // namespace
 
-S3TokenizerV2::S3TokenizerV2(const ModelFile& mf, ggml_backend_t backend) : logmel_(mf), runner_(backend) {
+S3TokenizerV2::S3TokenizerV2(const ModelFile& mf, ggml_backend_t backend)
+    : logmel_(mf), runner_(backend), on_cpu_(backend_is_cpu(backend)) {
     auto i = [&](const char* k) { return static_cast<int>(mf.get_int(std::string("chatterbox.s3tok.") + k)); };
     n_mels_ = i("n_mels");
     n_state_ = i("n_state");
@@ -90,9 +93,9 @@ ggml_tensor* S3TokenizerV2::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor
                                   ggml_tensor* mask, const Block& b) const {
     const int64_t T = x->ne[1], H = n_head_, D = head_dim_, C = n_state_, K = fsmn_kernel_;
     ggml_tensor* h = layer_norm(ctx, x, b.attn_ln_w, b.attn_ln_b, kLayerNormEps);
-    ggml_tensor* q = linear(ctx, h, b.q_w, b.q_b);
-    ggml_tensor* k = linear(ctx, h, b.k_w, nullptr);
-    ggml_tensor* v = linear(ctx, h, b.v_w, b.v_b);
+    ggml_tensor* q = linear(ctx, h, b.q_w, b.q_b, on_cpu_);
+    ggml_tensor* k = linear(ctx, h, b.k_w, nullptr, on_cpu_);
+    ggml_tensor* v = linear(ctx, h, b.v_w, b.v_b, on_cpu_);
 
     // FSMN memory: depth-wise conv (zero padded to keep T) over v, plus v. ssm_conv is a
     // per-channel f32 cross-correlation over time-fastest rows that returns [C, T].
@@ -115,10 +118,10 @@ ggml_tensor* S3TokenizerV2::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor
     ggml_tensor* vh = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, v, D, H, T), 1, 2, 0, 3));  // [T_k, D, H]
     ggml_tensor* o = ggml_mul_mat(ctx, ggml_pad(ctx, vh, static_cast<int>(pad), 0, 0, 0), att);       // [D, T_q, H]
     o = ggml_cont_2d(ctx, ggml_permute(ctx, o, 0, 2, 1, 3), C, T);
-    x = ggml_add(ctx, x, ggml_add(ctx, linear(ctx, o, b.out_w, b.out_b), mem));
+    x = ggml_add(ctx, x, ggml_add(ctx, linear(ctx, o, b.out_w, b.out_b, on_cpu_), mem));
 
     h = layer_norm(ctx, x, b.mlp_ln_w, b.mlp_ln_b, kLayerNormEps);
-    h = linear(ctx, ggml_gelu_erf(ctx, linear(ctx, h, b.fc1_w, b.fc1_b)), b.fc2_w, b.fc2_b);
+    h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.fc1_w, b.fc1_b, on_cpu_), on_cpu_), b.fc2_w, b.fc2_b, on_cpu_);
     return ggml_add(ctx, x, h);
 }
 
@@ -145,9 +148,9 @@ std::vector<float> S3TokenizerV2::encode(const std::vector<float>& mel, int64_t 
     ggml_context* ctx = runner_.begin();
     GraphInputs in;
     ggml_tensor* x = in.f32(ctx, std::move(seg), len, n_mels_);  // [L, n_mels], time fastest
-    x = ggml_gelu_erf(ctx, conv_stem(ctx, x, conv1_w_, conv1_b_));     // [C, L1]
+    x = gelu_erf(ctx, conv_stem(ctx, x, conv1_w_, conv1_b_), on_cpu_);  // [C, L1]
     x = ggml_cont(ctx, ggml_transpose(ctx, x));                         // [L1, C]
-    x = ggml_gelu_erf(ctx, conv_stem(ctx, x, conv2_w_, conv2_b_));     // [C, T]
+    x = gelu_erf(ctx, conv_stem(ctx, x, conv2_w_, conv2_b_), on_cpu_);  // [C, T]
     ggml_tensor* cos = ggml_reshape_3d(ctx, in.f32(ctx, std::move(cos_t), head_dim_, T), head_dim_, 1, T);
     ggml_tensor* sin = ggml_reshape_3d(ctx, in.f32(ctx, std::move(sin_t), head_dim_, T), head_dim_, 1, T);
     ggml_tensor* mask = nullptr;  // -inf on the padded key columns (see block)
@@ -158,7 +161,7 @@ std::vector<float> S3TokenizerV2::encode(const std::vector<float>& mel, int64_t 
         mask = in.f32(ctx, std::move(m), T_pad, T);
     }
     for (const Block& b : blocks_) x = block(ctx, x, cos, sin, mask, b);
-    return runner_.compute(linear(ctx, x, proj_w_, proj_b_), in);  // [n_digits, T]
+    return runner_.compute(linear(ctx, x, proj_w_, proj_b_, on_cpu_), in);  // [n_digits, T]
 }
 
 std::vector<float> S3TokenizerV2::projection(const std::vector<float>& wav16k, int max_len) {
