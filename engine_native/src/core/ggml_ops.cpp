@@ -19,6 +19,15 @@
 
 namespace cbs {
 
+#ifdef CBS_HAVE_BLAS
+// ggml's threads split every product between them, so each sgemm call runs on one thread
+// (OpenBLAS's own pool would oversubscribe the cores); set once, on first use.
+static void openblas_one_thread() {
+    static const bool once = (scipy_openblas_set_num_threads(1), true);
+    (void)once;
+}
+#endif
+
 ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, float eps) {
     return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, eps), w), b);
 }
@@ -160,8 +169,7 @@ static float exp_shifted_row(float* row, int64_t n) {
 static constexpr int64_t kBlockQ = 256;
 
 static void blas_attention(ggml_tensor* dst, int ith, int nth, void*) {
-    static const bool one_thread = (scipy_openblas_set_num_threads(1), true);  // ggml's threads split the work
-    (void)one_thread;
+    openblas_one_thread();
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], H = q->ne[2], B = q->ne[3];
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -201,8 +209,7 @@ static const float* row_at(const ggml_tensor* t, int64_t i1, int64_t i2, int64_t
 // dst = a x b as ggml_mul_mat: C[N x M] = B[N x K] A[M x K]^T per batch of b, row-major.
 // Work units: b's batches, each cut into enough row blocks for every thread to have one.
 static void blas_matmul(ggml_tensor* dst, int ith, int nth, void*) {
-    static const bool one_thread = (scipy_openblas_set_num_threads(1), true);
-    (void)one_thread;
+    openblas_one_thread();
     const ggml_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], batches = b->ne[2] * b->ne[3];
     const int64_t chunks = batches >= nth ? 1 : (nth + batches - 1) / batches, rows = (N + chunks - 1) / chunks;
@@ -228,8 +235,7 @@ static void blas_matmul(ggml_tensor* dst, int ith, int nth, void*) {
 // 250 tokens, encoder + CFM, loaded 2 cores, bench_s3gen_quant.py): ggml's Q4_0 kernel 6.78 s,
 // this 4.85 s; f32 weights 4.76 s (dequantising at load would cost ~330 MiB for 2%).
 static void blas_matmul_dequant(ggml_tensor* dst, int ith, int nth, void*) {
-    static const bool one_thread = (scipy_openblas_set_num_threads(1), true);
-    (void)one_thread;
+    openblas_one_thread();
     const ggml_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
     const int64_t per = ((M + nth - 1) / nth + 15) / 16 * 16, m0 = std::min(M, ith * per), m = std::min(per, M - m0);
