@@ -63,3 +63,41 @@ def test_idle_timer_releases_them(recording):
     while engine._file.buffer_bytes > base and time.monotonic() < deadline:
         time.sleep(0.1)
     assert engine._file.buffer_bytes == base
+
+
+_SYNTH_CHILD = """
+import sys, numpy as np
+from engine_native import Engine
+e = Engine(sys.argv[1], threads=2)
+wav = e.synthesize("Hello there.", seed=3, max_tokens=12)
+np.save(sys.argv[2], wav)
+print(e._file.buffer_bytes)
+"""
+
+
+def test_lookup_tables_are_mapped_not_copied(tmp_path):
+    """T3's embedding tables stay in the file's memory map on the CPU (only the rows a
+    lookup touches become resident): they are absent from the model's buffers, and the
+    synthesis is bit-identical to one with them copied (CBS_MMAP_TABLES=0)."""
+    import os
+    import subprocess
+    import sys
+
+    path = model_path("nano", "q4_0")
+    engine = Engine(path, threads=2)
+    names = [n for n in engine._file.tensor_names() if n.startswith("t3.") and ("_emb." in n or n == "t3.wpe.weight")]
+    assert names, "no lookup tables found"
+    table_bytes = sum(4 * int(np.prod(engine._file.tensor_info(n)[1])) for n in names
+                      if engine._file.tensor_info(n)[0] == "f32")
+    assert table_bytes > 100 * 2**20                            # nano: 200 MB of f32 tables
+    del engine
+    result = {}
+    for mode in ("1", "0"):
+        out = tmp_path / f"wav{mode}.npy"
+        env = dict(os.environ, CBS_MMAP_TABLES=mode)
+        p = subprocess.run([sys.executable, "-c", _SYNTH_CHILD, str(path), str(out)], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        result[mode] = (int(p.stdout.split()[-1]), np.load(out))
+    assert result["0"][0] - result["1"][0] >= table_bytes       # copied only with CBS_MMAP_TABLES=0
+    assert np.array_equal(result["0"][1], result["1"][1])       # same numbers either way

@@ -33,7 +33,6 @@ S3TokenizerV2::S3TokenizerV2(const ModelFile& mf, ggml_backend_t backend)
     stride_frames_ = window_frames_ - kOverlapSeconds * sr / hop;
     overlap_tokens_ = (kOverlapSeconds / 2) * token_rate;
 
-    auto t = [&](const std::string& n) { return mf.tensor("s3tok." + n); };
     auto f32 = [&](ggml_tensor* w) {  // the f32 convolutions reshape their kernels
         if (w->type != GGML_TYPE_F32) throw ModelError(mf.path() + ": " + ggml_get_name(w) + " must be F32");
         return w;

@@ -9,6 +9,13 @@
 
 #include "ggml-alloc.h"
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#define CBS_HAVE_MMAP 1
+#endif
+
 namespace cbs {
 
 static constexpr const char* kArch = "chatterbox";
@@ -48,7 +55,7 @@ const std::vector<std::string>& ModelFile::lazy_prefixes() {
     return prefixes;
 }
 
-ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(path), backend_(backend) {
+ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_(backend), path_(path) {
     open(&ctx_);
     try {
         // The file's data section must hold every tensor it declares (truncation check).
@@ -67,13 +74,19 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(pa
                                   [&](const LazyGroup& l) { return std::strncmp(name, l.prefix.c_str(), l.prefix.size()) == 0; });
             (g == lazy_.end() ? resident : g->ids).push_back(i);
         }
-        std::vector<int64_t> plain;
+        std::vector<int64_t> plain, tables;
         std::map<ggml_backend_buffer_type_t, std::vector<int64_t>> extra;
         for (int64_t i : resident) {
-            ggml_tensor* t = ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i));
+            const char* name = gguf_get_tensor_name(gguf_, i);
+            if (is_lookup_table(name)) {
+                tables.push_back(i);
+                continue;
+            }
+            ggml_tensor* t = ggml_get_tensor(ctx_, name);
             ggml_backend_buffer_type_t b = extra_buft_for(t);
             (b ? extra[b] : plain).push_back(i);
         }
+        if (!map_tensors(tables, file_size)) plain.insert(plain.end(), tables.begin(), tables.end());
         buffer_ = load_tensors(plain, ggml_backend_get_default_buffer_type(backend_));
         for (auto& [b, ids] : extra) {
             extra_buffers_.push_back(load_tensors(ids, b));
@@ -82,10 +95,66 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : path_(pa
     } catch (...) {
         for (ggml_backend_buffer_t b : extra_buffers_) ggml_backend_buffer_free(b);
         if (buffer_) ggml_backend_buffer_free(buffer_);
+        unmap();
         gguf_free(gguf_);
         ggml_free(ctx_);
         throw;
     }
+}
+
+bool ModelFile::is_lookup_table(const char* name) {
+    if (std::strncmp(name, "t3.", 3) != 0) return false;
+    return std::strcmp(name, "t3.wpe.weight") == 0 || std::strstr(name, "_emb.") != nullptr;
+}
+
+bool ModelFile::map_tensors(const std::vector<int64_t>& ids, size_t file_size) {
+#ifdef CBS_HAVE_MMAP
+    static const bool enabled = [] {
+        const char* v = std::getenv("CBS_MMAP_TABLES");
+        return !v || std::strcmp(v, "0") != 0;
+    }();
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend_);
+    if (ids.empty() || !enabled || !dev || ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) return false;
+    const int fd = ::open(path_.c_str(), O_RDONLY);
+    if (fd < 0) return false;
+    void* map = mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);  // the map keeps the file
+    if (map == MAP_FAILED) return false;
+    const size_t data_offset = gguf_get_data_offset(gguf_);
+    char* data = static_cast<char*>(map) + data_offset;
+    size_t max_tensor = 0;
+    for (int64_t i : ids) max_tensor = std::max(max_tensor, ggml_nbytes(ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i))));
+    // The CPU buffer wants 32-byte aligned data; a GGUF aligns its data section (default 32).
+    ggml_backend_buffer_t buf = reinterpret_cast<uintptr_t>(data) % 32 == 0
+        ? ggml_backend_dev_buffer_from_host_ptr(dev, data, file_size - data_offset, max_tensor) : nullptr;
+    if (!buf) {
+        munmap(map, file_size);
+        return false;
+    }
+    ggml_backend_buffer_set_usage(buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    map_ = map;
+    map_size_ = file_size;
+    mapped_buffer_ = buf;
+    for (int64_t i : ids) {
+        ggml_tensor* t = ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i));
+        if (ggml_backend_tensor_alloc(buf, t, data + gguf_get_tensor_offset(gguf_, i)) != GGML_STATUS_SUCCESS)
+            throw ModelError(path_ + ": cannot map tensor " + ggml_get_name(t));
+    }
+    return true;
+#else
+    (void)ids;
+    (void)file_size;
+    return false;
+#endif
+}
+
+void ModelFile::unmap() {
+    if (mapped_buffer_) ggml_backend_buffer_free(mapped_buffer_);
+    mapped_buffer_ = nullptr;
+#ifdef CBS_HAVE_MMAP
+    if (map_) munmap(map_, map_size_);
+#endif
+    map_ = nullptr;
 }
 
 // Whether `buft` (an extra buffer type of `dev`) takes `w` as the weight of a matmul with
@@ -195,6 +264,7 @@ ModelFile::~ModelFile() {
         if (g.buffer) ggml_backend_buffer_free(g.buffer);
     for (ggml_backend_buffer_t b : extra_buffers_) ggml_backend_buffer_free(b);
     if (buffer_) ggml_backend_buffer_free(buffer_);
+    unmap();
     if (gguf_) gguf_free(gguf_);
     if (ctx_) ggml_free(ctx_);
 }

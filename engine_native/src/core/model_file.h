@@ -12,6 +12,11 @@
 // convert/quant.py) go into the CPU's "extra" buffer type when it takes them: the repack
 // buffer stores Q4_0 rows interleaved for the AVX2/AVX-512 gemv/gemm kernels (AMX on a
 // build and CPU that has it). CBS_CPU_REPACK=0 keeps every weight in the plain buffer.
+//
+// On a CPU backend, T3's lookup tables (token and position embeddings, read only through
+// get_rows: 266 MB of a Turbo file, of which a sentence touches a few hundred rows) are
+// not copied: their tensors point into a read-only memory map of the file, so only the
+// pages a lookup touches become resident. CBS_MMAP_TABLES=0 copies them like the rest.
 #pragma once
 
 #include <cstdint>
@@ -86,6 +91,11 @@ private:
     // The extra buffer type (repack, AMX) a matmul weight goes into, or nullptr.
     ggml_backend_buffer_type_t extra_buft_for(ggml_tensor* t) const;
     void ensure_loaded(const std::string& name) const;
+    // Points the tensors `ids` into a read-only map of the file; false (nothing changed)
+    // where the platform or backend cannot.
+    bool map_tensors(const std::vector<int64_t>& ids, size_t file_size);
+    static bool is_lookup_table(const char* name);
+    void unmap();
 
     struct LazyGroup {
         std::string prefix;
@@ -102,6 +112,9 @@ private:
     ggml_context* ctx_ = nullptr;
     ggml_backend_buffer_t buffer_ = nullptr;
     std::vector<ggml_backend_buffer_t> extra_buffers_;  // weights in extra buffer types
+    void* map_ = nullptr;                               // the file, mapped (lookup tables)
+    size_t map_size_ = 0;
+    ggml_backend_buffer_t mapped_buffer_ = nullptr;     // a CPU buffer over map_'s data section
     std::map<const ggml_tensor*, int64_t> in_extra_;    // those tensors, with their gguf index
     std::map<std::string, ggml_tensor*> tensors_;
 };
