@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "bindings/helpers.h"
+#include "core/ggml_ops.h"
+#include "core/q4_matmul.h"
 #include "t3/sampler.h"
 #include "t3/t3_llama.h"
 #include "t3/t3_model.h"
@@ -88,7 +90,58 @@ SamplingParams params(const ModelFile& mf, const py::object& temperature, const 
 
 }  // namespace
 
+// (ours, ggml's, w dequantised) for the products of w (f32 [N, K], quantised to Q4_0 here) and x (f32 [M, K]) on a
+// CPU backend: ours through matmul() on the weight in core/q4_matmul's packed layout (the
+// kernel below 16 columns, sgemm from 16), ggml's through ggml_mul_mat on plain Q4_0.
+static py::tuple q4_matmul_pair(F32Array w, F32Array x, int threads) {
+    if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32 != 0 || w.shape(0) < 1 ||
+        x.shape(0) < 1)
+        throw ParameterError("w [N, K] and x [M, K] with K a multiple of 32");
+    const int64_t N = w.shape(0), K = w.shape(1), M = x.shape(0);
+    std::vector<uint8_t> raw(ggml_row_size(GGML_TYPE_Q4_0, K) * N), packed(raw.size());
+    {
+        py::gil_scoped_release nogil;
+        ggml_quantize_chunk(GGML_TYPE_Q4_0, w.data(), raw.data(), 0, N, K, nullptr);
+        q4_pack(raw.data(), packed.data(), N, K);
+    }
+    BackendPtr backend = make_backend("cpu", threads);
+    ggml_init_params params{ggml_tensor_overhead() * 2, nullptr, true};
+    std::unique_ptr<ggml_context, void (*)(ggml_context*)> weights(ggml_init(params), ggml_free);
+    ggml_tensor* plain = ggml_new_tensor_2d(weights.get(), GGML_TYPE_Q4_0, K, N);
+    ggml_tensor* ours = ggml_new_tensor_2d(weights.get(), GGML_TYPE_Q4_0, K, N);
+    std::unique_ptr<ggml_backend_buffer, void (*)(ggml_backend_buffer_t)> buffer(
+        ggml_backend_alloc_ctx_tensors(weights.get(), backend.get()), ggml_backend_buffer_free);
+    ggml_backend_tensor_set(plain, raw.data(), 0, raw.size());
+    ggml_backend_tensor_set(ours, packed.data(), 0, packed.size());
+    q4_mark_packed(ours, true);
+    std::vector<std::vector<float>> out;
+    try {
+        py::gil_scoped_release nogil;
+        GraphRunner runner(backend.get());
+        ggml_context* ctx = runner.begin();
+        GraphInputs in;
+        ggml_tensor* xt = in.f32(ctx, std::vector<float>(x.data(), x.data() + M * K), K, M);
+        out = runner.compute({matmul(ctx, ours, xt, false), ggml_mul_mat(ctx, plain, xt)}, in);
+    } catch (...) {
+        q4_mark_packed(ours, false);
+        throw;
+    }
+    q4_mark_packed(ours, false);
+    auto arr = [&](const std::vector<float>& v) {
+        py::array_t<float> a({M, N});
+        std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(float));
+        return a;
+    };
+    py::array_t<float> dequantised({N, K});
+    ggml_get_type_traits(GGML_TYPE_Q4_0)->to_float(raw.data(), dequantised.mutable_data(), N * K);
+    return py::make_tuple(arr(out[0]), arr(out[1]), dequantised);
+}
+
 void bind_t3(py::module_& m) {
+    m.def("q4_matmul_pair", &q4_matmul_pair, py::arg("w"), py::arg("x"), py::arg("threads") = 2,
+          "(ours, ggml's, w as Q4_0 dequantised): Q4_0 products of w [N, K] (f32, quantised here) and x [M, K] "
+          "on the CPU, ours in the engine's packed layout (its kernel below 16 columns, sgemm from 16), ggml's on "
+          "plain Q4_0 (tests).");
     py::class_<PyT3Cache>(m, "T3Cache",
                           "A T3 KV cache for one generation session at a time; it keeps the voice prefix it holds.")
         .def(py::init([](py::object t3) {

@@ -9,6 +9,7 @@
 #include "core/options.h"
 #include "core/ggml_ops.h"
 #include "core/system_info.h"
+#include "core/q4_matmul.h"
 
 namespace py = pybind11;
 
@@ -189,9 +190,10 @@ PYBIND11_MODULE(_core, m) {
         d["devices"] = devices_list(s.devices);
         d["default_threads"] = s.default_threads;
         d["blas"] = cbs::have_blas();
+        d["q4_kernel"] = cbs::q4_packed_available();
         return d;
     }, "ggml version, CPU features and variant, loaded backends and devices, default thread count, whether the "
-       "CPU's f32 matrix products use OpenBLAS.");
+       "CPU's f32 matrix products use OpenBLAS, whether T3's Q4_0 products on the CPU use the engine's own kernel.");
 
     m.def("devices", [] { return devices_list(cbs::list_devices()); },
           "Every device present, the fastest first: [{id, name, backend, description, type, memory_free, "

@@ -1,4 +1,5 @@
 #include "core/ggml_ops.h"
+#include "core/q4_matmul.h"
 
 #include <algorithm>
 #include <chrono>
@@ -93,6 +94,19 @@ static void gelu_erf_span(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * normal_cdf(x[i]);
 }
 
+// GPT-2's GELU, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), written as
+// x sigmoid(2u) = x / (1 + e^-2u) (e^2u / (1 + e^2u) for u < 0, so nothing overflows).
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void gelu_tanh_span(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = x[i], u = 0.7978845608f * (v + 0.044715f * v * v * v);
+        const float e = exp_nonpositive(-2.0f * std::fabs(u));
+        y[i] = u >= 0.0f ? v / (1.0f + e) : v * e / (1.0f + e);
+    }
+}
+
 #if defined(__GNUC__) && defined(__x86_64__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
@@ -111,6 +125,12 @@ static void elementwise(ggml_tensor* dst, const ggml_tensor* a, int ith, int nth
 ggml_tensor* gelu_erf(ggml_context* ctx, ggml_tensor* x, bool on_cpu) {
     if (!on_cpu || x->type != GGML_TYPE_F32) return ggml_gelu_erf(ctx, x);
     return ggml_map_custom1(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), elementwise<gelu_erf_span>,
+                            GGML_N_TASKS_MAX, nullptr);
+}
+
+ggml_tensor* gelu_tanh(ggml_context* ctx, ggml_tensor* x, bool on_cpu) {
+    if (!on_cpu || x->type != GGML_TYPE_F32) return ggml_gelu(ctx, x);
+    return ggml_map_custom1(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), elementwise<gelu_tanh_span>,
                             GGML_N_TASKS_MAX, nullptr);
 }
 
@@ -242,8 +262,12 @@ static void blas_matmul_dequant(ggml_tensor* dst, int ith, int nth, void*) {
     if (m <= 0) return;
     thread_local std::vector<float> w;
     w.resize(static_cast<size_t>(m * K));
-    const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
-    for (int64_t i = 0; i < m; ++i) to_float(static_cast<const char*>(a->data) + (m0 + i) * a->nb[1], w.data() + i * K, K);
+    if (q4_is_packed(a)) {
+        q4_unpack_rows(a, m0, m, w.data());
+    } else {
+        const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
+        for (int64_t i = 0; i < m; ++i) to_float(static_cast<const char*>(a->data) + (m0 + i) * a->nb[1], w.data() + i * K, K);
+    }
     const int ldb = static_cast<int>(b->nb[1] / sizeof(float)), ldc = static_cast<int>(dst->nb[1] / sizeof(float));
     for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
         for (int64_t i2 = 0; i2 < b->ne[2]; ++i2)
@@ -259,7 +283,11 @@ static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benc
 #endif
 
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas) {
+    // T3's Q4_0 weights on the CPU (core/q4_matmul.h): a prompt's many columns through
+    // sgemm below (the weights converted per thread), a decoding step through our kernel.
+    const bool packed = q4_is_packed(a);
 #ifdef CBS_HAVE_BLAS
+    if (packed && b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && b->ne[1] >= 16) blas = true;
     if (blas && a->type != GGML_TYPE_F32 && ggml_get_type_traits(a->type)->to_float && b->type == GGML_TYPE_F32 &&
         ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && b->nb[0] == sizeof(float) && b->ne[1] >= 16 &&
         a->ne[1] >= 16 && a->ne[0] == b->ne[0] && blas_quant_enabled()) {
@@ -276,10 +304,15 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas
                               GGML_N_TASKS_MAX, nullptr);
     }
 #endif
+    if (packed) return q4_matmul(ctx, a, b);  // ggml's kernels must not see the packed layout
     // Asked for at f32: on CUDA an f32 x f32 product otherwise runs through TF32 (patches/0002).
     ggml_tensor* r = ggml_mul_mat(ctx, a, b);
     ggml_mul_mat_set_prec(r, GGML_PREC_F32);
     return r;
+}
+
+ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x) {
+    return q4_is_packed(w) ? matmul(ctx, w, x, false) : ggml_mul_mat(ctx, w, x);
 }
 
 bool have_blas() {

@@ -22,6 +22,10 @@ ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_
 // each thread converts its share of a's rows to f32 first (CBS_BLAS_QUANT=0: ggml's kernel).
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas);
 
+// ggml_mul_mat(w, x) for a model weight w, at ggml's default precision; matmul's path for
+// T3's packed Q4_0 weights on the CPU (core/q4_matmul.h).
+ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);
+
 // x [in, n] -> [out, n] through a PyTorch-layout Linear weight (ne [in, out]); b may be null.
 ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas = false);
 
@@ -35,6 +39,9 @@ ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tens
 // call libm's scalar erff / expf / tanhf per element), as accurate as erff; elsewhere ggml's ops.
 ggml_tensor* gelu_erf(ggml_context* ctx, ggml_tensor* x, bool on_cpu);
 ggml_tensor* mish(ggml_context* ctx, ggml_tensor* x, bool on_cpu);
+// GPT-2's tanh GELU (ggml_gelu with patches/0001), the same way on the CPU (libm's tanhf
+// per element was ~5% of a T3 step).
+ggml_tensor* gelu_tanh(ggml_context* ctx, ggml_tensor* x, bool on_cpu);
 
 struct GraphInputs;
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "ggml-alloc.h"
+#include "core/q4_matmul.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
@@ -83,6 +84,12 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_
                 continue;
             }
             ggml_tensor* t = ggml_get_tensor(ctx_, name);
+            if (packs(t)) {
+                packed_.insert(t);
+                in_extra_[t] = i;  // the buffer holds our layout: read_raw reads the file
+                plain.push_back(i);
+                continue;
+            }
             ggml_backend_buffer_type_t b = extra_buft_for(t);
             (b ? extra[b] : plain).push_back(i);
         }
@@ -93,6 +100,7 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_
             for (int64_t i : ids) in_extra_[ggml_get_tensor(ctx_, gguf_get_tensor_name(gguf_, i))] = i;
         }
     } catch (...) {
+        for (const ggml_tensor* t : packed_) q4_mark_packed(t, false);
         for (ggml_backend_buffer_t b : extra_buffers_) ggml_backend_buffer_free(b);
         if (buffer_) ggml_backend_buffer_free(buffer_);
         unmap();
@@ -100,6 +108,12 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_
         ggml_free(ctx_);
         throw;
     }
+}
+
+bool ModelFile::packs(const ggml_tensor* t) const {
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend_);
+    return t->type == GGML_TYPE_Q4_0 && std::strncmp(ggml_get_name(t), "t3.", 3) == 0 && t->ne[2] == 1 &&
+           t->ne[3] == 1 && dev && ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU && q4_packed_available();
 }
 
 bool ModelFile::is_lookup_table(const char* name) {
@@ -217,7 +231,13 @@ ggml_backend_buffer_t ModelFile::load_tensors(const std::vector<int64_t>& ids, g
             if (fseeko(fp.get(), static_cast<off_t>(data_offset + gguf_get_tensor_offset(gguf_, i)), SEEK_SET) != 0 ||
                 std::fread(staging.data(), 1, n, fp.get()) != n)
                 throw ModelError(path_ + ": read error in tensor " + ggml_get_name(t));
+            if (packed_.count(t)) {
+                std::vector<uint8_t> packed(n);
+                q4_pack(staging.data(), packed.data(), t->ne[1], t->ne[0]);
+                staging.swap(packed);
+            }
             ggml_backend_tensor_set(t, staging.data(), 0, n);
+            if (packed_.count(t)) q4_mark_packed(t, true);
         }
     } catch (...) {
         for (int64_t i : ids) {  // no tensor may point into the freed buffer
@@ -262,6 +282,7 @@ ModelFile::ModelFile(const std::string& path, MetadataOnly) : path_(path) { open
 ModelFile::~ModelFile() {
     for (LazyGroup& g : lazy_)
         if (g.buffer) ggml_backend_buffer_free(g.buffer);
+    for (const ggml_tensor* t : packed_) q4_mark_packed(t, false);
     for (ggml_backend_buffer_t b : extra_buffers_) ggml_backend_buffer_free(b);
     if (buffer_) ggml_backend_buffer_free(buffer_);
     unmap();

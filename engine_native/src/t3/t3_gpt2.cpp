@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/backend.h"
 
 namespace cbs {
 
@@ -69,7 +70,7 @@ ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& ca
         x = ggml_add(ctx, x, linear(ctx, att, L.proj_w, L.proj_b));
 
         h = layer_norm(ctx, x, L.ln2_w, L.ln2_b, hp_.ln_eps);
-        h = ggml_gelu(ctx, linear(ctx, h, L.fc_w, L.fc_b));
+        h = gelu_tanh(ctx, linear(ctx, h, L.fc_w, L.fc_b), backend_is_cpu(backend_));
         x = ggml_add(ctx, x, linear(ctx, h, L.fc_proj_w, L.fc_proj_b));
     }
     return x;

@@ -146,7 +146,7 @@ ggml_tensor* T3Llama::build_cond(ggml_context* ctx, GraphInputs& in, const T3Con
     }
     if (emotion_w_) {
         // Linear(1 -> E) without bias: exaggeration x W[:, 0].
-        ggml_tensor* emo = ggml_mul_mat(ctx, emotion_w_, in.f32(ctx, {cond.exaggeration}, 1));
+        ggml_tensor* emo = mul_mat_weight(ctx, emotion_w_, in.f32(ctx, {cond.exaggeration}, 1));
         x = ggml_concat(ctx, x, ggml_reshape_2d(ctx, emo, E, 1), 1);
     }
     return x;
@@ -230,9 +230,9 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
         ggml_tensor* h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm);
-        ggml_tensor* q = rope(ctx, ggml_reshape_4d(ctx, ggml_mul_mat(ctx, L.wq, h), D, H, n_new, rows), rc, rs);
-        ggml_tensor* k = rope(ctx, ggml_reshape_4d(ctx, ggml_mul_mat(ctx, L.wk, h), D, H, n_new, rows), rc, rs);
-        ggml_tensor* v = ggml_reshape_4d(ctx, ggml_mul_mat(ctx, L.wv, h), D, H, n_new, rows);
+        ggml_tensor* q = rope(ctx, ggml_reshape_4d(ctx, mul_mat_weight(ctx, L.wq, h), D, H, n_new, rows), rc, rs);
+        ggml_tensor* k = rope(ctx, ggml_reshape_4d(ctx, mul_mat_weight(ctx, L.wk, h), D, H, n_new, rows), rc, rs);
+        ggml_tensor* v = ggml_reshape_4d(ctx, mul_mat_weight(ctx, L.wv, h), D, H, n_new, rows);
 
         // Append this call's keys and values (expanded first: the attention below reads
         // the cache through views, after these copies in graph order).
@@ -247,11 +247,11 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         ggml_tensor* att = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), cache_view(cache.k(il), 0, n_kv, 0, rows),
                                                cache_view(cache.v(il), 0, n_kv, 0, rows), mask, scale, 0.0f, 0.0f);
         ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
-        x = ggml_add(ctx, x, ggml_mul_mat(ctx, L.wo, ggml_reshape_2d(ctx, att, E, n_new * rows)));
+        x = ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, ggml_reshape_2d(ctx, att, E, n_new * rows)));
 
         h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
-        h = ggml_swiglu_split(ctx, ggml_mul_mat(ctx, L.gate, h), ggml_mul_mat(ctx, L.up, h));
-        x = ggml_add(ctx, x, ggml_mul_mat(ctx, L.down, h));
+        h = ggml_swiglu_split(ctx, mul_mat_weight(ctx, L.gate, h), mul_mat_weight(ctx, L.up, h));
+        x = ggml_add(ctx, x, mul_mat_weight(ctx, L.down, h));
 
         // The alignment heads of row 0: softmax(q K^T * scale + mask) over every key (the
         // eager attention the reference's analyzer reads), kept for the text columns.
@@ -275,7 +275,7 @@ ggml_tensor* T3Llama::head(ggml_context* ctx, ggml_tensor* x, int n_new, int row
     x3 = ggml_view_3d(ctx, x3, hp_.n_embd, n_out, rows, x3->nb[1], x3->nb[2], (n_new - n_out) * x3->nb[1]);
     ggml_tensor* h = ggml_reshape_2d(ctx, ggml_cont(ctx, x3), hp_.n_embd, n_out * rows);
     h = ggml_mul(ctx, ggml_rms_norm(ctx, h, hp_.ln_eps), norm_);
-    return ggml_mul_mat(ctx, head_w_, h);
+    return mul_mat_weight(ctx, head_w_, h);
 }
 
 // Keys and values of the conditioning at positions 0 .. cond_len - 1, in every row.

@@ -1,0 +1,42 @@
+// T3's Q4_0 matrix products on the CPU through a kernel of our own (AVX-512 VNNI).
+//
+// Decoding one token reads every T3 weight once, so a step is bound by how fast the
+// weights stream from memory. ggml's repacked Q4_0 gemv (AVX2, 8 rows interleaved) reached
+// about 6 GB/s per thread on this machine class, under half of what one core can read
+// (15 GB/s); a kernel with software prefetch over a plain row-major layout reads at
+// 12-14 GB/s (benchmarks/bench_t3.py, the closing notes of issue 17 for figures).
+//
+// The packed layout has the size of ggml's Q4_0 and is written over the tensor's own data
+// at load (ModelFile): for a weight ne [K, N] (N rows of K/32 blocks), first every row's
+// 16-byte nibble groups back to back ([N][K/32][16] bytes), then every row's fp16 scales
+// ([N][K/32]). Only q4_matmul reads it: ggml's own operations must never see such a tensor.
+// The activations are quantised the way ggml's Q8_0 does it (per 32 values, scale
+// max|x| / 127 rounded to fp16, values rounded to nearest), so the integer dot products
+// are ggml's; only the order of the float sums differs.
+#pragma once
+
+#include <cstdint>
+
+#include "ggml.h"
+
+namespace cbs {
+
+// Whether this CPU runs the kernel (AVX-512 F/BW/VL/VNNI) and CBS_Q4_MATMUL is not 0.
+bool q4_packed_available();
+
+// Rewrites `src` (n_rows rows of ggml block_q4_0, K values each) into the packed layout at
+// `dst` (the same number of bytes; src and dst must not overlap).
+void q4_pack(const void* src, void* dst, int64_t n_rows, int64_t K);
+
+// Rows r0 .. r0+n-1 of a packed weight as f32 (n x K values at out).
+void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out);
+
+// Marks a tensor as holding the packed layout (ModelFile, after writing it), or not.
+void q4_mark_packed(const ggml_tensor* t, bool packed);
+bool q4_is_packed(const ggml_tensor* t);
+
+// w x for a packed weight w ne [K, N] and f32 x ne [K, ...] -> f32 [N, ...]: two graph
+// nodes, the activations' quantisation and the product (each split over ggml's threads).
+ggml_tensor* q4_matmul(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);
+
+}  // namespace cbs
