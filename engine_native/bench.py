@@ -104,9 +104,12 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
         r[f"stream_{name}_ms"] = _ms(t0)
         r[f"stream_{name}_rtf"] = r[f"stream_{name}_ms"] / 1e3 / (n / engine.sample_rate)
 
+    # Synthesis only (batch and both streams; the cloning encoders are not loaded), taken before
+    # the cancel tests, whose abandoned sessions overlap the next ones' (a stress of Stop).
+    r["peak_rss_mb"] = _peak_rss_mb()
     r["cancel_ms"] = cancel_latency(engine, seed, n_tokens, mtl)
     r["cancel_stage_ms"] = cancel_latency_by_stage(engine, seed, n_tokens, r["cfm_ms"] / 1e3)
-    r["peak_rss_mb"] = _peak_rss_mb()          # synthesis only: the cloning encoders are not loaded
+    r["peak_rss_cancel_mb"] = _peak_rss_mb()
 
     # Cloning a 10 s recording: the batch synthesis above, cut or repeated to 10 s.
     rec = np.resize(batch, 10 * engine.sample_rate).astype(np.float32)

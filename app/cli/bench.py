@@ -118,6 +118,8 @@ def cmd_bench(args) -> int:
     else:
         print(f"  {'clone a 10 s recording':<28} {'-':>14}   ({r['clone_error']})")
     print(_row("peak RSS, synthesis", r["peak_rss_mb"], g("peak_rss_mb"), "MB", "{:.0f}"))
+    if "peak_rss_cancel_mb" in r:
+        print(_row("  after the cancel tests", r["peak_rss_cancel_mb"], None, "MB", "{:.0f}"))
     print(_row("peak RSS, after cloning", r["peak_rss_clone_mb"], g("peak_rss_clone_mb"), "MB", "{:.0f}"))
     _print_release(r)
     return 0
