@@ -195,14 +195,35 @@ static ggml_tensor* mul_mat(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b) {
     return y;
 }
 
+// x ne [C, L] with `left` and `right` zero frames: padded as one row (ggml-cuda's pad
+// launches a block row per ne1, at most 65535).
+static ggml_tensor* pad_frames(ggml_context* ctx, ggml_tensor* x, int64_t left, int64_t right) {
+    if (left == 0 && right == 0) return x;
+    const int64_t C = x->ne[0];
+    ggml_tensor* y = ggml_pad_ext(ctx, ggml_reshape_1d(ctx, x, ggml_nelements(x)), static_cast<int>(left * C),
+                                  static_cast<int>(right * C), 0, 0, 0, 0, 0, 0);
+    return ggml_reshape_2d(ctx, y, C, x->ne[1] + left + right);
+}
+
 // The columns of a Conv1d over x ne [C, L]: ne [C * K, L_out], column t holding the K
-// frames t stride - pad + k dil (zeros outside), channel fastest within a frame. This is
-// ggml's 2-D im2col over x seen as a one-channel image C wide and L high, with a kernel
-// as wide as the image (so one output column per row): each thread then reads a frame's
-// contiguous channels, where the 1-D im2col over time-fastest signals read with a stride
-// of L (on CUDA the largest part of HiFT). w ne [C, K, Cout] gives the shape.
+// frames t stride - pad + k dil (zeros outside), channel fastest within a frame. w
+// ne [C, K, Cout] gives the shape. Stride 1 (every conv but source_downs): tap k of every
+// column is the padded signal from frame k dil on, a contiguous [C, L_out], so the
+// columns are tap 0 repeated K times and taps 1.. written over their rows (ggml-cuda:
+// 2-D device copies, no per-element index arithmetic; its im2col kernel, 1-D or 2-D,
+// pays 64-bit divisions per element and was ~40% of HiFT decode). Other strides: ggml's
+// 2-D im2col over x seen as a one-channel image C wide (contiguous reads; small inputs).
 static ggml_tensor* columns(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, int stride, int pad, int dil) {
     const int64_t C = x->ne[0], K = w->ne[1];
+    if (stride == 1) {
+        const int64_t L_out = x->ne[1] + 2 * pad - int64_t{dil} * (K - 1);
+        ggml_tensor* xp = pad_frames(ctx, x, pad, pad);
+        auto tap = [&](int64_t k) { return ggml_view_2d(ctx, xp, C, L_out, xp->nb[1], k * dil * xp->nb[1]); };
+        ggml_tensor* cols = ggml_repeat_4d(ctx, tap(0), C * K, L_out, 1, 1);
+        for (int64_t k = 1; k < K; ++k)
+            cols = ggml_set_2d_inplace(ctx, cols, tap(k), cols->nb[1], k * C * sizeof(float));
+        return cols;
+    }
     ggml_tensor* shape = ggml_reshape_4d(ctx, w, C, K, 1, w->ne[2]);
     ggml_tensor* cols = ggml_im2col(ctx, shape, ggml_reshape_4d(ctx, x, C, x->ne[1], 1, 1), 1, stride, 0, pad, 1, dil,
                                     true, GGML_TYPE_F32);  // [C * K, 1, L_out]
@@ -349,8 +370,8 @@ std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* so
     const int R = N / hop;
     ggml_tensor* y = nullptr;
     for (int j = 0; j < R; ++j) {
-        ggml_tensor* part = ggml_view_2d(ctx, fr, hop, n_frames, fr->nb[1], j * hop * sizeof(float));
-        part = ggml_pad_ext(ctx, part, 0, 0, j, R - 1 - j, 0, 0, 0, 0);  // [hop, n_frames + R - 1]
+        ggml_tensor* part = ggml_cont(ctx, ggml_view_2d(ctx, fr, hop, n_frames, fr->nb[1], j * hop * sizeof(float)));
+        part = pad_frames(ctx, part, j, R - 1 - j);  // [hop, n_frames + R - 1]
         y = y ? ggml_add(ctx, y, part) : part;
     }
     y = ggml_view_1d(ctx, ggml_reshape_1d(ctx, y, ggml_nelements(y)), n_out, pad * sizeof(float));
