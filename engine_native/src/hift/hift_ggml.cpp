@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "core/backend.h"
@@ -213,9 +214,15 @@ static ggml_tensor* pad_frames(ggml_context* ctx, ggml_tensor* x, int64_t left, 
 // 2-D device copies, no per-element index arithmetic; its im2col kernel, 1-D or 2-D,
 // pays 64-bit divisions per element and was ~40% of HiFT decode). Other strides: ggml's
 // 2-D im2col over x seen as a one-channel image C wide (contiguous reads; small inputs).
+// CBS_HIFT_IM2COL=1 (read per graph, for comparison in benchmarks/gpu_probe.py): im2col always.
+static bool force_im2col() {
+    const char* e = std::getenv("CBS_HIFT_IM2COL");
+    return e && *e && std::string(e) != "0";
+}
+
 static ggml_tensor* columns(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, int stride, int pad, int dil) {
     const int64_t C = x->ne[0], K = w->ne[1];
-    if (stride == 1) {
+    if (stride == 1 && !force_im2col()) {
         const int64_t L_out = x->ne[1] + 2 * pad - int64_t{dil} * (K - 1);
         ggml_tensor* xp = pad_frames(ctx, x, pad, pad);
         auto tap = [&](int64_t k) { return ggml_view_2d(ctx, xp, C, L_out, xp->nb[1], k * dil * xp->nb[1]); };
