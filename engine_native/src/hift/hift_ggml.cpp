@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include "core/backend.h"
@@ -206,16 +207,30 @@ static ggml_tensor* pad_frames(ggml_context* ctx, ggml_tensor* x, int64_t left, 
 }
 
 // The columns of a Conv1d over x ne [C, L]: ne [C * K, L_out], column t holding the K
-// frames t stride - pad + k dil (zeros outside), channel fastest within a frame. This is
-// ggml's 2-D im2col over x seen as a one-channel image C wide and L high, with a kernel
-// as wide as the image (one output column per row): each thread reads a frame's
-// contiguous channels, where the 1-D im2col over time-fastest signals read with a stride
-// of L. w ne [C, K, Cout] gives the shape. (ggml-cuda's im2col kernel was bound by its
-// 64-bit index divisions either way: patches/0005.) Building the columns from copies
-// instead (tap 0 repeated, taps 1.. set over their rows: 2-D device copies) measured
-// slower on CUDA (decode 37.2 against 33.0 ms, H200).
+// frames t stride - pad + k dil (zeros outside), channel fastest within a frame. w
+// ne [C, K, Cout] gives the shape. Stride 1 (every conv but source_downs): tap k of every
+// column is the padded signal from frame k dil on, a contiguous [C, L_out], so the
+// columns are tap 0 repeated K times and taps 1.. written over their rows (ggml-cuda:
+// 2-D device copies, no per-element index arithmetic; its im2col kernel, 1-D or 2-D,
+// pays 64-bit divisions per element and was ~40% of HiFT decode). Other strides: ggml's
+// 2-D im2col over x seen as a one-channel image C wide (contiguous reads; small inputs).
+// CBS_HIFT_IM2COL=1 (read per graph, for comparison in benchmarks/gpu_probe.py): im2col always.
+static bool force_im2col() {
+    const char* e = std::getenv("CBS_HIFT_IM2COL");
+    return e && *e && std::string(e) != "0";
+}
+
 static ggml_tensor* columns(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, int stride, int pad, int dil) {
     const int64_t C = x->ne[0], K = w->ne[1];
+    if (stride == 1 && !force_im2col()) {
+        const int64_t L_out = x->ne[1] + 2 * pad - int64_t{dil} * (K - 1);
+        ggml_tensor* xp = pad_frames(ctx, x, pad, pad);
+        auto tap = [&](int64_t k) { return ggml_view_2d(ctx, xp, C, L_out, xp->nb[1], k * dil * xp->nb[1]); };
+        ggml_tensor* cols = ggml_repeat_4d(ctx, tap(0), C * K, L_out, 1, 1);
+        for (int64_t k = 1; k < K; ++k)
+            cols = ggml_set_2d_inplace(ctx, cols, tap(k), cols->nb[1], k * C * sizeof(float));
+        return cols;
+    }
     ggml_tensor* shape = ggml_reshape_4d(ctx, w, C, K, 1, w->ne[2]);
     ggml_tensor* cols = ggml_im2col(ctx, shape, ggml_reshape_4d(ctx, x, C, x->ne[1], 1, 1), 1, stride, 0, pad, 1, dil,
                                     true, GGML_TYPE_F32);  // [C * K, 1, L_out]
