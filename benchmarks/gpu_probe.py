@@ -107,13 +107,6 @@ def s3gen_stages(mf, profile=False) -> None:
     de_first, de_steady = first_and_steady(lambda: h.decode(mel, src))
     print(f"  HiFT ({mel.shape[1]} frames) f0 first {f0_first:6.1f} / steady {f0_steady:6.1f} ms, excitation (noise drawn"
           f" now) {ex_first:6.1f} / {ex_steady:6.1f} ms, decode {de_first:6.1f} / {de_steady:6.1f} ms")
-    os.environ["CBS_HIFT_IM2COL"] = "1"  # the convolutions' columns by ggml's im2col (hift_ggml.cpp), for comparison
-    im_first, im_steady = first_and_steady(lambda: h.decode(mel, src))
-    d_im = h.decode(mel, src)
-    os.environ.pop("CBS_HIFT_IM2COL")
-    d = h.decode(mel, src)
-    print(f"  HiFT decode with im2col columns {im_first:6.1f} / {im_steady:6.1f} ms; vs copied columns rel "
-          f"{np.linalg.norm(d - d_im) / np.linalg.norm(d_im):.2e}")
 
 
 def main() -> None:

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <numeric>
 
 #include "core/backend.h"
@@ -30,7 +29,7 @@ HiftGgml::HiftGgml(const ModelFile& mf, ggml_backend_t backend)
     if (f0_convs_.empty()) throw ModelError(mf.path() + ": no HiFT f0 predictor");
     hp_.in_channels = static_cast<int>(t("conv_pre.weight")->ne[1]);
     const int64_t cc = f0_convs_.back().w->ne[2];
-    if (f0_convs_[0].w->ne[0] != hp_.in_channels) throw ModelError(mf.path() + ": HiFT f0 predictor shapes disagree");
+    if (f0_convs_[0].w->ne[1] != hp_.in_channels) throw ModelError(mf.path() + ": HiFT f0 predictor shapes disagree");
     f0_cls_w_ = weight(mf, "hift.f0_predictor.classifier.weight", {cc, 1});
     f0_cls_b_ = weight(mf, "hift.f0_predictor.classifier.bias", {1});
 
@@ -39,9 +38,8 @@ HiftGgml::HiftGgml(const ModelFile& mf, ggml_backend_t backend)
 
     // ups[i]: ConvTranspose1d(Cin, Cout, K, s, padding (K - s) / 2). Output frame q s + r
     // is sum_j x[q - j] W[:, :, j s + r]: for each phase r a Conv1d of J taps over x
-    // padded by J - 1 in front. Phase weights ne [Cin, J, s * Cout] (output channel
-    // co + Cout r, so that the product's [s * Cout, Lq] is already the interleaved
-    // [Cout, Lq * s]), tap j' = J - 1 - j (the columns read x[q + j' - (J - 1)]), zero past K.
+    // padded by J - 1 in front. Phase weights ne [J, Cin, s * Cout] (channel co * s + r),
+    // tap j' = J - 1 - j (im2col reads x[q + j' - (J - 1)]), zero past K.
     for (size_t i = 0; i < n_up; ++i) {
         const std::string name = "hift.ups." + std::to_string(i);
         const int s = hp_.upsample_rates[i], K = hp_.upsample_kernel_sizes[i];
@@ -59,10 +57,10 @@ HiftGgml::HiftGgml(const ModelFile& mf, ggml_backend_t backend)
             for (int64_t co = 0; co < cout; ++co)
                 for (int k = 0; k < K; ++k) {
                     const int j = k / s, r = k % s;
-                    w[ci + cin * ((u.J - 1 - j) + u.J * (co + cout * r))] = src[(ci * cout + co) * K + k];
+                    w[(u.J - 1 - j) + u.J * (ci + cin * (r + s * co))] = src[(ci * cout + co) * K + k];
                 }
-        u.w = upload(std::move(w), {cin, u.J, s * cout});
-        u.b = weight(mf, name + ".bias", {cout});
+        u.w = upload(std::move(w), {u.J, cin, s * cout});
+        u.b = ggml_reshape_2d(own_ctx_, weight(mf, name + ".bias", {cout}), 1, cout);
         ups_.push_back(u);
     }
 
@@ -80,17 +78,15 @@ HiftGgml::HiftGgml(const ModelFile& mf, ggml_backend_t backend)
             resblocks_.push_back(resblock(mf, "resblocks." + std::to_string(i * hp_.resblock_kernel_sizes.size() + j),
                                           hp_.resblock_kernel_sizes[j], hp_.resblock_dilations, ups_[i].cout));
 
-    // conv_post, in two halves (magnitude, phase), each ne [C * K, n_bins] (channel fastest
-    // within a tap, as the columns), output channel fastest for the ISTFT.
+    // conv_post, in two halves (magnitude, phase), output channel fastest for the ISTFT.
     const int nb = hp_.n_fft / 2 + 1;
     const int64_t ch = ups_.back().cout;
     post_K_ = static_cast<int>(t("conv_post.weight")->ne[0]);
-    const std::vector<float> pw =
-        channel_major(mf.read_f32(mf.tensor("hift.conv_post.weight", {post_K_, ch, 2 * nb})), post_K_, ch, 2 * nb);
+    const std::vector<float> pw = mf.read_f32(mf.tensor("hift.conv_post.weight", {post_K_, ch, 2 * nb}));
     const std::vector<float> pb = mf.read_f32(mf.tensor("hift.conv_post.bias", {2 * nb}));
     const size_t half = static_cast<size_t>(post_K_ * ch * nb);
-    post_mag_w_ = upload({pw.begin(), pw.begin() + half}, {ch * post_K_, nb});
-    post_ph_w_ = upload({pw.begin() + half, pw.end()}, {ch * post_K_, nb});
+    post_mag_w_ = upload({pw.begin(), pw.begin() + half}, {post_K_ * ch, nb});
+    post_ph_w_ = upload({pw.begin() + half, pw.end()}, {post_K_ * ch, nb});
     post_mag_b_ = upload({pb.begin(), pb.begin() + nb}, {nb, 1});
     post_ph_b_ = upload({pb.begin() + nb, pb.end()}, {nb, 1});
 
@@ -141,22 +137,11 @@ ggml_tensor* HiftGgml::weight(const ModelFile& mf, const std::string& name, cons
     return upload(mf.read_f32(t), {t->ne[0], t->ne[1], t->ne[2], t->ne[3]});
 }
 
-// torch's Conv1d weight [Cout][Cin][K] (ne [K, Cin, Cout]) as ne [Cin, K, Cout]: the
-// order of the columns conv1d_cf builds (channel fastest within a tap).
-std::vector<float> HiftGgml::channel_major(const std::vector<float>& w, int64_t K, int64_t cin, int64_t cout) {
-    std::vector<float> out(w.size());
-    for (int64_t co = 0; co < cout; ++co)
-        for (int64_t ci = 0; ci < cin; ++ci)
-            for (int64_t k = 0; k < K; ++k) out[ci + cin * (k + K * co)] = w[k + K * (ci + cin * co)];
-    return out;
-}
-
 HiftGgml::Conv HiftGgml::conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil,
                               const std::vector<int64_t>& ne) {
     Conv c;
-    ggml_tensor* src = mf.tensor("hift." + name + ".weight", ne);
-    const int64_t K = src->ne[0], cin = src->ne[1], cout = src->ne[2];
-    c.w = upload(channel_major(mf.read_f32(src), K, cin, cout), {cin, K, cout});
+    c.w = weight(mf, "hift." + name + ".weight", ne);
+    const int64_t cout = c.w->ne[2];
     c.b = weight(mf, "hift." + name + ".bias", {cout});
     c.stride = stride;
     c.pad = pad;
@@ -167,7 +152,7 @@ HiftGgml::Conv HiftGgml::conv(const ModelFile& mf, const std::string& name, int 
 HiftGgml::Snake HiftGgml::snake(const ModelFile& mf, const std::string& name, int64_t channels) {
     std::vector<float> alpha = mf.read_f32(mf.tensor("hift." + name + ".alpha", {channels})), inv(alpha.size());
     for (size_t i = 0; i < alpha.size(); ++i) inv[i] = 1.0f / (alpha[i] + 1e-9f);  // as hift.cpp (torch's float32)
-    return {upload(std::move(alpha), {channels, 1}), upload(std::move(inv), {channels, 1})};
+    return {upload(std::move(alpha), {1, channels}), upload(std::move(inv), {1, channels})};
 }
 
 HiftGgml::ResBlock HiftGgml::resblock(const ModelFile& mf, const std::string& prefix, int kernel,
@@ -185,7 +170,7 @@ HiftGgml::ResBlock HiftGgml::resblock(const ModelFile& mf, const std::string& pr
 }
 
 // ---------------------------------------------------------------------------
-// Graph pieces (ne [C, L], channel fastest)
+// Graph pieces (ne [L, C], time fastest)
 // ---------------------------------------------------------------------------
 
 // a b, asked for in full F32: CUDA's default for F32 products is TF32 tensor-op math,
@@ -196,60 +181,19 @@ static ggml_tensor* mul_mat(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b) {
     return y;
 }
 
-// x ne [C, L] with `left` and `right` zero frames: padded as one row (ggml-cuda's pad
-// launches a block row per ne1, at most 65535).
-static ggml_tensor* pad_frames(ggml_context* ctx, ggml_tensor* x, int64_t left, int64_t right) {
-    if (left == 0 && right == 0) return x;
-    const int64_t C = x->ne[0];
-    ggml_tensor* y = ggml_pad_ext(ctx, ggml_reshape_1d(ctx, x, ggml_nelements(x)), static_cast<int>(left * C),
-                                  static_cast<int>(right * C), 0, 0, 0, 0, 0, 0);
-    return ggml_reshape_2d(ctx, y, C, x->ne[1] + left + right);
-}
-
-// The columns of a Conv1d over x ne [C, L]: ne [C * K, L_out], column t holding the K
-// frames t stride - pad + k dil (zeros outside), channel fastest within a frame. w
-// ne [C, K, Cout] gives the shape. Stride 1 (every conv but source_downs): tap k of every
-// column is the padded signal from frame k dil on, a contiguous [C, L_out], so the
-// columns are tap 0 repeated K times and taps 1.. written over their rows (ggml-cuda:
-// 2-D device copies, no per-element index arithmetic; its im2col kernel, 1-D or 2-D,
-// pays 64-bit divisions per element and was ~40% of HiFT decode). Other strides: ggml's
-// 2-D im2col over x seen as a one-channel image C wide (contiguous reads; small inputs).
-// CBS_HIFT_IM2COL=1 (read per graph, for comparison in benchmarks/gpu_probe.py): im2col always.
-static bool force_im2col() {
-    const char* e = std::getenv("CBS_HIFT_IM2COL");
-    return e && *e && std::string(e) != "0";
-}
-
-static ggml_tensor* columns(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, int stride, int pad, int dil) {
-    const int64_t C = x->ne[0], K = w->ne[1];
-    if (stride == 1 && !force_im2col()) {
-        const int64_t L_out = x->ne[1] + 2 * pad - int64_t{dil} * (K - 1);
-        ggml_tensor* xp = pad_frames(ctx, x, pad, pad);
-        auto tap = [&](int64_t k) { return ggml_view_2d(ctx, xp, C, L_out, xp->nb[1], k * dil * xp->nb[1]); };
-        ggml_tensor* cols = ggml_repeat_4d(ctx, tap(0), C * K, L_out, 1, 1);
-        for (int64_t k = 1; k < K; ++k)
-            cols = ggml_set_2d_inplace(ctx, cols, tap(k), cols->nb[1], k * C * sizeof(float));
-        return cols;
-    }
-    ggml_tensor* shape = ggml_reshape_4d(ctx, w, C, K, 1, w->ne[2]);
-    ggml_tensor* cols = ggml_im2col(ctx, shape, ggml_reshape_4d(ctx, x, C, x->ne[1], 1, 1), 1, stride, 0, pad, 1, dil,
-                                    true, GGML_TYPE_F32);  // [C * K, 1, L_out]
-    return ggml_reshape_2d(ctx, cols, C * K, cols->ne[2]);
-}
-
-// Conv1d of x ne [C, L] by w ne [C, K, Cout] (+ b): ne [Cout, L_out], in full F32.
-static ggml_tensor* conv1d_cf(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad,
-                              int dil) {
-    ggml_tensor* y = mul_mat(ctx, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]),
-                             columns(ctx, x, w, stride, pad, dil));  // [Cout, L_out]
-    return b ? ggml_add(ctx, y, b) : y;
+// Conv1d as core/ggml_ops conv1d (F32 im2col), its product in full F32; b may be null.
+static ggml_tensor* conv1d_f32(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad,
+                               int dil) {
+    ggml_tensor* cols = ggml_im2col(ctx, w, x, stride, 0, pad, 0, dil, 0, false, GGML_TYPE_F32);  // [K*Cin, L_out]
+    ggml_tensor* y = mul_mat(ctx, cols, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]));   // [L_out, Cout]
+    return b ? ggml_add(ctx, y, ggml_reshape_2d(ctx, b, 1, b->ne[0])) : y;
 }
 
 ggml_tensor* HiftGgml::apply(ggml_context* ctx, const Conv& c, ggml_tensor* x) const {
-    const int64_t K = c.w->ne[1];
-    if ((x->ne[1] + 2 * c.pad - int64_t(c.dil) * (K - 1) - 1) / c.stride + 1 < 1)
+    const int64_t K = c.w->ne[0];
+    if ((x->ne[0] + 2 * c.pad - int64_t(c.dil) * (K - 1) - 1) / c.stride + 1 < 1)
         throw EngineError("HiFT input is too short for its convolutions");
-    return conv1d_cf(ctx, x, c.w, c.b, c.stride, c.pad, c.dil);
+    return conv1d_f32(ctx, x, c.w, c.b, c.stride, c.pad, c.dil);
 }
 
 // Snake: x + 1 / (alpha + 1e-9) * sin(alpha x)^2.
@@ -267,26 +211,19 @@ ggml_tensor* HiftGgml::apply(ggml_context* ctx, const ResBlock& rb, ggml_tensor*
 
 // ConvTranspose1d (+ bias), then ReflectionPad1d((1, 0)) when reflect_first.
 ggml_tensor* HiftGgml::apply(ggml_context* ctx, const Up& u, ggml_tensor* x, bool reflect_first) const {
-    const int64_t L = x->ne[1], Lq = L + u.J - 1, s = u.stride;
-    ggml_tensor* y = conv1d_cf(ctx, x, u.w, nullptr, 1, u.J - 1, 1);  // [s * Cout, Lq]: channel co + Cout r of frame q ...
-    y = ggml_reshape_2d(ctx, y, u.cout, Lq * s);                     // ... is channel co of frame q s + r
+    const int64_t L = x->ne[0], Lq = L + u.J - 1, s = u.stride;
+    ggml_tensor* y = conv1d_f32(ctx, x, u.w, nullptr, 1, u.J - 1, 1);  // [Lq, s * Cout]
+    y = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, y, Lq, s, u.cout), 1, 0, 2, 3));  // [s, Lq, Cout]
     const int64_t T = (L - 1) * s + u.K - 2 * u.pad;
-    y = ggml_view_2d(ctx, y, u.cout, T, y->nb[1], u.pad * y->nb[1]);
+    y = ggml_view_2d(ctx, y, T, u.cout, y->nb[2], u.pad * sizeof(float));
     y = ggml_add(ctx, y, u.b);
     if (reflect_first) {
         if (T < 2) throw EngineError("HiFT input is too short for the reflection padding");
-        y = ggml_concat(ctx, ggml_view_2d(ctx, y, u.cout, 1, y->nb[1], y->nb[1]), y, 1);
+        y = ggml_concat(ctx, ggml_view_2d(ctx, y, 1, u.cout, y->nb[1], sizeof(float)), y, 0);
     }
     return y;
 }
 
-// mel [C][T] row-major -> ne [C, T] (channel fastest).
-static std::vector<float> channel_fastest(const float* mel, int64_t C, int64_t T) {
-    std::vector<float> out(static_cast<size_t>(C * T));
-    for (int64_t c = 0; c < C; ++c)
-        for (int64_t t = 0; t < T; ++t) out[t * C + c] = mel[c * T + t];
-    return out;
-}
 
 // ---------------------------------------------------------------------------
 // Running
@@ -296,10 +233,11 @@ std::vector<float> HiftGgml::f0(const float* mel, int64_t T) {
     hp_.check_mel(T);
     ggml_context* ctx = runner_.begin();
     GraphInputs inputs;
-    ggml_tensor* x = inputs.f32(ctx, channel_fastest(mel, hp_.in_channels, T), hp_.in_channels, T);
+    // mel [C][T] row-major is ne [T, C]: time fastest already.
+    ggml_tensor* x = inputs.f32(ctx, std::vector<float>(mel, mel + T * hp_.in_channels), T, hp_.in_channels);
     for (const Conv& c : f0_convs_) x = ggml_elu(ctx, apply(ctx, c, x));
     // classifier: Linear(Cc, 1) over every frame, then abs
-    x = mul_mat(ctx, f0_cls_w_, x);  // [1, T]
+    x = mul_mat(ctx, f0_cls_w_, ggml_cont(ctx, ggml_transpose(ctx, x)));  // [1, T]
     x = ggml_abs(ctx, ggml_add(ctx, x, f0_cls_b_));
     return runner_.compute(x, inputs);
 }
@@ -336,14 +274,13 @@ std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* so
 
     ggml_context* ctx = runner_.begin();
     GraphInputs inputs;
-    ggml_tensor* in = inputs.f32(ctx, channel_fastest(mel, hp_.in_channels, T), hp_.in_channels, T);
+    ggml_tensor* in = inputs.f32(ctx, std::vector<float>(mel, mel + T * hp_.in_channels), T, hp_.in_channels);
     ggml_tensor* src = inputs.f32(ctx, std::move(padded), n_source + 2 * pad, 1);
     ggml_tensor* env = inputs.f32(ctx, std::move(inv_env), n_out, 1);
 
-    // _stft: frames (im2col of the one-channel source, stride hop) times the windowed DFT:
-    // ne [n_fft + 2, n_frames].
+    // _stft: frames (im2col, stride hop) times the windowed DFT: ne [n_frames, n_fft + 2].
     ggml_tensor* frames = ggml_im2col(ctx, dft_, src, hop, 0, 0, 0, 1, 0, false, GGML_TYPE_F32);  // [N, n_frames]
-    ggml_tensor* s_stft = mul_mat(ctx, ggml_reshape_2d(ctx, dft_, N, 2 * nb), frames);
+    ggml_tensor* s_stft = mul_mat(ctx, frames, ggml_reshape_2d(ctx, dft_, N, 2 * nb));
 
     const size_t n_up = ups_.size(), n_k = hp_.resblock_kernel_sizes.size();
     ggml_tensor* x = ggml_leaky_relu(ctx, apply(ctx, conv_pre_, in), hp_.lrelu_slope, false);
@@ -351,7 +288,7 @@ std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* so
         ggml_tensor* si = apply(ctx, source_resblocks_[i], apply(ctx, source_downs_[i], s_stft));
         x = apply(ctx, ups_[i], x, i == n_up - 1);
         if (x->ne[0] != si->ne[0] || x->ne[1] != si->ne[1])
-            throw EngineError("HiFT source branch length " + std::to_string(si->ne[1]) + " != " + std::to_string(x->ne[1]) +
+            throw EngineError("HiFT source branch length " + std::to_string(si->ne[0]) + " != " + std::to_string(x->ne[0]) +
                               " (metadata inconsistent with the weights)");
         x = ggml_add(ctx, x, si);
         ggml_tensor* xs = nullptr;
@@ -363,11 +300,12 @@ std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* so
         x = ggml_leaky_relu(ctx, ggml_scale(ctx, xs, 1.0f / static_cast<float>(n_k)),
                             i + 1 < n_up ? hp_.lrelu_slope : 0.01f, false);
     }
-    if (x->ne[1] != n_frames) throw EngineError("HiFT output frames disagree with the source STFT (metadata inconsistent)");
+    if (x->ne[0] != n_frames) throw EngineError("HiFT output frames disagree with the source STFT (metadata inconsistent)");
 
     // conv_post (channel fastest), magnitude min(exp, 100) and phase sin, the real and
     // imaginary parts ne [n_fft + 2, n_frames], the inverse DFT per frame [n_fft, n_frames].
-    ggml_tensor* cols = columns(ctx, x, ggml_reshape_3d(ctx, post_mag_w_, x->ne[0], post_K_, nb), 1, post_K_ / 2, 1);
+    ggml_tensor* cols = ggml_im2col(ctx, ggml_reshape_3d(ctx, post_mag_w_, post_K_, x->ne[1], nb), x, 1, 0, post_K_ / 2,
+                                    0, 1, 0, false, GGML_TYPE_F32);  // [K * C, n_frames]
     ggml_tensor* mag = ggml_clamp(ctx, ggml_exp(ctx, ggml_add(ctx, mul_mat(ctx, post_mag_w_, cols), post_mag_b_)),
                                   0.0f, 100.0f);
     ggml_tensor* ph = ggml_sin(ctx, ggml_add(ctx, mul_mat(ctx, post_ph_w_, cols), post_ph_b_));
@@ -376,9 +314,12 @@ std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* so
     // Overlap-add: frame m's samples j hop .. (j + 1) hop land in block m + j.
     const int R = N / hop;
     ggml_tensor* y = nullptr;
+    // Each part padded as one row: ggml-cuda's pad launches a block row per ne1, at most
+    // 65535 (n_frames passes that at 10.9 s of audio).
     for (int j = 0; j < R; ++j) {
         ggml_tensor* part = ggml_cont(ctx, ggml_view_2d(ctx, fr, hop, n_frames, fr->nb[1], j * hop * sizeof(float)));
-        part = pad_frames(ctx, part, j, R - 1 - j);  // [hop, n_frames + R - 1]
+        part = ggml_pad_ext(ctx, ggml_reshape_1d(ctx, part, hop * n_frames), j * hop, (R - 1 - j) * hop, 0, 0, 0, 0, 0,
+                            0);  // [hop (n_frames + R - 1)]
         y = y ? ggml_add(ctx, y, part) : part;
     }
     y = ggml_view_1d(ctx, ggml_reshape_1d(ctx, y, ggml_nelements(y)), n_out, pad * sizeof(float));

@@ -2,12 +2,10 @@
 // counterpart of hift.h's CPU kernels (which stay the CPU's path, unchanged): the same
 // two seams f0() and decode(), the same checks, F32 throughout.
 //
-// Layout: a signal of C channels and L frames is ne [C, L] (channel fastest). Conv1d = the
-// columns (ggml's 2-D im2col over the signal seen as a one-channel image C wide, so that
-// every read is a frame's contiguous channels) + one matrix product, weights stored
-// ne [Cin, K, Cout]; ConvTranspose1d(stride s) = its s phases as one Conv1d of
-// J = ceil(K / s) taps to s * Cout channels, ordered so that the product is the
-// interleaved output already; Snake = mul, sin, sqr, mul, add; the source's STFT =
+// Layout: a signal of C channels and L frames is ne [L, C] (time fastest), the layout of
+// ggml's im2col. Conv1d = im2col + one matrix product (core/ggml_ops conv1d);
+// ConvTranspose1d(stride s) = its s phases as one Conv1d of J = ceil(K / s) taps to s * Cout
+// channels, interleaved by a permute; Snake = mul, sin, sqr, mul, add; the source's STFT =
 // im2col framing times a windowed DFT matrix; the ISTFT = an inverse-DFT matrix times the
 // spectrum, overlap-added as n_fft / hop shifted (ggml_pad_ext) views, over the window
 // envelope (a host input), clamped. Nothing but the mel, the source and the envelope goes
@@ -38,24 +36,23 @@ public:
 
 private:
     struct Conv {
-        ggml_tensor *w = nullptr, *b = nullptr;  // w ne [Cin, K, Cout] (channel_major), b ne [Cout]
+        ggml_tensor *w = nullptr, *b = nullptr;  // w ne [K, Cin, Cout], b ne [Cout]
         int stride = 1, pad = 0, dil = 1;
     };
     struct Snake {
-        ggml_tensor *alpha = nullptr, *inv_alpha = nullptr;  // ne [C, 1]
+        ggml_tensor *alpha = nullptr, *inv_alpha = nullptr;  // ne [1, C]
     };
     struct ResBlock {
         std::vector<Conv> convs1, convs2;
         std::vector<Snake> act1, act2;
     };
     struct Up {
-        ggml_tensor *w = nullptr, *b = nullptr;  // w: the phases, ne [Cin, J, stride * Cout]; b ne [Cout]
+        ggml_tensor *w = nullptr, *b = nullptr;  // w: the phases, ne [J, Cin, stride * Cout]
         int K = 1, stride = 1, pad = 0, J = 1, cout = 0;
     };
 
     ggml_tensor* weight(const ModelFile& mf, const std::string& name, const std::vector<int64_t>& ne);
     ggml_tensor* upload(std::vector<float> data, const std::vector<int64_t>& ne);
-    static std::vector<float> channel_major(const std::vector<float>& w, int64_t K, int64_t cin, int64_t cout);
     Conv conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil, const std::vector<int64_t>& ne);
     Snake snake(const ModelFile& mf, const std::string& name, int64_t channels);
     ResBlock resblock(const ModelFile& mf, const std::string& prefix, int kernel, const std::vector<int>& dilations,
@@ -69,7 +66,7 @@ private:
 
     HiftHparams hp_;
     ggml_backend_t backend_;
-    ggml_context* own_ctx_ = nullptr;  // derived weights (reordered convolutions, phases, 1/alpha, DFT matrices)
+    ggml_context* own_ctx_ = nullptr;  // derived weights (phases, 1/alpha, DFT matrices, F32 copies)
     ggml_backend_buffer_t own_buf_ = nullptr;
     std::vector<std::pair<ggml_tensor*, std::vector<float>>> pending_;
 
@@ -80,7 +77,7 @@ private:
     std::vector<Conv> source_downs_;
     std::vector<ResBlock> source_resblocks_, resblocks_;
     // conv_post split into its magnitude and phase halves (n_fft / 2 + 1 channels each),
-    // output channel fastest: ne [Cin * K, n_bins] (channel_major) and bias ne [n_bins, 1].
+    // output channel fastest: ne [K * Cin, n_bins] and bias ne [n_bins, 1].
     ggml_tensor *post_mag_w_ = nullptr, *post_ph_w_ = nullptr, *post_mag_b_ = nullptr, *post_ph_b_ = nullptr;
     int post_K_ = 1;
     ggml_tensor* dft_ = nullptr;   // ne [n_fft, 1, n_fft + 2]: windowed forward DFT (real, then imaginary parts)
