@@ -76,6 +76,16 @@ def s3gen_stages(mf, profile=False) -> None:
         mu = enc.encode(tokens)
         print(f"  S3Gen encoder ({len(short)} tokens first in the process {t_short:7.1f} ms) ({len(tokens)} tokens)"
               f"  first {first:7.1f} ms  steady {steady:7.1f} ms  fresh encoder (load + first) {fresh:7.1f} ms")
+        # S3GenEncoder.reserve (what the engine does at load on a GPU): buffers and table ahead
+        for n in (len(tokens), 750, 1250):
+            e2 = _core.S3GenEncoder(mf)
+            t0 = time.perf_counter()
+            nbytes = e2.reserve(n)
+            t1 = time.perf_counter()
+            e2.encode(tokens)
+            t2 = time.perf_counter()
+            print(f"  S3Gen encoder reserved for {n} tokens: {nbytes / 2**20:6.0f} MiB, {1e3 * (t1 - t0):5.1f} ms;"
+                  f" then first encode of {len(tokens)} tokens {1e3 * (t2 - t1):6.1f} ms")
     feat = mf.tensor_f32("voice.prompt_feat").reshape(-1, mu.shape[0])
     emb = mf.tensor_f32("voice.embedding").reshape(-1)
     x0 = np.random.default_rng(2).standard_normal(mu.shape, dtype=np.float32)
