@@ -66,9 +66,26 @@ def s3gen_stages(mf, profile=False) -> None:
     if profile:
         mu = enc.encode(tokens)
     else:
+        # Where the first pass at a new size goes: a short input first (the process's first
+        # graph), then the long one (compute buffers grown, new shapes, the position table
+        # grown), then a fresh encoder at the long size (new buffers and table, shapes seen).
+        short = np.concatenate([tokens[: len(tokens) - 250], tokens[-50:]])
+        t_short, _ = first_and_steady(lambda: enc.encode(short), reps=1)
         first, steady = first_and_steady(lambda: enc.encode(tokens))
+        fresh, _ = first_and_steady(lambda: _core.S3GenEncoder(mf).encode(tokens), reps=1)
         mu = enc.encode(tokens)
-        print(f"  S3Gen encoder ({len(tokens)} tokens)  first {first:7.1f} ms  steady {steady:7.1f} ms")
+        print(f"  S3Gen encoder ({len(short)} tokens first in the process {t_short:7.1f} ms) ({len(tokens)} tokens)"
+              f"  first {first:7.1f} ms  steady {steady:7.1f} ms  fresh encoder (load + first) {fresh:7.1f} ms")
+        # S3GenEncoder.reserve (what the engine does at load on a GPU): buffers and table ahead
+        for n in (len(tokens), 750, 1250):
+            e2 = _core.S3GenEncoder(mf)
+            t0 = time.perf_counter()
+            nbytes = e2.reserve(n)
+            t1 = time.perf_counter()
+            e2.encode(tokens)
+            t2 = time.perf_counter()
+            print(f"  S3Gen encoder reserved for {n} tokens: {nbytes / 2**20:6.0f} MiB, {1e3 * (t1 - t0):5.1f} ms;"
+                  f" then first encode of {len(tokens)} tokens {1e3 * (t2 - t1):6.1f} ms")
     feat = mf.tensor_f32("voice.prompt_feat").reshape(-1, mu.shape[0])
     emb = mf.tensor_f32("voice.embedding").reshape(-1)
     x0 = np.random.default_rng(2).standard_normal(mu.shape, dtype=np.float32)
@@ -126,6 +143,15 @@ def main() -> None:
     d, r = h.decode(mel, src), ref.decode(mel, src)
     print(f"  HiFT decode 500 frames, device vs CPU kernels: rel {np.linalg.norm(d - r) / np.linalg.norm(r):.2e}, "
           f"max_abs {np.abs(d - r).max():.2e}")
+    # 24 s: over 65535 frames at the last stage (ggml-cuda launches some ops a block row per frame)
+    mel = np.random.default_rng(4).standard_normal((80, 1200), dtype=np.float32) * 0.5 - 5
+    src = ref.excitation_continue(ref.f0(mel), ref.source_state(0))
+    t0 = time.perf_counter()
+    d = h.decode(mel, src)
+    t1 = time.perf_counter()
+    r = ref.decode(mel, src)
+    print(f"  HiFT decode 1200 frames on the device {1e3 * (t1 - t0):.1f} ms (first at the size), vs CPU kernels: "
+          f"rel {np.linalg.norm(d - r) / np.linalg.norm(r):.2e}, max_abs {np.abs(d - r).max():.2e}")
 
 
 if __name__ == "__main__":

@@ -77,6 +77,11 @@ _STREAM_CONTEXT_TOKENS = 50
 # (0.5); then 0.5 -> 1.0 (chunks 10, 25, 35, 70, 110): S3Gen 77.7 -> 68.5 s, 7 -> 5 passes,
 # rel vs batch 0.012 -> 0.011, log-mel 0.035 -> 0.027 (fewer seams); 100 tokens 61.4 -> 53.6 s.
 _CHUNK_GROWTH = 1.0
+# On a GPU the S3Gen encoder's compute buffers are sized at load for the built-in voice's
+# prompt and this many speech tokens (20 s of audio), with its position table: a first
+# sentence up to that long then allocates nothing (H200, Turbo Q4_0, 500 tokens: first
+# encode 18.6-24.8 ms against 7.0-7.8 steady, the difference allocation and the table).
+_S3GEN_RESERVE_SPEECH_TOKENS = 500
 # T3 beside S3Gen: once a sentence's first chunk is out, a worker thread samples its next
 # tokens on T3's own CPU backend while the stream's S3Gen / HiFT passes run on the model's
 # backend with this many threads fewer than the engine's (at least one), instead of the two
@@ -478,6 +483,10 @@ class Engine:
         self._n_threads = self._threads or _core.system_info()["default_threads"]
         self._t3 = _core.T3(self._file, threads=self._n_threads)  # on the CPU: a backend of its own
         self._encoder = _core.S3GenEncoder(self._file)
+        if self._file.device != "cpu":
+            has_voice = "voice.prompt_token" in self._file.tensor_names()
+            prompt = self._file.tensor_f32("voice.prompt_token").size if has_voice else 0
+            self._encoder.reserve(prompt + _S3GEN_RESERVE_SPEECH_TOKENS)
         self._cfm = _core.S3GenCfm(self._file)
         self._hift = _core.HiFT(self._file)  # on the model's device (a GPU: ggml ops; a device OOM: the CPU)
         self.device = self._file.device

@@ -184,9 +184,9 @@ def test_hift_on_the_device_matches_the_cpu_kernels(pair):
     cpu, dev = pair
     ref, h = _core.HiFT(cpu), _core.HiFT(dev)
     assert h.device != "CPU" and not h.note
-    # CUDA: full F32 products (patches/0002). Vulkan's F32 products measured decode rel
+    # CUDA: full F32 products (patches/0002; measured rel ~1e-6). Vulkan's F32 products measured decode rel
     # 1.21e-3 (500 frames, 2026-11-30), like CUDA's TF32 (f0 3.35e-3 at 40 frames).
-    f0_tol, dec_tol = (1e-3, 1e-3) if h.device.startswith("CUDA") else (5e-3, 2e-3)
+    f0_tol, dec_tol = (1e-4, 1e-4) if h.device.startswith("CUDA") else (5e-3, 2e-3)
     for T in (40, 7, 250):
         mel = np.random.default_rng(T).standard_normal((80, T), dtype=np.float32) * 0.5 - 5
         (rf, mf0), (rd, md), peak = _hift_stages(h, ref, mel)

@@ -16,5 +16,10 @@ void bind_s3gen(py::module_& m) {
             std::vector<float> mu = compute(self, [&](S3GenEncoder& enc) { return enc.encode(t); });
             const py::ssize_t n_mels = self->n_mels();
             return to_numpy(mu, {n_mels, static_cast<py::ssize_t>(mu.size()) / n_mels});
-        }, py::arg("tokens"), "mu [n_mels, 2 x len(tokens)] for prompt + speech tokens.");
+        }, py::arg("tokens"), "mu [n_mels, 2 x len(tokens)] for prompt + speech tokens.")
+        .def("reserve", [](PyS3GenEncoder& self, int n_tokens) {
+            return compute(self, [&](S3GenEncoder& enc) { return enc.reserve(n_tokens); });
+        }, py::arg("n_tokens"),
+             "Readies inputs of up to n_tokens (prompt + speech): the position table and, on a device, the "
+             "compute buffers, so that such an input allocates nothing. Returns the device buffer's bytes (0: CPU).");
 }

@@ -470,14 +470,29 @@ static void print_profile(const OpProfile& p, int n_nodes, double node_by_node_m
                      rows[i].second.second);
 }
 
+void GraphRunner::assign_lacking_ops() {
+    for (int i = 0; i < ggml_graph_n_nodes(graph_); ++i) {
+        ggml_tensor* node = ggml_graph_node(graph_, i);
+        if (device_lacks(backend_, node)) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
+    }
+}
+
+size_t GraphRunner::reserve(ggml_tensor* out) {
+    if (!sched_) return 0;
+    ggml_build_forward_expand(graph_, out);
+    ggml_backend_sched_reset(sched_);
+    assign_lacking_ops();
+    if (!ggml_backend_sched_reserve(sched_, graph_))
+        throw EngineError(std::string("not enough memory for the computation on ") + ggml_backend_name(backend_));
+    ggml_backend_sched_reset(sched_);
+    return ggml_backend_sched_get_buffer_size(sched_, backend_);
+}
+
 void GraphRunner::run(const GraphInputs& in) {
     ggml_status status;
     if (sched_) {
         ggml_backend_sched_reset(sched_);
-        for (int i = 0; i < ggml_graph_n_nodes(graph_); ++i) {
-            ggml_tensor* node = ggml_graph_node(graph_, i);
-            if (device_lacks(backend_, node)) ggml_backend_sched_set_tensor_backend(sched_, node, cpu_);
-        }
+        assign_lacking_ops();
         if (!ggml_backend_sched_alloc_graph(sched_, graph_))
             throw EngineError(std::string("not enough memory for the computation on ") + ggml_backend_name(backend_));
         in.upload();

@@ -101,6 +101,10 @@ public:
     std::vector<std::vector<float>> compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in);
     // Allocates, uploads `in` and computes graph() (its outputs stay on the device).
     void run(const GraphInputs& in);
+    // A device: sizes the compute buffers for graph() with `out` (built, not computed), so
+    // that later graphs up to that size allocate nothing. Returns the device buffer's
+    // bytes (0 on the CPU, whose large buffers are freed after use anyway).
+    size_t reserve(ggml_tensor* out);
     // Computes the last graph again as it was allocated (no rebuild, no re-allocation:
     // a device replays it as it stands), with new values for its inputs `in`, and reads
     // `out` back. Only while generation() is unchanged since that graph was computed.
@@ -112,6 +116,8 @@ public:
 private:
     // On the CPU: frees a compute buffer above kKeepComputeBytes (ggml_ops.cpp) after use.
     void release_large_buffer();
+    // The scheduler told to run on the CPU the ops the device accepts but aborts on.
+    void assign_lacking_ops();
     // CBS_PROFILE_OPS=1: the graph computed, then computed again node by node, timed by kind.
     ggml_status profiled_compute(const GraphInputs& in);
 

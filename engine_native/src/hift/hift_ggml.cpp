@@ -314,9 +314,12 @@ std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* so
     // Overlap-add: frame m's samples j hop .. (j + 1) hop land in block m + j.
     const int R = N / hop;
     ggml_tensor* y = nullptr;
+    // Each part padded as one row: ggml-cuda's pad launches a block row per ne1, at most
+    // 65535 (n_frames passes that at 10.9 s of audio).
     for (int j = 0; j < R; ++j) {
-        ggml_tensor* part = ggml_view_2d(ctx, fr, hop, n_frames, fr->nb[1], j * hop * sizeof(float));
-        part = ggml_pad_ext(ctx, part, 0, 0, j, R - 1 - j, 0, 0, 0, 0);  // [hop, n_frames + R - 1]
+        ggml_tensor* part = ggml_cont(ctx, ggml_view_2d(ctx, fr, hop, n_frames, fr->nb[1], j * hop * sizeof(float)));
+        part = ggml_pad_ext(ctx, ggml_reshape_1d(ctx, part, hop * n_frames), j * hop, (R - 1 - j) * hop, 0, 0, 0, 0, 0,
+                            0);  // [hop (n_frames + R - 1)]
         y = y ? ggml_add(ctx, y, part) : part;
     }
     y = ggml_view_1d(ctx, ggml_reshape_1d(ctx, y, ggml_nelements(y)), n_out, pad * sizeof(float));

@@ -133,10 +133,22 @@ std::vector<float> S3GenEncoder::encode(const std::vector<int32_t>& tokens) {
     for (int32_t id : tokens)
         if (id < 0 || id >= vocab_)
             throw EngineError("speech token " + std::to_string(id) + " is outside [0, " + std::to_string(vocab_) + ")");
-    const int T = static_cast<int>(tokens.size()), T2 = T * up_stride_;
-
     ggml_context* ctx = runner_.begin();
     GraphInputs in;
+    ggml_tensor* mu = build(ctx, in, tokens);
+    return runner_.compute(mu, in);
+}
+
+size_t S3GenEncoder::reserve(int n_tokens) {
+    if (n_tokens < 1) throw EngineError("S3Gen needs at least one speech token");
+    rel_positions(n_tokens * up_stride_);
+    ggml_context* ctx = runner_.begin();
+    GraphInputs in;
+    return runner_.reserve(build(ctx, in, std::vector<int32_t>(static_cast<size_t>(n_tokens), 0)));
+}
+
+ggml_tensor* S3GenEncoder::build(ggml_context* ctx, GraphInputs& in, const std::vector<int32_t>& tokens) {
+    const int T = static_cast<int>(tokens.size()), T2 = T * up_stride_;
     ggml_tensor* x = ggml_get_rows(ctx, tok_emb_, in.ids(ctx, tokens));  // [C, T]
     x = embed(ctx, x, embed_);
     ggml_tensor* pos = in.f32(ctx, rel_positions(T), d_model_, 2 * T - 1);
@@ -166,8 +178,7 @@ std::vector<float> S3GenEncoder::encode(const std::vector<int32_t>& tokens) {
     ggml_tensor* mask2 = key_pad_mask(ctx, in, T2, T2, on_cpu_);
     for (const Block& b : up_blocks_) x = block(ctx, x, pos2, mask2, b);
     x = layer_norm(ctx, x, after_w_, after_b_, after_eps_);
-    ggml_tensor* mu = ggml_cont(ctx, ggml_transpose(ctx, linear(ctx, x, proj_w_, proj_b_, on_cpu_)));  // [2T, n_mels]
-    return runner_.compute(mu, in);
+    return ggml_cont(ctx, ggml_transpose(ctx, linear(ctx, x, proj_w_, proj_b_, on_cpu_)));  // [2T, n_mels]
 }
 
 }  // namespace cbs

@@ -18,6 +18,10 @@ public:
     // tokens: prompt + speech tokens, each in [0, speech_vocab). Returns mu as
     // row-major [n_mels][2 * tokens.size()].
     std::vector<float> encode(const std::vector<int32_t>& tokens);
+    // Readies an input of `n_tokens` (prompt + speech) ahead of use: the position table
+    // and, on a device, the compute buffers (GraphRunner::reserve; a shorter input then
+    // allocates nothing). Returns the device buffer's bytes (0 on the CPU).
+    size_t reserve(int n_tokens);
     int n_mels() const { return n_mels_; }
 
 private:
@@ -34,6 +38,8 @@ private:
     ggml_tensor* block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* pos, ggml_tensor* mask, const Block& b) const;
     // [d_model, 2n-1], relative positions n-1 .. -(n-1): rows of table_ (grown when needed).
     std::vector<float> rel_positions(int n);
+    // The graph of encode() for `tokens` (checked by the caller), mu as its output.
+    ggml_tensor* build(ggml_context* ctx, GraphInputs& in, const std::vector<int32_t>& tokens);
 
     int d_model_, n_head_, vocab_, n_mels_, lookahead_, up_stride_;
     float layer_eps_, embed_eps_, after_eps_, lookahead_slope_;
