@@ -5,11 +5,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 
 #include "bindings/helpers.h"
 #include "core/ggml_ops.h"
 #include "core/q4_matmul.h"
+#include "t3/decode_attention.h"
 #include "t3/sampler.h"
 #include "t3/t3_llama.h"
 #include "t3/t3_model.h"
@@ -137,7 +139,50 @@ static py::tuple q4_matmul_pair(F32Array w, F32Array x, int threads) {
     return py::make_tuple(arr(out[0]), arr(out[1]), dequantised);
 }
 
+// (ours, ggml's flash attention) for one query over an f16 cache: q [H, D], k and v
+// [H, n, D] (rounded to f16 here), the first n_valid positions unmasked -> [H, D] each.
+static py::tuple t3_decode_attention_pair(F32Array q, F32Array k, F32Array v, int n_valid, int threads) {
+    if (q.ndim() != 2 || k.ndim() != 3 || v.ndim() != 3 || k.shape(0) != q.shape(0) || k.shape(2) != q.shape(1) ||
+        v.shape(0) != k.shape(0) || v.shape(1) != k.shape(1) || v.shape(2) != k.shape(2) || n_valid < 0 ||
+        n_valid > k.shape(1))
+        throw ParameterError("q [H, D], k and v [H, n, D], 0 <= n_valid <= n");
+    const int64_t H = q.shape(0), D = q.shape(1), n = k.shape(1);
+    auto halves = [](const F32Array& a) {
+        std::vector<ggml_fp16_t> h(static_cast<size_t>(a.size()));
+        for (size_t i = 0; i < h.size(); ++i) h[i] = ggml_fp32_to_fp16(a.data()[i]);
+        return h;
+    };
+    std::vector<ggml_fp16_t> mask(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) mask[j] = ggml_fp32_to_fp16(j < n_valid ? 0.0f : -INFINITY);
+    BackendPtr backend = make_backend("cpu", threads);
+    std::vector<std::vector<float>> out;
+    {
+        py::gil_scoped_release nogil;
+        GraphRunner runner(backend.get());
+        ggml_context* ctx = runner.begin();
+        GraphInputs in;
+        ggml_tensor* qt = ggml_reshape_3d(ctx, in.f32(ctx, std::vector<float>(q.data(), q.data() + H * D), D, H), D, H, 1);
+        ggml_tensor* kt = ggml_reshape_3d(ctx, in.f16_mask(ctx, halves(k), D, n * H), D, n, H);
+        ggml_tensor* vt = ggml_reshape_3d(ctx, in.f16_mask(ctx, halves(v), D, n * H), D, n, H);
+        ggml_tensor* mt = in.f16_mask(ctx, std::move(mask), n, 1);
+        ggml_tensor* flash = ggml_flash_attn_ext(ctx, ggml_permute(ctx, qt, 0, 2, 1, 3), kt, vt, mt,
+                                                 1.0f / std::sqrt(static_cast<float>(D)), 0.0f, 0.0f);
+        ggml_flash_attn_ext_set_prec(flash, GGML_PREC_F32);
+        out = runner.compute({decode_attention(ctx, qt, kt, vt, mt), flash}, in);
+    }
+    auto arr = [&](const std::vector<float>& x) {
+        py::array_t<float> a({H, D});
+        std::memcpy(a.mutable_data(), x.data(), x.size() * sizeof(float));
+        return a;
+    };
+    return py::make_tuple(arr(out[0]), arr(out[1]));
+}
+
 void bind_t3(py::module_& m) {
+    m.def("t3_decode_attention_pair", &t3_decode_attention_pair, py::arg("q"), py::arg("k"), py::arg("v"),
+          py::arg("n_valid"), py::arg("threads") = 2,
+          "(ours, ggml's flash attention): one query's attention over an f16 cache (k, v rounded to f16), the first "
+          "n_valid positions unmasked; q [H, D], k and v [H, n, D] -> [H, D] each (tests).");
     m.def("q4_matmul_pair", &q4_matmul_pair, py::arg("w"), py::arg("x"), py::arg("threads") = 2,
           "(ours, ggml's, w as Q4_0 dequantised): Q4_0 products of w [N, K] (f32, quantised here) and x [M, K] "
           "on the CPU, ours in the engine's packed layout (its kernel below 16 columns, sgemm from 16), ggml's on "

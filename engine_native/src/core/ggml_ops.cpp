@@ -158,13 +158,12 @@ ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml
     return ggml_cont(ctx, ggml_permute(ctx, matmul(ctx, vt, p, blas), 0, 2, 1, 3));
 }
 
-#ifdef CBS_HAVE_BLAS
 // row[j] = e^(row[j] - max(row)); returns their sum. Sixteen lanes of partial max and sum
 // let the compiler vectorise each loop; cloned for AVX-512, AVX2 and the baseline.
 #if defined(__GNUC__) && defined(__x86_64__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
-static float exp_shifted_row(float* row, int64_t n) {
+float exp_shifted_row(float* row, int64_t n) {
     constexpr int L = 16;
     float m[L], s[L];
     for (int l = 0; l < L; ++l) m[l] = -INFINITY, s[l] = 0.0f;
@@ -181,6 +180,8 @@ static float exp_shifted_row(float* row, int64_t n) {
     for (int l = 0; l < L; ++l) sum += s[l];
     return sum;
 }
+
+#ifdef CBS_HAVE_BLAS
 
 // Rows of one query block (its scores are kBlockQ x T_k floats per thread). Each block packs
 // the head's K and V again inside sgemm, so larger blocks pack less: CFM, Q4_0 Turbo, CPU

@@ -66,6 +66,9 @@ ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml
 // (f32 precision), measured faster there than two tinyBLAS products around the softmax.
 ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, bool on_cpu);
 
+// row[j] = e^(row[j] - max(row)) (within about one ulp, vectorised); returns their sum.
+float exp_shifted_row(float* row, int64_t n);
+
 // Whether the build links OpenBLAS (matmul's and attention's CPU path).
 bool have_blas();
 

@@ -5,11 +5,12 @@
 #include <string>
 
 #include "core/backend.h"
+#include "t3/decode_attention.h"
 
 namespace cbs {
 
 T3Gpt2::T3Gpt2(const ModelFile& mf, ggml_backend_t backend)
-    : hp_(T3Hparams::from(mf)), backend_(backend), runner_(backend) {
+    : hp_(T3Hparams::from(mf)), backend_(backend), on_cpu_(backend_is_cpu(backend)), runner_(backend) {
     const int64_t E = hp_.n_embd, F = hp_.n_ff;
     auto t = [&](const std::string& name, std::vector<int64_t> ne) { return mf.tensor("t3." + name, ne); };
     text_emb_ = t("text_emb.weight", {E, hp_.text_vocab});
@@ -62,15 +63,20 @@ ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& ca
         ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.k(il), k_new, kv_rows));
         ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.v(il), v_new, kv_rows));
 
-        ggml_tensor* Q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n_new, H]
-        ggml_tensor* att = ggml_flash_attn_ext(ctx, Q, cache_view(cache.k(il), 0, n_kv), cache_view(cache.v(il), 0, n_kv),
-                                               mask, scale, 0.0f, 0.0f);
-        ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
+        ggml_tensor* att;
+        if (decode_attention_applies(cache.k(il), n_new, on_cpu_)) {
+            att = decode_attention(ctx, q, cache_view(cache.k(il), 0, n_kv), cache_view(cache.v(il), 0, n_kv), mask);
+        } else {
+            ggml_tensor* Q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n_new, H]
+            att = ggml_flash_attn_ext(ctx, Q, cache_view(cache.k(il), 0, n_kv), cache_view(cache.v(il), 0, n_kv), mask,
+                                      scale, 0.0f, 0.0f);
+            ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
+        }
         att = ggml_reshape_2d(ctx, att, E, n_new);  // result is [D, H, n_new]
         x = ggml_add(ctx, x, linear(ctx, att, L.proj_w, L.proj_b));
 
         h = layer_norm(ctx, x, L.ln2_w, L.ln2_b, hp_.ln_eps);
-        h = gelu_tanh(ctx, linear(ctx, h, L.fc_w, L.fc_b), backend_is_cpu(backend_));
+        h = gelu_tanh(ctx, linear(ctx, h, L.fc_w, L.fc_b), on_cpu_);
         x = ggml_add(ctx, x, linear(ctx, h, L.fc_proj_w, L.fc_proj_b));
     }
     return x;

@@ -34,6 +34,7 @@ private:
 
     T3Hparams hp_;
     ggml_backend_t backend_;
+    bool on_cpu_;
     ggml_tensor *text_emb_, *speech_emb_, *wpe_, *ln_f_w_, *ln_f_b_, *spkr_w_, *spkr_b_, *head_w_, *head_b_;
     std::vector<Layer> layers_;
     // F32 weights keep an F32 cache (exact parity); reduced-precision models use F16.

@@ -1,4 +1,4 @@
-"""T3's Q4_0 matrix products on the CPU through the engine's own kernel (core/q4_matmul.h,
+"""T3's CPU kernels of our own. Q4_0 matrix products on the CPU through the engine's own kernel (core/q4_matmul.h,
 AVX-512 VNNI; sgemm on the converted weights from 16 columns) against ggml's Q4_0 kernel
 and against the exact product of the dequantised weights (float64), on random shapes that
 include a row count not divisible by 4 and a block count that is odd and not a multiple
@@ -19,14 +19,15 @@ import pytest
 import engine_native
 from engine_native import _core
 
-pytestmark = pytest.mark.skipif(not engine_native.system_info().get("q4_kernel"),
-                                reason="this CPU has no AVX-512 VNNI: T3 runs on ggml's kernels")
+needs_kernel = pytest.mark.skipif(not engine_native.system_info().get("q4_kernel"),
+                                  reason="this CPU has no AVX-512 VNNI: T3 runs on ggml's kernels")
 
 
 def _rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+@needs_kernel
 @pytest.mark.parametrize("n,k,m", [(1024, 1024, 1), (4099, 1056, 1), (70, 4096, 2), (515, 544, 7), (301, 1056, 20)])
 def test_q4_products(n, k, m):
     rng = np.random.default_rng(n + k + m)
@@ -43,6 +44,25 @@ def test_q4_products(n, k, m):
         assert _rel(ours, exact) <= 1e-5
 
 
+@needs_kernel
 def test_bad_shapes_raise():
     with pytest.raises(engine_native.EngineError, match="multiple of 32"):
         _core.q4_matmul_pair(np.zeros((4, 33), np.float32), np.zeros((1, 33), np.float32))
+
+
+@pytest.mark.parametrize("heads,n,valid,d", [(16, 512, 300, 64), (16, 256, 1, 64), (3, 100, 77, 48)])
+def test_decode_attention(heads, n, valid, d):
+    """T3's one-query attention over an f16 cache (t3/decode_attention.h; any CPU) against the
+    exact softmax attention (float64) over the same f16-rounded keys and values: rel <= 1e-6
+    (seen ~1e-7); ggml's flash attention, which sums the values in f16, printed beside."""
+    rng = np.random.default_rng(heads * n + valid)
+    q = rng.standard_normal((heads, d)).astype(np.float32)
+    k = rng.standard_normal((heads, n, d)).astype(np.float32)
+    v = rng.standard_normal((heads, n, d)).astype(np.float32)
+    ours, flash = _core.t3_decode_attention_pair(q, k, v, valid, threads=2)
+    k16, v16 = k.astype(np.float16).astype(np.float64)[:, :valid], v.astype(np.float16).astype(np.float64)[:, :valid]
+    s = np.einsum("hd,hnd->hn", q.astype(np.float64), k16) / np.sqrt(d)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    exact = np.einsum("hn,hnd->hd", p / p.sum(axis=1, keepdims=True), v16)
+    print(f"H={heads} n={n} valid={valid} D={d}: ours rel {_rel(ours, exact):.2e}, ggml flash {_rel(flash, exact):.2e}")
+    assert _rel(ours, exact) <= 1e-6

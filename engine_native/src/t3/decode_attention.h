@@ -1,0 +1,23 @@
+// T3's attention for one new token on the CPU over an f16 KV cache (a quantised model's).
+//
+// ggml's CPU flash attention for a single query walks the cache one position at a time with
+// a scalar expf each and sums the values in f16 (rounding every step); at a few hundred
+// positions per head and 24 layers it was about a quarter of a Turbo Q4_0 decoding step.
+// This op gives each thread whole heads: scores as f16 x f32 dot products (AVX-512 where
+// present), one vectorised softmax, the values summed in f32. Its result does not depend
+// on the thread count (ggml's splits a head's positions between threads).
+#pragma once
+
+#include "ggml.h"
+
+namespace cbs {
+
+// Whether decode_attention applies: f16 cache, one query, the CPU (CBS_T3_ATTENTION=0: never).
+bool decode_attention_applies(const ggml_tensor* k, int n_new, bool on_cpu);
+
+// softmax(q k^T / sqrt(D) + mask) v for q [D, H, 1] (f32, rows of D contiguous), k and v
+// [D, n_kv, H] (f16, views of the cache), mask [n_kv, >= 1] f16 (its first row: 0 or -inf
+// per position) -> [D, H, 1] f32, as ggml_flash_attn_ext's result for one query.
+ggml_tensor* decode_attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, ggml_tensor* mask);
+
+}  // namespace cbs
