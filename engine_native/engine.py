@@ -85,8 +85,9 @@ _S3GEN_RESERVE_SPEECH_TOKENS = 500
 # T3 beside S3Gen: once a sentence's first chunk is out, a worker thread samples its next
 # tokens on T3's own CPU backend while the stream's S3Gen / HiFT passes run on the model's
 # backend with this many threads fewer than the engine's (at least one), instead of the two
-# taking turns on all the cores. T3 keeps its thread count: its decode attention splits the
-# KV cache by thread, so another count samples other tokens (measured: 1 vs 2 threads differ
+# taking turns on all the cores. T3 keeps its thread count: ggml's flash attention (an F32
+# model's decode attention; t3/decode_attention's is per head) splits the KV cache by
+# thread, so another count samples other tokens (measured: 1 vs 2 threads differ
 # from the 5th token on, random weights); the chunk boundaries stay the same, so the audio does.
 _S3GEN_BESIDE_T3_FEWER_THREADS = 1
 _T3_WORKER_STEP = 5  # tokens per T3 call of the worker: how often the stream sees new ones
