@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <unordered_set>
+#include <vector>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -19,6 +20,7 @@ namespace {
 constexpr int64_t kBlock = 32;    // values per Q4_0 / Q8_0 block
 constexpr int64_t kChunk = 16;    // blocks per step of the kernel (one zmm of scales)
 constexpr int kPrefetch = 8192;   // bytes ahead of the weight stream (measured best of 1-16 K)
+constexpr int64_t kOwnQuantizeColumns = 4;  // up to this many columns each thread quantises itself
 
 struct BlockQ4 {  // ggml's block_q4_0
     ggml_fp16_t d;
@@ -48,35 +50,39 @@ std::unordered_set<const ggml_tensor*>& packed_set() {
     return s;
 }
 
-// Quantises x's columns (ggml's Q8_0 rule) into dst's columns, split over the threads.
+// One column of K floats quantised (ggml's Q8_0 rule) into `col` (ActLayout's bytes).
+void quantize_column(const float* in, uint8_t* col, const ActLayout& L) {
+    int8_t* q = L.values(col);
+    float *d = L.scales(col), *off = L.offsets(col);
+    std::memset(col, 0, static_cast<size_t>(L.bytes));
+    for (int64_t b = 0; b < L.blocks; ++b) {
+        const float* v = in + b * kBlock;
+        float amax = 0.0f;
+        for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        // The pair slot: block b's halves go to b's side of its pair's 64 bytes.
+        int8_t* pair = q + (b & ~int64_t(1)) * kBlock;
+        const int64_t side = (b & 1) * 16;
+        int sum = 0;
+        for (int64_t j = 0; j < kBlock; ++j) {
+            const int v8 = static_cast<int>(std::nearbyint(v[j] * id));
+            pair[(j < 16 ? 0 : 32) + side + (j & 15)] = static_cast<int8_t>(v8);
+            sum += v8;
+        }
+        d[b] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(amax / 127.0f));
+        off[b] = 8.0f * static_cast<float>(sum) * d[b];
+    }
+}
+
+const float* column(const ggml_tensor* x, int64_t c) {
+    return reinterpret_cast<const float*>(static_cast<const char*>(x->data) + c * x->nb[1]);
+}
+
+// Quantises x's columns into dst's columns, split over the threads.
 void quantize_columns(ggml_tensor* dst, int ith, int nth, void*) {
     const ggml_tensor* x = dst->src[0];
-    const int64_t K = x->ne[0], M = x->ne[1];
-    const ActLayout L(K);
-    for (int64_t c = ith; c < M; c += nth) {
-        const float* in = reinterpret_cast<const float*>(static_cast<const char*>(x->data) + c * x->nb[1]);
-        uint8_t* col = static_cast<uint8_t*>(dst->data) + c * dst->nb[1];
-        int8_t* q = L.values(col);
-        float *d = L.scales(col), *off = L.offsets(col);
-        std::memset(col, 0, static_cast<size_t>(L.bytes));
-        for (int64_t b = 0; b < L.blocks; ++b) {
-            const float* v = in + b * kBlock;
-            float amax = 0.0f;
-            for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
-            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-            // The pair slot: block b's halves go to b's side of its pair's 64 bytes.
-            int8_t* pair = q + (b & ~int64_t(1)) * kBlock;
-            const int64_t side = (b & 1) * 16;
-            int sum = 0;
-            for (int64_t j = 0; j < kBlock; ++j) {
-                const int v8 = static_cast<int>(std::nearbyint(v[j] * id));
-                pair[(j < 16 ? 0 : 32) + side + (j & 15)] = static_cast<int8_t>(v8);
-                sum += v8;
-            }
-            d[b] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(amax / 127.0f));
-            off[b] = 8.0f * static_cast<float>(sum) * d[b];
-        }
-    }
+    const ActLayout L(x->ne[0]);
+    for (int64_t c = ith; c < x->ne[1]; c += nth) quantize_column(column(x, c), static_cast<uint8_t*>(dst->data) + c * dst->nb[1], L);
 }
 
 #ifdef CBS_Q4_X86
@@ -128,6 +134,17 @@ void packed_product(ggml_tensor* dst, int ith, int nth, void*) {
     const ggml_tensor *w = dst->src[0], *act = dst->src[1];
     const int64_t K = w->ne[0], N = w->ne[1], M = act->ne[1], nb = K / kBlock;
     const ActLayout L(K);
+    // A few f32 columns (a decoding step): every thread quantises them itself, which costs
+    // less than the graph node and the barrier a separate quantisation would take.
+    thread_local std::vector<uint8_t> own;
+    const uint8_t* act_data = static_cast<const uint8_t*>(act->data);
+    size_t col_stride = act->nb[1];
+    if (act->type == GGML_TYPE_F32) {
+        own.resize(static_cast<size_t>(M * L.bytes));
+        for (int64_t c = 0; c < M; ++c) quantize_column(column(act, c), own.data() + c * L.bytes, L);
+        act_data = own.data();
+        col_stride = static_cast<size_t>(L.bytes);
+    }
     const auto* qs = static_cast<const uint8_t*>(w->data);
     const auto* dw = reinterpret_cast<const ggml_fp16_t*>(qs + N * nb * 16);
     const int64_t per = ((N + nth - 1) / nth + 3) / 4 * 4, r0 = std::min(N, ith * per), r1 = std::min(N, r0 + per);
@@ -137,7 +154,7 @@ void packed_product(ggml_tensor* dst, int ith, int nth, void*) {
         for (int64_t r = r0; r < r1;) {
             const int rows = r + 4 <= r1 ? 4 : 1;
             for (int64_t c = c0; c < c1; ++c) {
-                const uint8_t* col = static_cast<const uint8_t*>(act->data) + c * act->nb[1];
+                const uint8_t* col = act_data + c * col_stride;
                 float* y = reinterpret_cast<float*>(static_cast<char*>(dst->data) + c * dst->nb[1]) + r;
                 if (rows == 4)
                     dot_rows<4>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == c0, y);
@@ -212,8 +229,10 @@ ggml_tensor* q4_matmul(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x) {
     // The kernel takes 2-D activations with contiguous columns.
     ggml_tensor* x2 = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
     x2 = ggml_reshape_2d(ctx, x2, K, ggml_nelements(x2) / K);
-    ggml_tensor* act = ggml_custom_4d(ctx, GGML_TYPE_I8, ActLayout(K).bytes, x2->ne[1], 1, 1, &x2, 1, quantize_columns,
-                                      GGML_N_TASKS_MAX, nullptr);
+    ggml_tensor* act = x2->ne[1] <= kOwnQuantizeColumns
+        ? x2
+        : ggml_custom_4d(ctx, GGML_TYPE_I8, ActLayout(K).bytes, x2->ne[1], 1, 1, &x2, 1, quantize_columns, GGML_N_TASKS_MAX,
+                         nullptr);
     ggml_tensor* args[2] = {w, act};
     ggml_tensor* y = ggml_custom_4d(ctx, GGML_TYPE_F32, N, x2->ne[1], 1, 1, args, 2, packed_product, GGML_N_TASKS_MAX,
                                     nullptr);

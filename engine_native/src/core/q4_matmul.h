@@ -9,7 +9,8 @@
 // The packed layout has the size of ggml's Q4_0 and is written over the tensor's own data
 // at load (ModelFile): for a weight ne [K, N] (N rows of K/32 blocks), first every row's
 // 16-byte nibble groups back to back ([N][K/32][16] bytes), then every row's fp16 scales
-// ([N][K/32]). Only q4_matmul reads it: ggml's own operations must never see such a tensor.
+// ([N][K/32]). Only this file's code reads it (q4_matmul, and q4_unpack_rows for ggml_ops'
+// matmul): ggml's own operations must never see such a tensor.
 // The activations are quantised the way ggml's Q8_0 does it (per 32 values, scale
 // max|x| / 127 rounded to fp16, values rounded to nearest), so the integer dot products
 // are ggml's; only the order of the float sums differs.
@@ -35,8 +36,9 @@ void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out);
 void q4_mark_packed(const ggml_tensor* t, bool packed);
 bool q4_is_packed(const ggml_tensor* t);
 
-// w x for a packed weight w ne [K, N] and f32 x ne [K, ...] -> f32 [N, ...]: two graph
-// nodes, the activations' quantisation and the product (each split over ggml's threads).
+// w x for a packed weight w ne [K, N] and f32 x ne [K, ...] -> f32 [N, ...]: the product
+// split over ggml's threads by rows; its activations quantised by every thread itself (a
+// few columns) or in a graph node of their own before it.
 ggml_tensor* q4_matmul(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);
 
 }  // namespace cbs
