@@ -10,6 +10,7 @@
 #include "core/ggml_ops.h"
 #include "core/system_info.h"
 #include "core/q4_matmul.h"
+#include "core/amx_gemm.h"
 
 namespace py = pybind11;
 
@@ -87,6 +88,9 @@ void bind_features(py::module_& m);
 void bind_cfm(py::module_& m);
 void bind_s3tok(py::module_& m);
 void bind_campplus(py::module_& m);
+namespace cbs {
+void bind_products(py::module_& m);
+}
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "Chatterbox Studio native engine (ggml)";
@@ -191,9 +195,11 @@ PYBIND11_MODULE(_core, m) {
         d["default_threads"] = s.default_threads;
         d["blas"] = cbs::have_blas();
         d["q4_kernel"] = cbs::q4_packed_available();
+        d["amx"] = cbs::amx_available();
         return d;
     }, "ggml version, CPU features and variant, loaded backends and devices, default thread count, whether the "
-       "CPU's f32 matrix products use OpenBLAS, whether T3's Q4_0 products on the CPU use the engine's own kernel.");
+       "CPU's f32 matrix products use OpenBLAS, whether T3's Q4_0 products on the CPU use the engine's own kernel, whether a quantised model's S3Gen products "
+       "run on AMX tiles (amx).");
 
     m.def("devices", [] { return devices_list(cbs::list_devices()); },
           "Every device present, the fastest first: [{id, name, backend, description, type, memory_free, "
@@ -206,6 +212,7 @@ PYBIND11_MODULE(_core, m) {
     bind_cfm(m);
     bind_s3tok(m);
     bind_campplus(m);
+    cbs::bind_products(m);
 
     bind_text(m);
     bind_mtl(m);

@@ -1,4 +1,5 @@
 #include "core/ggml_ops.h"
+#include "core/amx_gemm.h"
 #include "core/q4_matmul.h"
 
 #include <algorithm>
@@ -33,13 +34,18 @@ ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_
     return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, eps), w), b);
 }
 
-ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas) {
+CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight) {
+    if (!backend_is_cpu(backend)) return CpuProducts::ggml;
+    return weight->type == GGML_TYPE_F32 ? CpuProducts::exact : CpuProducts::fast;
+}
+
+ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, CpuProducts blas) {
     ggml_tensor* y = matmul(ctx, w, x, blas);
     return b ? ggml_add(ctx, y, b) : y;
 }
 
 ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad, int dilation,
-                    bool blas) {
+                    CpuProducts blas) {
     ggml_tensor* cols = ggml_im2col(ctx, w, x, stride, 0, pad, 0, dilation, 0, false, GGML_TYPE_F32);  // [K*C_in, L_out]
     ggml_tensor* y = matmul(ctx, cols, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]), blas);  // [L_out, C_out]
     return b ? ggml_add(ctx, y, ggml_reshape_2d(ctx, b, 1, b->ne[0])) : y;
@@ -151,7 +157,8 @@ ggml_tensor* key_pad_mask(ggml_context* ctx, GraphInputs& in, int64_t n_kv, int6
     return in.f32(ctx, std::move(m), padded, n_q);
 }
 
-ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml_tensor* mask, float scale, bool blas) {
+ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml_tensor* mask, float scale,
+                    CpuProducts blas) {
     ggml_tensor* p = ggml_soft_max_ext(ctx, scores, mask, scale, 0.0f);
     ggml_tensor* vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3));  // [n_kv, D, H, B]
     if (scores->ne[0] > vt->ne[0]) vt = ggml_pad(ctx, vt, static_cast<int>(scores->ne[0] - vt->ne[0]), 0, 0, 0);
@@ -189,7 +196,10 @@ float exp_shifted_row(float* row, int64_t n) {
 // at T_k 2000: 64 15.4, 256 13.9, 512 13.5 (benchmarks/bench_s3gen_quant.py workload).
 static constexpr int64_t kBlockQ = 256;
 
-static void blas_attention(ggml_tensor* dst, int ith, int nth, void*) {
+static void amx_attention(ggml_tensor* dst, int ith, int nth);
+
+static void blas_attention(ggml_tensor* dst, int ith, int nth, void* amx) {
+    if (amx) return amx_attention(dst, ith, nth);
     openblas_one_thread();
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], H = q->ne[2], B = q->ne[3];
@@ -220,6 +230,48 @@ static void blas_attention(ggml_tensor* dst, int ith, int nth, void*) {
             for (int64_t d = 0; d < D; ++d) O[i * ldo + d] *= inv_sum[i];
     }
 }
+
+// The same on AMX tiles (core/amx_gemm.h). Each thread takes a run of consecutive jobs, so a
+// head's keys and values are packed once per thread, not once per block of queries.
+static void amx_attention(ggml_tensor* dst, int ith, int nth) {
+    const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], H = q->ne[2], B = q->ne[3];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ, jobs = blocks * H * B;
+    thread_local std::vector<float> scores;
+    thread_local AmxSplitA qs, ps;
+    thread_local AmxPackedB kp, vp;
+    scores.resize(static_cast<size_t>(kBlockQ * Tk));
+    float* S = scores.data();
+    auto at = [](const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
+        return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
+    };
+    const int64_t ldq = q->nb[1] / sizeof(float), ldk = k->nb[1] / sizeof(float), ldv = v->nb[1] / sizeof(float);
+    const int64_t ldo = dst->nb[2] / sizeof(float);
+    int64_t packed = -1;  // the head (h + H * b) whose keys and values kp, vp hold
+    for (int64_t job = jobs * ith / nth; job < jobs * (ith + 1) / nth; ++job) {
+        const int64_t blk = job % blocks, hb = job / blocks, h = hb % H, b = hb / H;
+        const int64_t t0 = blk * kBlockQ, n = std::min(kBlockQ, Tq - t0);
+        if (hb != packed) {
+            kp.pack(at(k, 0, h, b), ldk, Tk, D);
+            vp.pack_transposed(at(v, 0, h, b), ldv, D, Tk);
+            packed = hb;
+        }
+        qs.split(at(q, t0, h, b), ldq, n, D);
+        amx_gemm(qs, kp, S, Tk);  // S = Q K^T  [n x Tk]
+        float inv_sum[kBlockQ];
+        for (int64_t i = 0; i < n; ++i) {
+            float* row = S + i * Tk;
+            for (int64_t j = 0; j < Tk; ++j) row[j] *= scale;
+            inv_sum[i] = 1.0f / exp_shifted_row(row, Tk);
+        }
+        float* O = reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + t0 * dst->nb[2] + b * dst->nb[3]);
+        ps.split(S, Tk, n, Tk);
+        amx_gemm(ps, vp, O, ldo);  // O = softmax(S) V  [n x D], normalised after the product
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t d = 0; d < D; ++d) O[i * ldo + d] *= inv_sum[i];
+    }
+}
 #endif
 
 #ifdef CBS_HAVE_BLAS
@@ -229,21 +281,30 @@ static const float* row_at(const ggml_tensor* t, int64_t i1, int64_t i2, int64_t
 
 // dst = a x b as ggml_mul_mat: C[N x M] = B[N x K] A[M x K]^T per batch of b, row-major.
 // Work units: b's batches, each cut into enough row blocks for every thread to have one.
-static void blas_matmul(ggml_tensor* dst, int ith, int nth, void*) {
+static void blas_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
     openblas_one_thread();
     const ggml_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], batches = b->ne[2] * b->ne[3];
     const int64_t chunks = batches >= nth ? 1 : (nth + batches - 1) / batches, rows = (N + chunks - 1) / chunks;
     const int lda = static_cast<int>(a->nb[1] / sizeof(float)), ldb = static_cast<int>(b->nb[1] / sizeof(float));
     const int ldc = static_cast<int>(dst->nb[1] / sizeof(float));
+    thread_local AmxPackedB ap;
+    thread_local AmxSplitA bs;
+    const float* packed = nullptr;  // the batch of a that ap holds
     for (int64_t u = ith; u < batches * chunks; u += nth) {
         const int64_t r0 = (u % chunks) * rows, i2 = (u / chunks) % b->ne[2], i3 = (u / chunks) / b->ne[2];
         const int64_t n = std::min(rows, N - r0);
         if (n <= 0) continue;
         const float* A = row_at(a, 0, i2 / (b->ne[2] / a->ne[2]), i3 / (b->ne[3] / a->ne[3]));
+        float* C = const_cast<float*>(row_at(dst, r0, i2, i3));
+        if (amx) {
+            if (A != packed) ap.pack(A, lda, M, K), packed = A;
+            bs.split(row_at(b, r0, i2, i3), ldb, n, K);
+            amx_gemm(bs, ap, C, ldc);
+            continue;
+        }
         scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(M),
-                          static_cast<int>(K), 1.0f, row_at(b, r0, i2, i3), ldb, A, lda, 0.0f,
-                          const_cast<float*>(row_at(dst, r0, i2, i3)), ldc);
+                          static_cast<int>(K), 1.0f, row_at(b, r0, i2, i3), ldb, A, lda, 0.0f, C, ldc);
     }
 }
 #endif
@@ -255,26 +316,43 @@ static void blas_matmul(ggml_tensor* dst, int ith, int nth, void*) {
 // and the activations stay f32 (ggml's own kernel rounds them to 8 bits). Measured (Q4_0 Turbo,
 // 250 tokens, encoder + CFM, loaded 2 cores, bench_s3gen_quant.py): ggml's Q4_0 kernel 6.78 s,
 // this 4.85 s; f32 weights 4.76 s (dequantising at load would cost ~330 MiB for 2%).
-static void blas_matmul_dequant(ggml_tensor* dst, int ith, int nth, void*) {
+static void blas_matmul_dequant(ggml_tensor* dst, int ith, int nth, void* amx) {
     openblas_one_thread();
     const ggml_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
     const int64_t per = ((M + nth - 1) / nth + 15) / 16 * 16, m0 = std::min(M, ith * per), m = std::min(per, M - m0);
     if (m <= 0) return;
     thread_local std::vector<float> w;
-    w.resize(static_cast<size_t>(m * K));
-    if (q4_is_packed(a)) {
-        q4_unpack_rows(a, m0, m, w.data());
+    const float* W = nullptr;  // this thread's rows of a as f32
+    int64_t ldw = K;
+    if (a->type == GGML_TYPE_F32) {
+        W = reinterpret_cast<const float*>(static_cast<const char*>(a->data) + m0 * a->nb[1]), ldw = a->nb[1] / sizeof(float);
     } else {
-        const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
-        for (int64_t i = 0; i < m; ++i) to_float(static_cast<const char*>(a->data) + (m0 + i) * a->nb[1], w.data() + i * K, K);
+        w.resize(static_cast<size_t>(m * K));
+        if (q4_is_packed(a)) {
+            q4_unpack_rows(a, m0, m, w.data());
+        } else {
+            const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
+            for (int64_t i = 0; i < m; ++i) to_float(static_cast<const char*>(a->data) + (m0 + i) * a->nb[1], w.data() + i * K, K);
+        }
+        W = w.data();
     }
     const int ldb = static_cast<int>(b->nb[1] / sizeof(float)), ldc = static_cast<int>(dst->nb[1] / sizeof(float));
+    thread_local AmxPackedB wp;
+    thread_local AmxSplitA bs;
+    if (amx) wp.pack(W, ldw, m, K);
     for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
-        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2)
-            scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(m),
-                              static_cast<int>(K), 1.0f, row_at(b, 0, i2, i3), ldb, w.data(), static_cast<int>(K), 0.0f,
-                              const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
+            float* C = const_cast<float*>(row_at(dst, 0, i2, i3)) + m0;
+            if (amx) {
+                bs.split(row_at(b, 0, i2, i3), ldb, N, K);  // every thread splits all of b: a few % of the product
+                amx_gemm(bs, wp, C, ldc);
+            } else {
+                scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(m),
+                                  static_cast<int>(K), 1.0f, row_at(b, 0, i2, i3), ldb, W, static_cast<int>(ldw), 0.0f, C,
+                                  ldc);
+            }
+        }
 }
 
 static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benchmarks/bench_s3gen_quant.py)
@@ -283,18 +361,28 @@ static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benc
 }
 #endif
 
-ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas) {
+// The op's userdata: non-null runs its products on AMX tiles.
+static void* amx_tag(CpuProducts how) {
+    static int tag;
+    return how.kind == CpuProducts::fast && amx_available() ? &tag : nullptr;
+}
+
+ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts how) {
     // T3's Q4_0 weights on the CPU (core/q4_matmul.h): a prompt's many columns through
     // sgemm below (the weights converted per thread), a decoding step through our kernel.
     const bool packed = q4_is_packed(a);
 #ifdef CBS_HAVE_BLAS
-    if (packed && b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && b->ne[1] >= 16) blas = true;
-    if (blas && a->type != GGML_TYPE_F32 && ggml_get_type_traits(a->type)->to_float && b->type == GGML_TYPE_F32 &&
-        ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && b->nb[0] == sizeof(float) && b->ne[1] >= 16 &&
-        a->ne[1] >= 16 && a->ne[0] == b->ne[0] && blas_quant_enabled()) {
+    if (packed && b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && b->ne[1] >= 16) how = CpuProducts::fast;
+    const bool blas = how.blas();
+    const bool weight_like = ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && b->type == GGML_TYPE_F32 &&
+                             b->nb[0] == sizeof(float) && b->ne[1] >= 16 && a->ne[1] >= 16 && a->ne[0] == b->ne[0];
+    // Quantised or f16 weights; with AMX any 2-D weight (split by its rows: each thread packs its own).
+    if (blas && weight_like && ((a->type != GGML_TYPE_F32 && ggml_get_type_traits(a->type)->to_float &&
+                                 blas_quant_enabled()) ||
+                                (a->type == GGML_TYPE_F32 && amx_tag(how)))) {
         ggml_tensor* args[2] = {a, b};
         return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 2, blas_matmul_dequant,
-                              GGML_N_TASKS_MAX, nullptr);
+                              GGML_N_TASKS_MAX, amx_tag(how));
     }
     // Small products (a time embedding's one row) stay with ggml: sgemm's setup would dominate.
     if (blas && a->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && a->nb[0] == sizeof(float) &&
@@ -302,7 +390,7 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas
         b->ne[2] % a->ne[2] == 0 && b->ne[3] % a->ne[3] == 0) {
         ggml_tensor* args[2] = {a, b};
         return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 2, blas_matmul,
-                              GGML_N_TASKS_MAX, nullptr);
+                              GGML_N_TASKS_MAX, amx_tag(how));
     }
 #endif
     if (packed) return q4_matmul(ctx, a, b);  // ggml's kernels must not see the packed layout
@@ -324,12 +412,13 @@ bool have_blas() {
 #endif
 }
 
-ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, bool on_cpu) {
+ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, CpuProducts how) {
+    const bool on_cpu = how.blas();
 #ifdef CBS_HAVE_BLAS
     if (on_cpu) {
         ggml_tensor* args[3] = {q, k, v};
         return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[2], q->ne[1], q->ne[3], args, 3, blas_attention,
-                              GGML_N_TASKS_MAX, nullptr);
+                              GGML_N_TASKS_MAX, amx_tag(how));
     }
 #endif
     const float scale = 1.0f / std::sqrt(static_cast<float>(q->ne[0]));

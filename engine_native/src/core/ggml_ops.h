@@ -14,25 +14,46 @@ namespace cbs {
 // Layer norm over ne0 (channels when a tensor is [C, T]) with affine w, b.
 ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, float eps);
 
+// How a graph's f32 matrix products run on the CPU (the `blas` argument below). From a bool,
+// the callers' on_cpu flag: true is `exact`, false `ggml`.
+struct CpuProducts {
+    enum Kind {
+        ggml,   // ggml's own kernels (any backend; the only choice off the CPU)
+        exact,  // OpenBLAS sgemm: f32 arithmetic, the reference mode (f32 models, parity)
+        fast,   // AMX tiles in bf16x3 (core/amx_gemm.h: within ~1e-5 of f32) where the CPU has
+                // them, else as exact; for a model whose matrices are quantised or f16 anyway
+    };
+    Kind kind;
+    CpuProducts(bool blas) : kind(blas ? exact : ggml) {}  // NOLINT(google-explicit-constructor)
+    CpuProducts(Kind k) : kind(k) {}                       // NOLINT(google-explicit-constructor)
+    bool blas() const { return kind != ggml; }
+};
+
+// The products for a component whose matrices include `weight`: ggml off the CPU, exact for an
+// f32 weight, fast for a quantised or f16 one.
+CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight);
+
 // ggml_mul_mat(a, b) ([K, M, ...] x [K, N, ...] -> [M, N, ...], a broadcast over b's
 // batches). With `blas` (a CPU backend's graph) and OpenBLAS built in, f32 operands whose
 // rows are contiguous (views allowed) go through single-threaded sgemm on ggml's threads,
 // each taking a share of the rows: about twice ggml's tinyBLAS on this model's shapes.
 // A 2-D `a` stored quantised or f16 (a quantised model's S3Gen weights) takes the same path:
 // each thread converts its share of a's rows to f32 first (CBS_BLAS_QUANT=0: ggml's kernel).
-ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, bool blas);
+// `fast` with AMX: the same splits, each product on AMX tiles (a 2-D `a` split by its rows
+// between the threads, whatever its type).
+ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts blas);
 
 // ggml_mul_mat(w, x) for a model weight w, at ggml's default precision; matmul's path for
 // T3's packed Q4_0 weights on the CPU (core/q4_matmul.h).
 ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);
 
 // x [in, n] -> [out, n] through a PyTorch-layout Linear weight (ne [in, out]); b may be null.
-ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas = false);
+ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, CpuProducts blas = false);
 
 // 1-D convolution in full f32 (ggml_conv_1d rounds through an f16 im2col):
 // x [L, C_in] (time fastest), w ne [K, C_in, C_out] -> [L_out, C_out]; b [C_out] may be null.
 ggml_tensor* conv1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride = 1, int pad = 0,
-                    int dilation = 1, bool blas = false);
+                    int dilation = 1, CpuProducts blas = false);
 
 // GELU with the exact erf, x * (1 + erf(x / sqrt 2)) / 2, and Mish, x * tanh(softplus(x)).
 // On the CPU (on_cpu, f32) one fused pass each in vectorised f32 arithmetic (ggml's CPU ops
@@ -55,7 +76,8 @@ ggml_tensor* key_pad_mask(ggml_context* ctx, GraphInputs& in, int64_t n_kv, int6
 
 // softmax(scale * scores + mask) x v. scores [n_kv', T_q, H, B] contiguous, n_kv' the
 // mask's width (n_kv without a mask); v [D, n_kv, H, B] (a view is fine) -> [D, H, T_q, B].
-ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml_tensor* mask, float scale, bool blas);
+ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml_tensor* mask, float scale,
+                    CpuProducts blas);
 
 // Full-context softmax attention in f32 with scale 1/sqrt(D): q, k, v [D, T, H, B] (views
 // whose rows are contiguous) -> [D, H, T_q, B]. On the CPU with OpenBLAS (CBS_HAVE_BLAS) one
@@ -64,7 +86,8 @@ ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml
 // T x T tensor per head). On a GPU two f32 products around ggml's softmax (the device's
 // flash attention rounds K and V to f16). On the CPU without OpenBLAS ggml_flash_attn_ext
 // (f32 precision), measured faster there than two tinyBLAS products around the softmax.
-ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, bool on_cpu);
+// `fast` with AMX: both products of a block on AMX tiles (K and V packed once per head).
+ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, CpuProducts on_cpu);
 
 // row[j] = e^(row[j] - max(row)) (within about one ulp, vectorised); returns their sum.
 float exp_shifted_row(float* row, int64_t n);

@@ -9,7 +9,7 @@
 
 namespace cbs {
 
-ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas) {
+ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, CpuProducts blas) {
     const int K = static_cast<int>(w->ne[0]);
     ggml_tensor* xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C_in]
     if (K > 1) xt = ggml_pad_ext(ctx, xt, K - 1, 0, 0, 0, 0, 0, 0, 0);
@@ -95,6 +95,7 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
     final_ln_b_ = t("final_block.block.2.bias", {C});
     proj_w_ = t("final_proj.weight", {1, C, out_channels_});
     proj_b_ = t("final_proj.bias", {out_channels_});
+    products_ = products_for(backend, mid_.empty() ? down_.tfm.at(0).q_w : mid_[0].tfm.at(0).q_w);
     const char* fuse = std::getenv("CBS_CFM_QKV");  // "0": the three products (a comparison)
     if (!on_cpu_ && !(fuse && std::string(fuse) == "0")) fuse_qkv(mf, backend);
 }
@@ -156,7 +157,7 @@ ggml_tensor* CfmEstimator::time_mlp(ggml_context* ctx, ggml_tensor* s) const {
 // CausalBlock1D: causal conv (k3) -> LayerNorm over channels -> Mish. [C_in, T] -> [C_out, T].
 ggml_tensor* CfmEstimator::block1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cw, ggml_tensor* cb, ggml_tensor* lw,
                                    ggml_tensor* lb) const {
-    return mish(ctx, layer_norm(ctx, causal_conv1d_ct(ctx, x, cw, cb, on_cpu_), lw, lb, ln_eps_), on_cpu_);
+    return mish(ctx, layer_norm(ctx, causal_conv1d_ct(ctx, x, cw, cb, products_), lw, lb, ln_eps_), on_cpu_);
 }
 
 // CausalResnetBlock1D: block1, + mlp(Mish(temb)), block2, + res_conv(x). [C_in, T] -> [C_out, T].
@@ -164,7 +165,7 @@ ggml_tensor* CfmEstimator::resnet(ggml_context* ctx, ggml_tensor* x, ggml_tensor
     ggml_tensor* h = block1d(ctx, x, r.c1_w, r.c1_b, r.ln1_w, r.ln1_b);
     h = ggml_add(ctx, h, linear(ctx, mish(ctx, temb, on_cpu_), r.mlp_w, r.mlp_b));
     h = block1d(ctx, h, r.c2_w, r.c2_b, r.ln2_w, r.ln2_b);
-    ggml_tensor* res = linear(ctx, x, ggml_reshape_2d(ctx, r.res_w, r.res_w->ne[1], r.res_w->ne[2]), r.res_b, on_cpu_);
+    ggml_tensor* res = linear(ctx, x, ggml_reshape_2d(ctx, r.res_w, r.res_w->ne[1], r.res_w->ne[2]), r.res_b, products_);
     return ggml_add(ctx, h, res);
 }
 
@@ -174,7 +175,7 @@ ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const 
     const int64_t T = x->ne[1], B = x->ne[2], H = n_head_, D = head_dim_;
     ggml_tensor* h = layer_norm(ctx, x, b.n1_w, b.n1_b, ln_eps_);
     auto heads = [&](ggml_tensor* w) {  // [D, T, H, B]
-        return ggml_permute(ctx, ggml_reshape_4d(ctx, linear(ctx, h, w, nullptr, on_cpu_), D, H, T, B), 0, 2, 1, 3);
+        return ggml_permute(ctx, ggml_reshape_4d(ctx, linear(ctx, h, w, nullptr, products_), D, H, T, B), 0, 2, 1, 3);
     };
     ggml_tensor *q, *k, *v;
     if (b.qkv_w) {
@@ -187,12 +188,12 @@ ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const 
         q = heads(b.q_w), k = heads(b.k_w), v = heads(b.v_w);
     }
     // Full-context attention (the reference's mask is all ones: static_chunk_size 0).
-    ggml_tensor* o = attention(ctx, q, k, v, on_cpu_);
+    ggml_tensor* o = attention(ctx, q, k, v, products_);
     o = ggml_reshape_3d(ctx, o, D * H, T, B);  // result is [D, H, T, B]
-    x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b, on_cpu_));
+    x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b, products_));
 
     h = layer_norm(ctx, x, b.n3_w, b.n3_b, ln_eps_);
-    h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, on_cpu_), on_cpu_), b.ff2_w, b.ff2_b, on_cpu_);
+    h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, products_), on_cpu_), b.ff2_w, b.ff2_b, products_);
     return ggml_add(ctx, x, h);
 }
 
@@ -225,11 +226,11 @@ ggml_tensor* CfmEstimator::estimate(ggml_context* ctx, GraphInputs& in, ggml_ten
     h = ggml_cont(ctx, ggml_transpose(ctx, h));  // [4M, T, B]
     h = run_stage(ctx, h, temb, down_);
     ggml_tensor* skip = h;
-    h = causal_conv1d_ct(ctx, h, down_.conv_w, down_.conv_b, on_cpu_);
+    h = causal_conv1d_ct(ctx, h, down_.conv_w, down_.conv_b, products_);
     for (const Stage& s : mid_) h = run_stage(ctx, h, temb, s);
     h = ggml_concat(ctx, h, skip, 0);  // [2C, T, B]
     h = run_stage(ctx, h, temb, up_);
-    h = causal_conv1d_ct(ctx, h, up_.conv_w, up_.conv_b, on_cpu_);
+    h = causal_conv1d_ct(ctx, h, up_.conv_w, up_.conv_b, products_);
     h = block1d(ctx, h, final_c_w_, final_c_b_, final_ln_w_, final_ln_b_);
     // final_proj (1x1 conv), produced time-fastest: [T, M, B]. mul_mat broadcasts only its
     // first operand over the batch, so a batch goes weights-first and is transposed after.

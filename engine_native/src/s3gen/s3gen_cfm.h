@@ -20,7 +20,8 @@ namespace cbs {
 
 // Causal 1-D convolution of x [C_in, T] (channel fastest) with w ne [K, C_in, C_out]:
 // left pad K-1, stride 1, full f32. Returns [C_out, T]; b [C_out] may be null.
-ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, bool blas = false);
+ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b,
+                              CpuProducts blas = false);
 
 // The ConditionalDecoder estimator: one velocity evaluation.
 class CfmEstimator {
@@ -107,7 +108,8 @@ private:
     ggml_context* qkv_ctx_ = nullptr;  // fuse_qkv's tensors and buffer
     ggml_backend_buffer_t qkv_buf_ = nullptr;
     GraphRunner runner_;
-    bool on_cpu_;  // ggml_ops' attention: the CPU's way
+    bool on_cpu_;  // the CPU's element-wise ops (ggml_ops)
+    CpuProducts products_ = false;  // exact for an f32 model, fast (AMX) for a quantised one
 };
 
 // The flow's CFM: spk projection, cond from the prompt mel, and the Euler sampler.

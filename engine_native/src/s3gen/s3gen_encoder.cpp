@@ -65,6 +65,7 @@ S3GenEncoder::S3GenEncoder(const ModelFile& mf, ggml_backend_t backend)
         blocks_.push_back(load_block(mf, "s3gen.enc.encoders." + std::to_string(b) + ".", F));
     for (int b = 0; b < i("s3gen.enc.n_up_blocks"); ++b)
         up_blocks_.push_back(load_block(mf, "s3gen.enc.up_encoders." + std::to_string(b) + ".", F));
+    products_ = products_for(backend, blocks_.empty() ? proj_w_ : blocks_[0].ff1_w);
 }
 
 // ESPnet relative positional encoding rows for relative positions n-1 down to -(n-1),
@@ -96,7 +97,7 @@ std::vector<float> S3GenEncoder::rel_positions(int n) {
 }
 
 ggml_tensor* S3GenEncoder::embed(ggml_context* ctx, ggml_tensor* x, const Embed& e) const {
-    x = layer_norm(ctx, linear(ctx, x, e.w, e.b, on_cpu_), e.ln_w, e.ln_b, embed_eps_);
+    x = layer_norm(ctx, linear(ctx, x, e.w, e.b, products_), e.ln_w, e.ln_b, embed_eps_);
     return ggml_scale(ctx, x, std::sqrt(static_cast<float>(d_model_)));
 }
 
@@ -104,27 +105,27 @@ ggml_tensor* S3GenEncoder::embed(ggml_context* ctx, ggml_tensor* x, const Embed&
 ggml_tensor* S3GenEncoder::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* pos, ggml_tensor* mask, const Block& b) const {
     const int64_t T = x->ne[1], H = n_head_, D = d_model_ / n_head_;
     ggml_tensor* h = layer_norm(ctx, x, b.norm_mha_w, b.norm_mha_b, layer_eps_);
-    ggml_tensor* q = ggml_reshape_3d(ctx, linear(ctx, h, b.q_w, b.q_b, on_cpu_), D, H, T);
-    ggml_tensor* k = ggml_reshape_3d(ctx, linear(ctx, h, b.k_w, b.k_b, on_cpu_), D, H, T);
-    ggml_tensor* v = ggml_reshape_3d(ctx, linear(ctx, h, b.v_w, b.v_b, on_cpu_), D, H, T);
-    ggml_tensor* p = ggml_reshape_3d(ctx, linear(ctx, pos, b.pos_w, nullptr, on_cpu_), D, H, 2 * T - 1);
+    ggml_tensor* q = ggml_reshape_3d(ctx, linear(ctx, h, b.q_w, b.q_b, products_), D, H, T);
+    ggml_tensor* k = ggml_reshape_3d(ctx, linear(ctx, h, b.k_w, b.k_b, products_), D, H, T);
+    ggml_tensor* v = ggml_reshape_3d(ctx, linear(ctx, h, b.v_w, b.v_b, products_), D, H, T);
+    ggml_tensor* p = ggml_reshape_3d(ctx, linear(ctx, pos, b.pos_w, nullptr, products_), D, H, 2 * T - 1);
 
     // Contiguous queries (and without OpenBLAS padded keys, mask): the sgemm paths (ggml_ops).
     ggml_tensor* q_u = ggml_cont(ctx, ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_u, D, H, 1)), 0, 2, 1, 3));
     ggml_tensor* q_v = ggml_cont(ctx, ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_v, D, H, 1)), 0, 2, 1, 3));
-    ggml_tensor* ac = matmul(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), q_u, on_cpu_);  // [T_k, T_q, H]
-    ggml_tensor* bd = matmul(ctx, ggml_permute(ctx, p, 0, 2, 1, 3), q_v, on_cpu_);  // [2T-1, T_q, H]
+    ggml_tensor* ac = matmul(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), q_u, products_);  // [T_k, T_q, H]
+    ggml_tensor* bd = matmul(ctx, ggml_permute(ctx, p, 0, 2, 1, 3), q_v, products_);  // [2T-1, T_q, H]
     // rel_shift: score(i, j) takes bd[i][T-1-i+j], i.e. a view stepping 2T-2 per query row.
     bd = ggml_view_3d(ctx, bd, T, T, H, (2 * T - 2) * sizeof(float), bd->nb[2], (T - 1) * sizeof(float));
     ggml_tensor* scores = ggml_add(ctx, ac, bd);
     if (mask) scores = ggml_pad(ctx, scores, static_cast<int>(mask->ne[0] - T), 0, 0, 0);
     ggml_tensor* o = attend(ctx, scores, ggml_permute(ctx, v, 0, 2, 1, 3), mask, 1.0f / std::sqrt(static_cast<float>(D)),
-                            on_cpu_);
+                            products_);
     o = ggml_reshape_2d(ctx, o, D * H, T);  // [D, H, T]
-    x = ggml_add(ctx, x, linear(ctx, o, b.out_w, b.out_b, on_cpu_));
+    x = ggml_add(ctx, x, linear(ctx, o, b.out_w, b.out_b, products_));
 
     h = layer_norm(ctx, x, b.norm_ff_w, b.norm_ff_b, layer_eps_);
-    h = linear(ctx, ggml_silu(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, on_cpu_)), b.ff2_w, b.ff2_b, on_cpu_);
+    h = linear(ctx, ggml_silu(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, products_)), b.ff2_w, b.ff2_b, products_);
     return ggml_add(ctx, x, h);
 }
 
@@ -155,10 +156,10 @@ ggml_tensor* S3GenEncoder::build(ggml_context* ctx, GraphInputs& in, const std::
 
     // Pre-lookahead: conv over the next `lookahead` frames, leaky ReLU, causal conv, residual.
     ggml_tensor* xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C]
-    ggml_tensor* la = conv1d(ctx, ggml_pad_ext(ctx, xt, 0, lookahead_, 0, 0, 0, 0, 0, 0), la_conv1_w_, la_conv1_b_, 1, 0, 1, on_cpu_);
+    ggml_tensor* la = conv1d(ctx, ggml_pad_ext(ctx, xt, 0, lookahead_, 0, 0, 0, 0, 0, 0), la_conv1_w_, la_conv1_b_, 1, 0, 1, products_);
     la = ggml_leaky_relu(ctx, la, lookahead_slope_, false);
     const int k2 = static_cast<int>(la_conv2_w_->ne[0]);
-    la = conv1d(ctx, ggml_pad_ext(ctx, la, k2 - 1, 0, 0, 0, 0, 0, 0, 0), la_conv2_w_, la_conv2_b_, 1, 0, 1, on_cpu_);
+    la = conv1d(ctx, ggml_pad_ext(ctx, la, k2 - 1, 0, 0, 0, 0, 0, 0, 0), la_conv2_w_, la_conv2_b_, 1, 0, 1, products_);
     x = ggml_add(ctx, x, ggml_cont(ctx, ggml_transpose(ctx, la)));
     ggml_tensor* mask = key_pad_mask(ctx, in, T, T, on_cpu_);
     for (const Block& b : blocks_) x = block(ctx, x, pos, mask, b);
@@ -170,7 +171,7 @@ ggml_tensor* S3GenEncoder::build(ggml_context* ctx, GraphInputs& in, const std::
     for (int s = 1; s < up_stride_; ++s) rep = ggml_concat(ctx, rep, xt, 0);
     rep = ggml_reshape_2d(ctx, rep, T2, d_model_);
     const int ku = static_cast<int>(up_w_->ne[0]);
-    rep = conv1d(ctx, ggml_pad_ext(ctx, rep, ku - 1, 0, 0, 0, 0, 0, 0, 0), up_w_, up_b_, 1, 0, 1, on_cpu_);
+    rep = conv1d(ctx, ggml_pad_ext(ctx, rep, ku - 1, 0, 0, 0, 0, 0, 0, 0), up_w_, up_b_, 1, 0, 1, products_);
     x = ggml_cont(ctx, ggml_transpose(ctx, rep));  // [C, 2T]
 
     x = embed(ctx, x, up_embed_);
@@ -178,7 +179,7 @@ ggml_tensor* S3GenEncoder::build(ggml_context* ctx, GraphInputs& in, const std::
     ggml_tensor* mask2 = key_pad_mask(ctx, in, T2, T2, on_cpu_);
     for (const Block& b : up_blocks_) x = block(ctx, x, pos2, mask2, b);
     x = layer_norm(ctx, x, after_w_, after_b_, after_eps_);
-    return ggml_cont(ctx, ggml_transpose(ctx, linear(ctx, x, proj_w_, proj_b_, on_cpu_)));  // [2T, n_mels]
+    return ggml_cont(ctx, ggml_transpose(ctx, linear(ctx, x, proj_w_, proj_b_, products_)));  // [2T, n_mels]
 }
 
 }  // namespace cbs

@@ -54,6 +54,7 @@ private:
     int n_table_ = 0;
     GraphRunner runner_;
     bool on_cpu_;  // keys padded for the CPU's sgemm (ggml_ops' key_pad_mask)
+    CpuProducts products_ = false;  // exact for an f32 model, fast (AMX) for a quantised one
 };
 
 }  // namespace cbs

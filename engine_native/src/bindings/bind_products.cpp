@@ -1,0 +1,99 @@
+// Test seams for the CPU's matrix products (core/ggml_ops: matmul, attention) in each of
+// their modes, through a real graph on a CPU backend with the engine's own thread split.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings/helpers.h"
+#include "core/amx_gemm.h"
+#include "core/ggml_ops.h"
+
+namespace cbs {
+
+namespace {
+
+CpuProducts products_named(const std::string& how) {
+    if (how == "exact") return CpuProducts::exact;
+    if (how == "fast") return CpuProducts::fast;
+    if (how == "ggml") return CpuProducts::ggml;
+    throw ParameterError("products must be 'exact', 'fast' or 'ggml', not '" + how + "'");
+}
+
+py::array_t<float> to_array(const std::vector<float>& v, std::vector<py::ssize_t> shape) {
+    py::array_t<float> a(shape);
+    std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(float));
+    return a;
+}
+
+// x [N, K] times the weight w [M, K] (stored as `type`: f32, f16, q4_0) -> [N, M].
+py::array_t<float> linear_product(F32Array w, F32Array x, const std::string& type, const std::string& how, int threads) {
+    if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(0) < 1 || x.shape(0) < 1)
+        throw ParameterError("w [M, K] and x [N, K]");
+    const ggml_type t = type == "f32" ? GGML_TYPE_F32 : type == "f16" ? GGML_TYPE_F16 : type == "q4_0" ? GGML_TYPE_Q4_0
+                                                                                                      : GGML_TYPE_COUNT;
+    if (t == GGML_TYPE_COUNT) throw ParameterError("type must be f32, f16 or q4_0");
+    const int64_t M = w.shape(0), K = w.shape(1), N = x.shape(0);
+    if (K % ggml_blck_size(t) != 0) throw ParameterError("K must be a multiple of the type's block");
+    std::vector<uint8_t> raw(ggml_row_size(t, K) * M);
+    ggml_quantize_chunk(t, w.data(), raw.data(), 0, M, K, nullptr);
+    BackendPtr backend = make_backend("cpu", threads);
+    ggml_init_params params{ggml_tensor_overhead(), nullptr, true};
+    std::unique_ptr<ggml_context, void (*)(ggml_context*)> weights(ggml_init(params), ggml_free);
+    ggml_tensor* wt = ggml_new_tensor_2d(weights.get(), t, K, M);
+    std::unique_ptr<ggml_backend_buffer, void (*)(ggml_backend_buffer_t)> buffer(
+        ggml_backend_alloc_ctx_tensors(weights.get(), backend.get()), ggml_backend_buffer_free);
+    ggml_backend_tensor_set(wt, raw.data(), 0, raw.size());
+    std::vector<float> out;
+    {
+        py::gil_scoped_release nogil;
+        GraphRunner runner(backend.get());
+        ggml_context* ctx = runner.begin();
+        GraphInputs in;
+        ggml_tensor* xt = in.f32(ctx, std::vector<float>(x.data(), x.data() + N * K), K, N);
+        out = runner.compute(matmul(ctx, wt, xt, products_named(how)), in);
+    }
+    return to_array(out, {N, M});
+}
+
+// softmax(q k^T / sqrt(D)) v per head: q [H, Tq, D], k and v [H, Tk, D] -> [Tq, H, D].
+py::array_t<float> attention_product(F32Array q, F32Array k, F32Array v, const std::string& how, int threads) {
+    if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3 || k.shape(0) != q.shape(0) || v.shape(0) != q.shape(0) ||
+        k.shape(2) != q.shape(2) || v.shape(2) != q.shape(2) || v.shape(1) != k.shape(1))
+        throw ParameterError("q [H, Tq, D], k and v [H, Tk, D]");
+    const int64_t H = q.shape(0), Tq = q.shape(1), D = q.shape(2), Tk = k.shape(1);
+    BackendPtr backend = make_backend("cpu", threads);
+    std::vector<float> out;
+    {
+        py::gil_scoped_release nogil;
+        GraphRunner runner(backend.get());
+        ggml_context* ctx = runner.begin();
+        GraphInputs in;
+        auto input = [&](F32Array& a, int64_t T) {
+            return ggml_reshape_3d(ctx, in.f32(ctx, std::vector<float>(a.data(), a.data() + H * T * D), D, T * H), D, T, H);
+        };
+        out = runner.compute(attention(ctx, input(q, Tq), input(k, Tk), input(v, Tk), products_named(how)), in);
+    }
+    return to_array(out, {Tq, H, D});
+}
+
+}  // namespace
+
+void bind_products(py::module_& m) {
+    m.def("amx_available", &amx_available,
+          "Whether the CPU's fast products run on AMX tiles here (AMX-BF16 present, the tile state granted, "
+          "CBS_AMX not 0).");
+    m.def("linear_product", &linear_product, py::arg("w"), py::arg("x"), py::arg("type") = "f32",
+          py::arg("products") = "exact", py::arg("threads") = 2,
+          "x [N, K] times w [M, K] stored as `type` (f32, f16, q4_0) through the engine's CPU product in mode "
+          "`products` (exact, fast, ggml) -> [N, M] (tests).");
+    m.def("attention_product", &attention_product, py::arg("q"), py::arg("k"), py::arg("v"),
+          py::arg("products") = "exact", py::arg("threads") = 2,
+          "Full softmax attention per head through the engine's CPU attention in mode `products`: q [H, Tq, D], "
+          "k and v [H, Tk, D] -> [Tq, H, D] (tests).");
+}
+
+}  // namespace cbs
