@@ -32,11 +32,18 @@ namespace {
 AMX_TARGET inline __m256i to_bf16(__m512 v) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)); }
 AMX_TARGET inline __m512 from_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
-// 16 floats (fewer under `mask`, the rest zero) as high and low bf16 parts.
-AMX_TARGET inline void split16(const float* x, __mmask16 mask, __m256i& hi, __m256i& lo) {
-    const __m512 v = _mm512_maskz_loadu_ps(mask, x);
+// 16 floats as high and low bf16 parts: hi the nearest bf16, lo the nearest to the rest.
+AMX_TARGET inline void split_vec(__m512 v, __m256i& hi, __m256i& lo) {
     hi = to_bf16(v);
     lo = to_bf16(_mm512_sub_ps(v, from_bf16(hi)));
+}
+
+// The same for 16 floats at x (fewer under `mask`, the rest zero), times `scale` if given.
+AMX_TARGET inline void split16(const float* x, __mmask16 mask, __m256i& hi, __m256i& lo) {
+    split_vec(_mm512_maskz_loadu_ps(mask, x), hi, lo);
+}
+AMX_TARGET inline void split16(const float* x, __mmask16 mask, __m512 scale, __m256i& hi, __m256i& lo) {
+    split_vec(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x), scale), hi, lo);
 }
 
 AMX_TARGET inline __mmask16 first_lanes(int64_t n) {
@@ -210,7 +217,9 @@ AMX_TARGET void pack_block_transposed(const float* cols, int64_t ld, int64_t n_r
 }
 
 // 16 rows of A (fewer at the end: zero rows) into its blocked high and low tiles.
-AMX_TARGET void split_block(const float* rows, int64_t ld, int64_t n_rows, int64_t k, int64_t k_blocks, uint16_t* out) {
+AMX_TARGET void split_block(const float* rows, int64_t ld, int64_t n_rows, int64_t k, int64_t k_blocks, float scale,
+                            uint16_t* out) {
+    const __m512 s = _mm512_set1_ps(scale);
     for (int64_t kb = 0; kb < k_blocks; ++kb) {
         uint16_t* hi = out + kb * 2 * kTileElems;
         uint16_t* lo = hi + kTileElems;
@@ -218,7 +227,7 @@ AMX_TARGET void split_block(const float* rows, int64_t ld, int64_t n_rows, int64
             for (int64_t h = 0; h < 2; ++h) {
                 const int64_t k0 = kb * kTileK + h * 16;
                 __m256i vh = _mm256_setzero_si256(), vl = _mm256_setzero_si256();
-                if (r < n_rows) split16(rows + r * ld + k0, first_lanes(std::max<int64_t>(0, k - k0)), vh, vl);
+                if (r < n_rows) split16(rows + r * ld + k0, first_lanes(std::max<int64_t>(0, k - k0)), s, vh, vl);
                 _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + r * kTileK + h * 16), vh);
                 _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + r * kTileK + h * 16), vl);
             }
@@ -271,13 +280,26 @@ void AmxPackedB::pack_transposed(const float* cols, int64_t ld, int64_t n, int64
                               data_.data() + rb * k_blocks_ * 2 * kTileElems);
 }
 
-void AmxSplitA::split(const float* rows, int64_t ld, int64_t m, int64_t k) {
-    m_ = m, k_blocks_ = round_up(k, kTileK) / kTileK;
-    const int64_t blocks = (m + kTileRows - 1) / kTileRows;
-    data_.resize(static_cast<size_t>(blocks * k_blocks_ * 2 * kTileElems));
-    for (int64_t rb = 0; rb < blocks; ++rb)
-        split_block(rows + rb * kTileRows * ld, ld, std::min(kTileRows, m - rb * kTileRows), k, k_blocks_,
-                    data_.data() + rb * k_blocks_ * 2 * kTileElems);
+size_t AmxSplitA::bytes(int64_t m, int64_t k) {
+    return static_cast<size_t>((m + kTileRows - 1) / kTileRows * (round_up(k, kTileK) / kTileK) * 2 * kTileElems) *
+           sizeof(uint16_t);
+}
+
+void AmxSplitA::view(void* storage, int64_t m, int64_t k) {
+    m_ = m, k_ = k, k_blocks_ = round_up(k, kTileK) / kTileK;
+    data_ = static_cast<uint16_t*>(storage);
+}
+
+void AmxSplitA::split_blocks(const float* rows, int64_t ld, int64_t rb0, int64_t rb1, float scale) {
+    for (int64_t rb = rb0; rb < rb1; ++rb)
+        split_block(rows + rb * kTileRows * ld, ld, std::min(kTileRows, m_ - rb * kTileRows), k_, k_blocks_, scale,
+                    data_ + rb * k_blocks_ * 2 * kTileElems);
+}
+
+void AmxSplitA::split(const float* rows, int64_t ld, int64_t m, int64_t k, float scale) {
+    own_.resize(bytes(m, k) / sizeof(uint16_t));
+    view(own_.data(), m, k);
+    split_blocks(rows, ld, 0, row_blocks(), scale);
 }
 
 void amx_gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc) {
@@ -291,7 +313,10 @@ void amx_set_k_run(int64_t k_blocks) { g_k_run = k_blocks; }
 bool amx_available() { return false; }
 void AmxPackedB::pack(const float*, int64_t, int64_t, int64_t) { std::abort(); }
 void AmxPackedB::pack_transposed(const float*, int64_t, int64_t, int64_t) { std::abort(); }
-void AmxSplitA::split(const float*, int64_t, int64_t, int64_t) { std::abort(); }
+size_t AmxSplitA::bytes(int64_t, int64_t) { return 0; }
+void AmxSplitA::view(void*, int64_t, int64_t) { std::abort(); }
+void AmxSplitA::split_blocks(const float*, int64_t, int64_t, int64_t, float) { std::abort(); }
+void AmxSplitA::split(const float*, int64_t, int64_t, int64_t, float) { std::abort(); }
 void amx_gemm(const AmxSplitA&, const AmxPackedB&, float*, int64_t) { std::abort(); }
 
 #endif

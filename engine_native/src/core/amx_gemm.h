@@ -16,6 +16,7 @@
 // reference mode of the parity tests. CBS_AMX=0 turns it off.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -50,16 +51,26 @@ private:
 // (a tile load then reads 1 KiB in a row, not 16 strided rows).
 class AmxSplitA {
 public:
-    void split(const float* rows, int64_t ld, int64_t m, int64_t k);
+    // scale * the m rows of k floats at `rows` (row i at rows + i * ld), in a buffer of its own.
+    void split(const float* rows, int64_t ld, int64_t m, int64_t k, float scale = 1.0f);
+    // Bytes of the split of m rows of k values, and the same form over `storage` of that size
+    // (a graph tensor: one node splits the rows, later nodes read them), its row blocks filled
+    // by split_blocks (each thread a share).
+    static size_t bytes(int64_t m, int64_t k);
+    void view(void* storage, int64_t m, int64_t k);
+    void split_blocks(const float* rows, int64_t ld, int64_t rb0, int64_t rb1, float scale = 1.0f);
+    int64_t row_blocks() const { return (m_ + 15) / 16; }
+
     int64_t rows() const { return m_; }
     int64_t k_blocks() const { return k_blocks_; }
     const uint16_t* block(int64_t row_block, int64_t k_block) const {
-        return data_.data() + (row_block * k_blocks_ + k_block) * 2 * 512;
+        return data_ + (row_block * k_blocks_ + k_block) * 2 * 512;
     }
 
 private:
-    std::vector<uint16_t> data_;
-    int64_t m_ = 0, k_blocks_ = 0;
+    std::vector<uint16_t> own_;
+    uint16_t* data_ = nullptr;
+    int64_t m_ = 0, k_ = 0, k_blocks_ = 0;
 };
 
 // C[i][j] = sum_k A[i][k] B[j][k] for i < a.rows(), j < b.rows(), row i of C at C + i * ldc.

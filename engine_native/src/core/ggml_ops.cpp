@@ -257,14 +257,10 @@ static void amx_attention(ggml_tensor* dst, int ith, int nth) {
             vp.pack_transposed(at(v, 0, h, b), ldv, D, Tk);
             packed = hb;
         }
-        qs.split(at(q, t0, h, b), ldq, n, D);
-        amx_gemm(qs, kp, S, Tk);  // S = Q K^T  [n x Tk]
+        qs.split(at(q, t0, h, b), ldq, n, D, scale);
+        amx_gemm(qs, kp, S, Tk);  // S = scale Q K^T  [n x Tk]
         float inv_sum[kBlockQ];
-        for (int64_t i = 0; i < n; ++i) {
-            float* row = S + i * Tk;
-            for (int64_t j = 0; j < Tk; ++j) row[j] *= scale;
-            inv_sum[i] = 1.0f / exp_shifted_row(row, Tk);
-        }
+        for (int64_t i = 0; i < n; ++i) inv_sum[i] = 1.0f / exp_shifted_row(S + i * Tk, Tk);
         float* O = reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + t0 * dst->nb[2] + b * dst->nb[3]);
         ps.split(S, Tk, n, Tk);
         amx_gemm(ps, vp, O, ldo);  // O = softmax(S) V  [n x D], normalised after the product
@@ -339,19 +335,35 @@ static void blas_matmul_dequant(ggml_tensor* dst, int ith, int nth, void* amx) {
     }
     const int ldb = static_cast<int>(b->nb[1] / sizeof(float)), ldc = static_cast<int>(dst->nb[1] / sizeof(float));
     thread_local AmxPackedB wp;
-    thread_local AmxSplitA bs;
+    AmxSplitA bs;  // b split by amx_split (the op's third source), a view per batch
     if (amx) wp.pack(W, ldw, m, K);
     for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
         for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
             float* C = const_cast<float*>(row_at(dst, 0, i2, i3)) + m0;
             if (amx) {
-                bs.split(row_at(b, 0, i2, i3), ldb, N, K);  // every thread splits all of b: a few % of the product
+                const ggml_tensor* split = dst->src[2];
+                bs.view(static_cast<char*>(split->data) + i2 * split->nb[1] + i3 * split->nb[2], N, K);
                 amx_gemm(bs, wp, C, ldc);
             } else {
                 scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(m),
                                   static_cast<int>(K), 1.0f, row_at(b, 0, i2, i3), ldb, W, static_cast<int>(ldw), 0.0f, C,
                                   ldc);
             }
+        }
+}
+
+// b's rows split for AMX (AmxSplitA) into dst, one row of dst per batch of b, each thread a
+// share of the row blocks: done once per product, not by every thread that multiplies them.
+static void amx_split(ggml_tensor* dst, int ith, int nth, void*) {
+    const ggml_tensor* b = dst->src[0];
+    const int64_t K = b->ne[0], N = b->ne[1];
+    AmxSplitA split;
+    for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
+            split.view(static_cast<char*>(dst->data) + i2 * dst->nb[1] + i3 * dst->nb[2], N, K);
+            const int64_t blocks = split.row_blocks();
+            split.split_blocks(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), blocks * ith / nth,
+                               blocks * (ith + 1) / nth);
         }
 }
 
@@ -380,9 +392,15 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
     if (blas && weight_like && ((a->type != GGML_TYPE_F32 && ggml_get_type_traits(a->type)->to_float &&
                                  blas_quant_enabled()) ||
                                 (a->type == GGML_TYPE_F32 && amx_tag(how)))) {
-        ggml_tensor* args[2] = {a, b};
-        return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 2, blas_matmul_dequant,
-                              GGML_N_TASKS_MAX, amx_tag(how));
+        void* amx = amx_tag(how);
+        ggml_tensor* args[3] = {a, b, nullptr};
+        if (amx) {
+            const int64_t bytes = static_cast<int64_t>(AmxSplitA::bytes(b->ne[1], b->ne[0]));
+            args[2] = ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, b->ne[2], b->ne[3], 1, &b, 1, amx_split,
+                                     GGML_N_TASKS_MAX, nullptr);
+        }
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, amx ? 3 : 2,
+                              blas_matmul_dequant, GGML_N_TASKS_MAX, amx);
     }
     // Small products (a time embedding's one row) stay with ggml: sgemm's setup would dominate.
     if (blas && a->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && a->nb[0] == sizeof(float) &&
