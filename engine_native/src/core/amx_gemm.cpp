@@ -171,26 +171,55 @@ AMX_TARGET void gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t 
     _tile_release();
 }
 
+// A 16 x 16 matrix of 32-bit words, one row per register, transposed in place.
+AMX_TARGET void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {
+        u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_shuffle_i32x4(u[i], u[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_i32x4(u[i], u[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_i32x4(u[i + 8], u[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_i32x4(u[i + 8], u[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 4; ++i) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
 // One 16-row block of B's rows (fewer at the end: zero rows) into its packed tiles: row c's
-// k values 2r, 2r+1 go to 32-bit word r * 16 + c of the block's tile, for high and low parts.
+// k values 2r, 2r+1 are 32-bit word r * 16 + c of the block's tile, for high and low parts
+// (the rows' split words, 16 per row and k block, transposed).
 AMX_TARGET void pack_block(const float* rows, int64_t ld, int64_t n_rows, int64_t k, int64_t k_blocks, uint16_t* out) {
     for (int64_t kb = 0; kb < k_blocks; ++kb) {
-        uint32_t* hi = reinterpret_cast<uint32_t*>(out + kb * 2 * kTileElems);
-        uint32_t* lo = hi + kTileElems / 2;
+        __m512i hi[16], lo[16];
+        const int64_t k0 = kb * kTileK;
         for (int64_t c = 0; c < kTileRows; ++c) {
-            alignas(64) uint32_t h[16], l[16];
+            __m256i h0 = _mm256_setzero_si256(), l0 = h0, h1 = h0, l1 = h0;
             if (c < n_rows) {
-                const int64_t k0 = kb * kTileK;
-                __m256i h0, l0, h1, l1;
                 split16(rows + c * ld + k0, first_lanes(k - k0), h0, l0);
                 split16(rows + c * ld + k0 + 16, first_lanes(std::max<int64_t>(0, k - k0 - 16)), h1, l1);
-                _mm512_store_si512(h, _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1));
-                _mm512_store_si512(l, _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1));
-            } else {
-                std::memset(h, 0, sizeof h);
-                std::memset(l, 0, sizeof l);
             }
-            for (int r = 0; r < 16; ++r) hi[r * 16 + c] = h[r], lo[r * 16 + c] = l[r];
+            hi[c] = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
+            lo[c] = _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1);
+        }
+        transpose16(hi);
+        transpose16(lo);
+        uint16_t* tile = out + kb * 2 * kTileElems;
+        for (int r = 0; r < 16; ++r) {
+            _mm512_storeu_si512(tile + r * 32, hi[r]);
+            _mm512_storeu_si512(tile + kTileElems + r * 32, lo[r]);
         }
     }
 }
