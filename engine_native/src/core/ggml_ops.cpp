@@ -312,7 +312,9 @@ static void blas_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
 // and the activations stay f32 (ggml's own kernel rounds them to 8 bits). Measured (Q4_0 Turbo,
 // 250 tokens, encoder + CFM, loaded 2 cores, bench_s3gen_quant.py): ggml's Q4_0 kernel 6.78 s,
 // this 4.85 s; f32 weights 4.76 s (dequantising at load would cost ~330 MiB for 2%).
-static void blas_matmul_dequant(ggml_tensor* dst, int ith, int nth, void* amx) {
+// On AMX (userdata set) any 2-D weight, f32 too, goes this way: each thread packs its share of
+// the rows into tiles, and b comes split by amx_split, the op's third source.
+static void weight_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
     openblas_one_thread();
     const ggml_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
@@ -400,7 +402,7 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
                                      GGML_N_TASKS_MAX, nullptr);
         }
         return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, amx ? 3 : 2,
-                              blas_matmul_dequant, GGML_N_TASKS_MAX, amx);
+                              weight_matmul, GGML_N_TASKS_MAX, amx);
     }
     // Small products (a time embedding's one row) stay with ggml: sgemm's setup would dominate.
     if (blas && a->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && a->nb[0] == sizeof(float) &&
