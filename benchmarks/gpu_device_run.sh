@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine's run (the device tool): build the engine with CUDA for this GPU, then
 # the GPU tests and the benchmarks, every log under $OUT. Run from the folder that holds
-#   src/      this repository's files          ggml/  the pinned ggml tree
+#   src/      this repository's files          ggml/  the pinned ggml tree (or ggml.tar.xz here or
+#             in ..: unpacked to ggml/; the tree without examples, tests and unused backends is 0.7 MB)
 #   cpu/      CPU backend modules built elsewhere (every x86-64 variant; optional)
 #   vulkan/   libggml-vulkan.so.xz built elsewhere (optional)   ../.gl/  Vulkan loader debs
 #   cuda/     cuda.xz.* (an earlier run's $OUT: its CUDA module, xz, split; optional: skips
@@ -28,6 +29,7 @@
 # the same machine are reused.
 set -u
 here=$(pwd)
+for t in ggml.tar.xz ../ggml.tar.xz; do [ ! -d ggml ] && [ -f "$t" ] && tar -xJf "$t"; done
 OUT=${OUT:-$here/out}
 mkdir -p "$OUT"
 B=/tmp/cbs-build

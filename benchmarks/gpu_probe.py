@@ -5,10 +5,12 @@ loading included, as the bench's one pass) and then steady (median), the CFM wit
 v products fused and not (CBS_CFM_QKV), HiFT on the device against the CPU kernels, 250
 speech tokens = 500 mel frames (10 s). Prints numbers, asserts nothing.
 
-    python benchmarks/gpu_probe.py MODEL.gguf cuda:0 [--profile]
+    python benchmarks/gpu_probe.py MODEL.gguf cuda:0 [--profile | --hift]
 
 --profile (with CBS_PROFILE_OPS=1 in the environment): one encoder, CFM and HiFT decode
 pass, each graph's time by operation kind on stderr (core/ggml_ops.cpp), nothing else.
+--hift: only HiFT as the bench times it, split into f0, excitation and decode, and the
+decode with ggml-cuda's im2col kernel against patches/0005's (the full probe ends with it).
 """
 from __future__ import annotations
 
@@ -119,9 +121,62 @@ def s3gen_stages(mf, profile=False) -> None:
           f" now) {ex_first:6.1f} / {ex_steady:6.1f} ms, decode {de_first:6.1f} / {de_steady:6.1f} ms")
 
 
+def hift_push_split(mf, n_frames=500, reps=5) -> None:
+    """HiFT as the bench times it (engine._StreamVocoder.push, final, noise drawn ahead), its
+    parts apart: f0, excitation_continue, decode; and decode with ggml-cuda's own im2col
+    kernel (GGML_CUDA_IM2COL_LEGACY, read per call; patches/0005) against the tiled one,
+    alternating in one process."""
+    import os
+
+    from engine_native.engine import _StreamVocoder
+
+    mel = np.random.default_rng(5).standard_normal((80, n_frames), dtype=np.float32) * 0.5 - 5
+    h = _core.HiFT(mf)
+    parts = {"push": [], "f0": [], "excitation": [], "decode": []}
+    for _ in range(reps + 1):
+        v = _StreamVocoder(h, 0)
+        time.sleep(0.3)  # the noise drawn ahead, as while T3 runs
+        t0 = time.perf_counter()
+        v.push(mel, final=True)
+        t1 = time.perf_counter()
+        st = h.source_state(0)
+        time.sleep(0.3)
+        t2 = time.perf_counter()
+        f0 = h.f0(mel)
+        t3 = time.perf_counter()
+        src = h.excitation_continue(f0, st)
+        t4 = time.perf_counter()
+        h.decode(mel, src)
+        t5 = time.perf_counter()
+        for k, a, b in (("push", t0, t1), ("f0", t2, t3), ("excitation", t3, t4), ("decode", t4, t5)):
+            parts[k].append((b - a) * 1e3)
+    med = {k: statistics.median(v[1:]) for k, v in parts.items()}
+    print(f"  HiFT push ({n_frames} frames, as the bench) {med['push']:6.1f} ms = f0 {med['f0']:5.1f} + excitation "
+          f"{med['excitation']:5.1f} + decode {med['decode']:5.1f} ms (medians of {reps}; first push {parts['push'][0]:.1f})")
+    src = h.excitation_continue(h.f0(mel), h.source_state(0))
+    ab = {"tiled": [], "legacy": []}
+    outs = {}
+    for i in range(2 * reps + 2):
+        name = "legacy" if i % 2 else "tiled"
+        if name == "legacy":
+            os.environ["GGML_CUDA_IM2COL_LEGACY"] = "1"
+        t0 = time.perf_counter()
+        outs[name] = h.decode(mel, src)
+        ab[name].append((time.perf_counter() - t0) * 1e3)
+        os.environ.pop("GGML_CUDA_IM2COL_LEGACY", None)
+    a, b = outs["tiled"].astype(np.float64), outs["legacy"].astype(np.float64)
+    print(f"  HiFT decode, im2col tiled {statistics.median(ab['tiled'][1:]):6.1f} ms vs ggml's "
+          f"{statistics.median(ab['legacy'][1:]):6.1f} ms (alternating, medians of {reps}); outputs max_abs "
+          f"{np.abs(a - b).max():.2e}")
+
+
 def main() -> None:
     path, dev = sys.argv[1], sys.argv[2]
     mf = _core.ModelFile(path, device=dev)
+    if "--hift" in sys.argv[3:]:
+        print(f"probe {path} on {dev}: HiFT")
+        hift_push_split(mf)
+        return
     if "--profile" in sys.argv[3:]:
         print(f"profile {path} on {dev} (per-operation figures on stderr)")
         s3gen_stages(mf, profile=True)
@@ -152,6 +207,7 @@ def main() -> None:
     r = ref.decode(mel, src)
     print(f"  HiFT decode 1200 frames on the device {1e3 * (t1 - t0):.1f} ms (first at the size), vs CPU kernels: "
           f"rel {np.linalg.norm(d - r) / np.linalg.norm(r):.2e}, max_abs {np.abs(d - r).max():.2e}")
+    hift_push_split(mf)
 
 
 if __name__ == "__main__":

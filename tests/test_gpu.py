@@ -199,6 +199,27 @@ def test_hift_on_the_device_matches_the_cpu_kernels(pair):
 
 
 @gpu
+def test_cuda_tiled_im2col_equals_ggmls_kernel(pair, monkeypatch):
+    """patches/0005's 1-D im2col (tiles through shared memory) copies exactly what ggml-cuda's
+    own kernel does (GGML_CUDA_IM2COL_LEGACY, read per call): HiFT's decode, whose
+    convolutions cover strides 1, 4 and 15, dilations 1, 3, 5 and kernels 1 to 30, and the
+    S3Gen encoder, bit for bit."""
+    cpu, dev = pair
+    h = _core.HiFT(dev)
+    if not h.device.startswith("CUDA"):
+        pytest.skip("CUDA only")
+    mel = np.random.default_rng(11).standard_normal((80, 130), dtype=np.float32) * 0.5 - 5
+    src = _core.HiFT(cpu).excitation_continue(_core.HiFT(cpu).f0(mel), _core.HiFT(cpu).source_state(0))
+    enc = _core.S3GenEncoder(dev)
+    tokens = np.random.default_rng(12).integers(0, 6561, 90).astype(np.int32)
+    tiled = h.decode(mel, src), enc.encode(tokens)
+    monkeypatch.setenv("GGML_CUDA_IM2COL_LEGACY", "1")
+    legacy = h.decode(mel, src), enc.encode(tokens)
+    for a, b in zip(tiled, legacy):
+        assert np.array_equal(a, b)
+
+
+@gpu
 def test_hift_out_of_device_memory_mid_synthesis_falls_back_to_the_cpu(device, pair):
     """HiFT loaded on the device, then the device filled (cudaMalloc): the next decode runs
     out of memory there and goes on on the CPU kernels, with a RuntimeWarning."""

@@ -260,16 +260,32 @@ std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* so
         if (j >= n_source) j = 2 * (n_source - 1) - j;
         padded[i] = source[j];
     }
-    // 1 / the ISTFT's window envelope over the samples kept (double, as stft.cpp).
+    // 1 / the ISTFT's window envelope over the samples kept (double, as stft.cpp). Inside
+    // (p >= N and p / hop <= n_frames - 1) sample p sums the same window taps in the same
+    // order as any p' with p' % hop == p % hop: each residue's value is computed once there.
     const int64_t n_out = hop * (n_frames - 1);
     std::vector<float> inv_env(static_cast<size_t>(n_out));
-    for (int64_t i = 0; i < n_out; ++i) {
-        const int64_t p = i + pad;
+    auto envelope = [&](int64_t p) {
         double e = 0.0;
         for (int64_t m = std::max<int64_t>(0, (p - N) / hop); m <= std::min(n_frames - 1, p / hop); ++m)
             if (p - m * hop < N) e += window_[p - m * hop] * window_[p - m * hop];
         if (std::abs(e) < 1e-11) throw EngineError("HiFT ISTFT window envelope is zero (n_fft/hop inconsistent)");
-        inv_env[i] = static_cast<float>(1.0 / e);
+        return static_cast<float>(1.0 / e);
+    };
+    std::vector<float> inside(static_cast<size_t>(hop));
+    std::vector<char> inside_set(static_cast<size_t>(hop), 0);
+    for (int64_t i = 0; i < n_out; ++i) {
+        const int64_t p = i + pad;
+        if (p >= N && p / hop <= n_frames - 1) {
+            const int64_t r = p % hop;
+            if (!inside_set[r]) {
+                inside[r] = envelope(p);
+                inside_set[r] = 1;
+            }
+            inv_env[i] = inside[r];
+        } else {
+            inv_env[i] = envelope(p);
+        }
     }
 
     ggml_context* ctx = runner_.begin();

@@ -106,36 +106,71 @@ std::vector<float> HiftSource::excitation(const std::vector<float>& f0, const st
 std::vector<float> HiftSource::excitation(const std::vector<float>& f0, HiftSourceState& state) const {
     if (static_cast<int>(state.phases.size()) != n_harm_) throw EngineError("excitation state of another model");
     const int64_t N = static_cast<int64_t>(f0.size()) * upsample_;
-    std::vector<float> draws(static_cast<size_t>(n_harm_) * N);  // sample-major: draw n * H + h
-    state.noise->read(state.next_draw, n_harm_ * N, draws.data());
+    // Sample-major draws (n * H + h), read by each piece for its own samples as it goes
+    // (no copy of the whole utterance's noise first).
+    NoiseAhead& noise = *state.noise;
+    const int64_t first = state.next_draw;
+    const int64_t H = n_harm_;
+    auto read = [&noise, first, H](int64_t begin, int64_t end, float* out) {
+        noise.read(first + begin * H, (end - begin) * H, out);
+    };
+    std::vector<float> out = excite(f0, state.phases, read, 1, n_harm_, state.phase_sum);
     state.next_draw += n_harm_ * N;
-    return excite(f0, state.phases, draws.data(), 1, n_harm_, state.phase_sum);
+    return out;
 }
 
 std::vector<float> HiftSource::excite(const std::vector<float>& f0, const std::vector<float>& phases,
                                       const float* noise, int64_t h_stride, int64_t n_stride,
                                       std::vector<double>& acc) const {
+    return excite(f0, phases, NoiseReader(), h_stride, n_stride, acc, noise);
+}
+
+std::vector<float> HiftSource::excite(const std::vector<float>& f0, const std::vector<float>& phases,
+                                      const NoiseReader& read, int64_t h_stride, int64_t n_stride,
+                                      std::vector<double>& acc, const float* given) const {
     const int64_t N = static_cast<int64_t>(f0.size()) * upsample_;
     const float two_pi = static_cast<float>(2.0 * M_PI);
     std::vector<float> out(N);
+    // Harmonic h's phase step in frame t: the same float expression as per sample, once a frame.
+    auto steps_of = [&](float f, float* step) {
+        for (int h = 0; h < n_harm_; ++h) step[h] = f * static_cast<float>(h + 1) / static_cast<float>(sample_rate_);
+    };
     // Samples [begin, end) from the phase sums `sum` at `begin` (advanced to `end`).
     auto piece = [&](int64_t begin, int64_t end, std::vector<double>& sum) {
-        for (int64_t n = begin; n < end; ++n) {
-            const float f = f0[n / upsample_];  // nn.Upsample(mode="nearest")
-            const bool voiced = f > voiced_threshold_;
-            const float noise_amp = voiced ? noise_std_ : sine_amp_ / 3.0f;
-            float merged = merge_b_;
-            for (int h = 0; h < n_harm_; ++h) {
-                const float step = f * static_cast<float>(h + 1) / static_cast<float>(sample_rate_);
-                sum[h] += step;
-                float cum = static_cast<float>(sum[h]);
-                cum = cum - std::floor(cum);  // torch.remainder(x, 1)
-                const float phase = h == 0 ? 0.0f : phases[h];
-                float s = sine_amp_ * std::sin(two_pi * cum + phase);
-                s = (voiced ? s : 0.0f) + noise_amp * noise[h * h_stride + n * n_stride];
-                merged += merge_w_[h] * s;
+        constexpr int64_t kChunk = 4096;  // samples of noise read at a time (given == nullptr)
+        std::vector<float> chunk(given ? 0 : static_cast<size_t>(kChunk * n_harm_)), step(n_harm_);
+        for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
+            const int64_t c1 = std::min(end, c0 + kChunk);
+            const float* nz;
+            int64_t base;
+            if (given) {
+                nz = given;
+                base = 0;
+            } else {
+                read(c0, c1, chunk.data());
+                nz = chunk.data();
+                base = c0;  // chunk holds draws of samples c0 .. c1
             }
-            out[n] = std::tanh(merged);
+            for (int64_t n = c0; n < c1;) {
+                const int64_t t = n / upsample_, frame_end = std::min(c1, (t + 1) * upsample_);
+                const float f = f0[t];  // nn.Upsample(mode="nearest")
+                const bool voiced = f > voiced_threshold_;
+                const float noise_amp = voiced ? noise_std_ : sine_amp_ / 3.0f;
+                steps_of(f, step.data());
+                for (; n < frame_end; ++n) {
+                    float merged = merge_b_;
+                    for (int h = 0; h < n_harm_; ++h) {
+                        sum[h] += step[h];
+                        float cum = static_cast<float>(sum[h]);
+                        cum = cum - std::floor(cum);  // torch.remainder(x, 1)
+                        const float phase = h == 0 ? 0.0f : phases[h];
+                        float s = sine_amp_ * std::sin(two_pi * cum + phase);
+                        s = (voiced ? s : 0.0f) + noise_amp * nz[h * h_stride + (n - base) * n_stride];
+                        merged += merge_w_[h] * s;
+                    }
+                    out[n] = std::tanh(merged);
+                }
+            }
         }
     };
     // The sines dominate and each sample's are independent, but the phase sums are
@@ -144,19 +179,20 @@ std::vector<float> HiftSource::excite(const std::vector<float>& f0, const std::v
     // parallel. Each sample sees the same operations as in one pass: bit-identical.
     const int64_t kMinPiece = 16384;
     const int64_t P = std::max<int64_t>(1, std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()),
-                                                             std::min<int64_t>(8, N / kMinPiece)));
+                                                             std::min<int64_t>(16, N / kMinPiece)));
     if (P == 1) {
         piece(0, N, acc);
         return out;
     }
     std::vector<std::vector<double>> starts;
-    std::vector<float> steps(n_harm_);
+    std::vector<float> step(n_harm_);
     for (int64_t p = 0, n = 0; p < P; ++p) {
         const int64_t begin = N * p / P;
-        for (; n < begin; ++n) {
-            const float f = f0[n / upsample_];
-            for (int h = 0; h < n_harm_; ++h)
-                acc[h] += f * static_cast<float>(h + 1) / static_cast<float>(sample_rate_);
+        while (n < begin) {
+            const int64_t t = n / upsample_, stop = std::min(begin, (t + 1) * upsample_);
+            steps_of(f0[t], step.data());
+            for (; n < stop; ++n)
+                for (int h = 0; h < n_harm_; ++h) acc[h] += step[h];
         }
         starts.push_back(acc);
     }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -79,10 +80,17 @@ public:
 
 private:
     static constexpr int kLeadSeconds = 12;
+    // Reads the draws of samples [begin, end) (sample-major: n * H + h) into out.
+    using NoiseReader = std::function<void(int64_t begin, int64_t end, float* out)>;
     // The shared loop; noise of harmonic h at sample n is noise[h * h_stride + n * n_stride];
     // phase_sum [n_harmonics] carries the running sums in and out.
     std::vector<float> excite(const std::vector<float>& f0, const std::vector<float>& phases, const float* noise,
                               int64_t h_stride, int64_t n_stride, std::vector<double>& phase_sum) const;
+    // The same with the noise read piece by piece through `read` (given == nullptr), or from
+    // `given` as above.
+    std::vector<float> excite(const std::vector<float>& f0, const std::vector<float>& phases, const NoiseReader& read,
+                              int64_t h_stride, int64_t n_stride, std::vector<double>& phase_sum,
+                              const float* given = nullptr) const;
     int sample_rate_, n_harm_;
     int64_t upsample_;
     float sine_amp_, noise_std_, voiced_threshold_;
