@@ -105,3 +105,16 @@ def test_quantised_s3gen_fast_vs_exact(tmp_path):
     print(f"Q4_0 S3Gen mel, 250 tokens, AMX vs OpenBLAS: rel {rel:.2e} max_abs "
           f"{np.abs(mels['1'] - mels['0']).max():.2e} ({json.dumps(mels['1'].shape)})")
     assert 0 < rel <= 1e-4
+
+
+def test_fast_products_do_not_depend_on_the_threads():
+    """Pieces of the products go to whichever thread is free, but each output is summed by one
+    piece in one order: the same bits for any thread count."""
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((200, 160)) * 0.05).astype(np.float32)
+    x = rng.standard_normal((90, 160)).astype(np.float32)
+    q, k, v = (rng.standard_normal((5, 70, 64)).astype(np.float32) for _ in range(3))
+    lin = [_core.linear_product(w, x, "f16", "fast", threads=t) for t in (1, 2, 3)]
+    att = [_core.attention_product(q, k, v, "fast", threads=t) for t in (1, 2, 3)]
+    assert all(np.array_equal(lin[0], o) for o in lin[1:])
+    assert all(np.array_equal(att[0], o) for o in att[1:])

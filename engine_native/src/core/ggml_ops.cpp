@@ -3,6 +3,7 @@
 #include "core/q4_matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -231,13 +232,13 @@ static void blas_attention(ggml_tensor* dst, int ith, int nth, void* amx) {
     }
 }
 
-// The same on AMX tiles (core/amx_gemm.h). Each thread takes a run of consecutive jobs, so a
-// head's keys and values are packed once per thread, not once per block of queries.
-static void amx_attention(ggml_tensor* dst, int ith, int nth) {
+// The same on AMX tiles (core/amx_gemm.h), a head at a time (its keys and values packed once),
+// each head taken by whichever thread is free (the counter, the op's fourth source).
+static void amx_attention(ggml_tensor* dst, int, int) {
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    auto* next = static_cast<std::atomic<int64_t>*>(dst->src[3]->data);
     const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], H = q->ne[2], B = q->ne[3];
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    const int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ, jobs = blocks * H * B;
     thread_local std::vector<float> scores;
     thread_local AmxSplitA qs, ps;
     thread_local AmxPackedB kp, vp;
@@ -248,27 +249,35 @@ static void amx_attention(ggml_tensor* dst, int ith, int nth) {
     };
     const int64_t ldq = q->nb[1] / sizeof(float), ldk = k->nb[1] / sizeof(float), ldv = v->nb[1] / sizeof(float);
     const int64_t ldo = dst->nb[2] / sizeof(float);
-    int64_t packed = -1;  // the head (h + H * b) whose keys and values kp, vp hold
-    for (int64_t job = jobs * ith / nth; job < jobs * (ith + 1) / nth; ++job) {
-        const int64_t blk = job % blocks, hb = job / blocks, h = hb % H, b = hb / H;
-        const int64_t t0 = blk * kBlockQ, n = std::min(kBlockQ, Tq - t0);
-        if (hb != packed) {
-            kp.pack(at(k, 0, h, b), ldk, Tk, D);
-            vp.pack_transposed(at(v, 0, h, b), ldv, D, Tk);
-            packed = hb;
+    for (int64_t hb; (hb = next->fetch_add(1)) < H * B;) {
+        const int64_t h = hb % H, b = hb / H;
+        kp.pack(at(k, 0, h, b), ldk, Tk, D);
+        vp.pack_transposed(at(v, 0, h, b), ldv, D, Tk);
+        for (int64_t t0 = 0; t0 < Tq; t0 += kBlockQ) {
+            const int64_t n = std::min(kBlockQ, Tq - t0);
+            qs.split(at(q, t0, h, b), ldq, n, D, scale);
+            amx_gemm(qs, kp, S, Tk);  // S = scale Q K^T  [n x Tk]
+            float inv_sum[kBlockQ];
+            for (int64_t i = 0; i < n; ++i) inv_sum[i] = 1.0f / exp_shifted_row(S + i * Tk, Tk);
+            float* O = reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + t0 * dst->nb[2] +
+                                                b * dst->nb[3]);
+            ps.split(S, Tk, n, Tk);
+            amx_gemm(ps, vp, O, ldo);  // O = softmax(S) V  [n x D], normalised after the product
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t d = 0; d < D; ++d) O[i * ldo + d] *= inv_sum[i];
         }
-        qs.split(at(q, t0, h, b), ldq, n, D, scale);
-        amx_gemm(qs, kp, S, Tk);  // S = scale Q K^T  [n x Tk]
-        float inv_sum[kBlockQ];
-        for (int64_t i = 0; i < n; ++i) inv_sum[i] = 1.0f / exp_shifted_row(S + i * Tk, Tk);
-        float* O = reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + t0 * dst->nb[2] + b * dst->nb[3]);
-        ps.split(S, Tk, n, Tk);
-        amx_gemm(ps, vp, O, ldo);  // O = softmax(S) V  [n x D], normalised after the product
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t d = 0; d < D; ++d) O[i * ldo + d] *= inv_sum[i];
     }
 }
 #endif
+
+// A work counter (one cache line) zeroed by a node of its own, for an op that takes it as a
+// source and hands its pieces to whichever thread asks next.
+static void zero_counter(ggml_tensor* dst, int, int, void*) {
+    static_cast<std::atomic<int64_t>*>(dst->data)->store(0);
+}
+[[maybe_unused]] static ggml_tensor* work_counter(ggml_context* ctx) {
+    return ggml_custom_4d(ctx, GGML_TYPE_I8, 64, 1, 1, 1, nullptr, 0, zero_counter, 1, nullptr);
+}
 
 #ifdef CBS_HAVE_BLAS
 static const float* row_at(const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
@@ -314,44 +323,77 @@ static void blas_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
 // this 4.85 s; f32 weights 4.76 s (dequantising at load would cost ~330 MiB for 2%).
 // On AMX (userdata set) any 2-D weight, f32 too, goes this way: each thread packs its share of
 // the rows into tiles, and b comes split by amx_split, the op's third source.
+// Rows m0 .. m0+m-1 of a 2-D weight as f32: its own rows when f32 (ld from its stride), else
+// converted into `buf` (ld = K).
+static const float* weight_rows_f32(const ggml_tensor* a, int64_t m0, int64_t m, std::vector<float>& buf, int64_t& ld) {
+    const int64_t K = a->ne[0];
+    if (a->type == GGML_TYPE_F32) {
+        ld = a->nb[1] / sizeof(float);
+        return reinterpret_cast<const float*>(static_cast<const char*>(a->data) + m0 * a->nb[1]);
+    }
+    buf.resize(static_cast<size_t>(m * K));
+    if (q4_is_packed(a)) {
+        q4_unpack_rows(a, m0, m, buf.data());
+    } else {
+        const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
+        for (int64_t i = 0; i < m; ++i) to_float(static_cast<const char*>(a->data) + (m0 + i) * a->nb[1], buf.data() + i * K, K);
+    }
+    ld = K;
+    return buf.data();
+}
+
+static void amx_weight_matmul(ggml_tensor* dst);
+
 static void weight_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
+    if (amx) return amx_weight_matmul(dst);
     openblas_one_thread();
     const ggml_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
     const int64_t per = ((M + nth - 1) / nth + 15) / 16 * 16, m0 = std::min(M, ith * per), m = std::min(per, M - m0);
     if (m <= 0) return;
     thread_local std::vector<float> w;
-    const float* W = nullptr;  // this thread's rows of a as f32
     int64_t ldw = K;
-    if (a->type == GGML_TYPE_F32) {
-        W = reinterpret_cast<const float*>(static_cast<const char*>(a->data) + m0 * a->nb[1]), ldw = a->nb[1] / sizeof(float);
-    } else {
-        w.resize(static_cast<size_t>(m * K));
-        if (q4_is_packed(a)) {
-            q4_unpack_rows(a, m0, m, w.data());
-        } else {
-            const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
-            for (int64_t i = 0; i < m; ++i) to_float(static_cast<const char*>(a->data) + (m0 + i) * a->nb[1], w.data() + i * K, K);
-        }
-        W = w.data();
-    }
+    const float* W = weight_rows_f32(a, m0, m, w, ldw);
     const int ldb = static_cast<int>(b->nb[1] / sizeof(float)), ldc = static_cast<int>(dst->nb[1] / sizeof(float));
-    thread_local AmxPackedB wp;
-    AmxSplitA bs;  // b split by amx_split (the op's third source), a view per batch
-    if (amx) wp.pack(W, ldw, m, K);
     for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
-        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
-            float* C = const_cast<float*>(row_at(dst, 0, i2, i3)) + m0;
-            if (amx) {
-                const ggml_tensor* split = dst->src[2];
-                bs.view(static_cast<char*>(split->data) + i2 * split->nb[1] + i3 * split->nb[2], N, K);
-                amx_gemm(bs, wp, C, ldc);
-            } else {
-                scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(m),
-                                  static_cast<int>(K), 1.0f, row_at(b, 0, i2, i3), ldb, W, static_cast<int>(ldw), 0.0f, C,
-                                  ldc);
+        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2)
+            scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(m),
+                              static_cast<int>(K), 1.0f, row_at(b, 0, i2, i3), ldb, W, static_cast<int>(ldw), 0.0f,
+                              const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+}
+
+// The split tensor (amx_split's output): a cache line holding the product's work counter, then
+// the split of each batch of b (b's batches in order).
+static constexpr int64_t kSplitHeader = 64;
+static std::atomic<int64_t>* split_counter(const ggml_tensor* split) {
+    return static_cast<std::atomic<int64_t>*>(split->data);
+}
+static void* split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
+    const size_t bytes = AmxSplitA::bytes(b->ne[1], b->ne[0]);
+    return static_cast<char*>(split->data) + kSplitHeader + (i3 * b->ne[2] + i2) * bytes;
+}
+
+// The same on AMX tiles: pieces of kAmxRows weight rows, each taken by whichever thread is
+// free (the split's counter), packed into tiles and multiplied by all of b; so a core slowed
+// by other work on the machine holds up no other.
+static constexpr int64_t kAmxRows = 64;
+static void amx_weight_matmul(ggml_tensor* dst) {
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
+    const int64_t ldc = dst->nb[1] / sizeof(float);
+    thread_local std::vector<float> w;
+    thread_local AmxPackedB wp;
+    AmxSplitA bs;
+    for (int64_t m0; (m0 = split_counter(split)->fetch_add(kAmxRows)) < M;) {
+        const int64_t m = std::min(kAmxRows, M - m0);
+        int64_t ldw = K;
+        wp.pack(weight_rows_f32(a, m0, m, w, ldw), ldw, m, K);
+        for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
+            for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
+                bs.view(split_batch(split, b, i2, i3), N, K);
+                amx_gemm(bs, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
             }
-        }
+    }
 }
 
 // b's rows split for AMX (AmxSplitA) into dst, one row of dst per batch of b, each thread a
@@ -359,10 +401,11 @@ static void weight_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
 static void amx_split(ggml_tensor* dst, int ith, int nth, void*) {
     const ggml_tensor* b = dst->src[0];
     const int64_t K = b->ne[0], N = b->ne[1];
+    if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
     AmxSplitA split;
     for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
         for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
-            split.view(static_cast<char*>(dst->data) + i2 * dst->nb[1] + i3 * dst->nb[2], N, K);
+            split.view(split_batch(dst, b, i2, i3), N, K);
             const int64_t blocks = split.row_blocks();
             split.split_blocks(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), blocks * ith / nth,
                                blocks * (ith + 1) / nth);
@@ -397,9 +440,9 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
         void* amx = amx_tag(how);
         ggml_tensor* args[3] = {a, b, nullptr};
         if (amx) {
-            const int64_t bytes = static_cast<int64_t>(AmxSplitA::bytes(b->ne[1], b->ne[0]));
-            args[2] = ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, b->ne[2], b->ne[3], 1, &b, 1, amx_split,
-                                     GGML_N_TASKS_MAX, nullptr);
+            const int64_t bytes = kSplitHeader + static_cast<int64_t>(AmxSplitA::bytes(b->ne[1], b->ne[0])) *
+                                                     b->ne[2] * b->ne[3];
+            args[2] = ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &b, 1, amx_split, GGML_N_TASKS_MAX, nullptr);
         }
         return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, amx ? 3 : 2,
                               weight_matmul, GGML_N_TASKS_MAX, amx);
@@ -436,9 +479,10 @@ ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_t
     const bool on_cpu = how.blas();
 #ifdef CBS_HAVE_BLAS
     if (on_cpu) {
-        ggml_tensor* args[3] = {q, k, v};
-        return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[2], q->ne[1], q->ne[3], args, 3, blas_attention,
-                              GGML_N_TASKS_MAX, amx_tag(how));
+        void* amx = amx_tag(how);
+        ggml_tensor* args[4] = {q, k, v, amx ? work_counter(ctx) : nullptr};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[2], q->ne[1], q->ne[3], args, amx ? 4 : 3,
+                              blas_attention, GGML_N_TASKS_MAX, amx);
     }
 #endif
     const float scale = 1.0f / std::sqrt(static_cast<float>(q->ne[0]));
