@@ -127,12 +127,34 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void do
     for (int i = 0; i < R; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) - _mm512_reduce_add_ps(offs[i]);
 }
 
+// y = rows r0 .. r1-1 of packed w [K, N] times the quantised columns cols[0 .. M-1] (stride
+// col_stride), column c's rows at y + c * y_stride: rows in groups of 4 (the rest one by one),
+// each group's weights reused over the columns while they are in the cache.
+void product_rows(const ggml_tensor* w, const uint8_t* cols, int64_t M, size_t col_stride, int64_t r0, int64_t r1,
+                  float* y, int64_t y_stride) {
+    const int64_t K = w->ne[0], N = w->ne[1], nb = K / kBlock;
+    const ActLayout L(K);
+    const auto* qs = static_cast<const uint8_t*>(w->data);
+    const auto* dw = reinterpret_cast<const ggml_fp16_t*>(qs + N * nb * 16);
+    for (int64_t r = r0; r < r1;) {
+        const int rows = r + 4 <= r1 ? 4 : 1;
+        for (int64_t c = 0; c < M; ++c) {
+            const uint8_t* col = cols + c * col_stride;
+            float* out = y + c * y_stride + (r - r0);
+            if (rows == 4)
+                dot_rows<4>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == 0, out);
+            else
+                dot_rows<1>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == 0, out);
+        }
+        r += rows;
+    }
+}
+
 // dst [N, M] = w [K, N] (packed) x activations (quantize_columns' output), rows split over
-// the threads in groups of 4, columns in blocks that stay in the cache while a group's
-// weights are reused.
+// the threads, columns in blocks that stay in the cache while a group's weights are reused.
 void packed_product(ggml_tensor* dst, int ith, int nth, void*) {
     const ggml_tensor *w = dst->src[0], *act = dst->src[1];
-    const int64_t K = w->ne[0], N = w->ne[1], M = act->ne[1], nb = K / kBlock;
+    const int64_t K = w->ne[0], N = w->ne[1], M = act->ne[1];
     const ActLayout L(K);
     // A few f32 columns (a decoding step): every thread quantises them itself, which costs
     // less than the graph node and the barrier a separate quantisation would take.
@@ -145,25 +167,13 @@ void packed_product(ggml_tensor* dst, int ith, int nth, void*) {
         act_data = own.data();
         col_stride = static_cast<size_t>(L.bytes);
     }
-    const auto* qs = static_cast<const uint8_t*>(w->data);
-    const auto* dw = reinterpret_cast<const ggml_fp16_t*>(qs + N * nb * 16);
-    const int64_t per = ((N + nth - 1) / nth + 3) / 4 * 4, r0 = std::min(N, ith * per), r1 = std::min(N, r0 + per);
+    int64_t r0, r1;
+    q4_thread_rows(N, ith, nth, r0, r1);
     const int64_t cols_per_block = std::max<int64_t>(1, (256 << 10) / L.bytes);
-    for (int64_t c0 = 0; c0 < M; c0 += cols_per_block) {
-        const int64_t c1 = std::min(M, c0 + cols_per_block);
-        for (int64_t r = r0; r < r1;) {
-            const int rows = r + 4 <= r1 ? 4 : 1;
-            for (int64_t c = c0; c < c1; ++c) {
-                const uint8_t* col = act_data + c * col_stride;
-                float* y = reinterpret_cast<float*>(static_cast<char*>(dst->data) + c * dst->nb[1]) + r;
-                if (rows == 4)
-                    dot_rows<4>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == c0, y);
-                else
-                    dot_rows<1>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == c0, y);
-            }
-            r += rows;
-        }
-    }
+    const int64_t y_stride = static_cast<int64_t>(dst->nb[1] / sizeof(float));
+    for (int64_t c0 = 0; c0 < M; c0 += cols_per_block)
+        product_rows(w, act_data + c0 * col_stride, std::min(M, c0 + cols_per_block) - c0, col_stride, r0, r1,
+                     static_cast<float*>(dst->data) + c0 * y_stride + r0, y_stride);
 }
 #endif
 
@@ -221,6 +231,25 @@ void q4_mark_packed(const ggml_tensor* t, bool packed) {
 bool q4_is_packed(const ggml_tensor* t) {
     std::lock_guard<std::mutex> lock(g_mutex);
     return packed_set().count(t) != 0;
+}
+
+size_t q4_column_bytes(int64_t K) { return static_cast<size_t>(ActLayout(K).bytes); }
+
+void q4_quantize_column(const float* x, int64_t K, uint8_t* col) { quantize_column(x, col, ActLayout(K)); }
+
+void q4_thread_rows(int64_t N, int ith, int nth, int64_t& r0, int64_t& r1) {
+    const int64_t per = ((N + nth - 1) / nth + 3) / 4 * 4;
+    r0 = std::min(N, ith * per);
+    r1 = std::min(N, r0 + per);
+}
+
+void q4_product_rows(const ggml_tensor* w, const uint8_t* col, int64_t r0, int64_t r1, float* y) {
+#ifdef CBS_Q4_X86
+    product_rows(w, col, 1, 0, r0, r1, y, 0);
+#else
+    (void)col, (void)r0, (void)r1, (void)y;
+    GGML_ABORT("q4_product_rows on a CPU without the kernel (%s)", ggml_get_name(w));
+#endif
 }
 
 ggml_tensor* q4_matmul(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x) {

@@ -67,9 +67,26 @@ const T* at(const ggml_tensor* t, int64_t i1, int64_t i2) {
     return reinterpret_cast<const T*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2]);
 }
 
-// Whole heads per thread: scores over the unmasked positions, softmax, values in f32.
+// Writes the new key and value of head h (f32 [D] each) at cache row `pos`, rounded to f16 as
+// ggml_set_rows rounds them.
+void append_head(const ggml_tensor* k_new, const ggml_tensor* v_new, int64_t pos, int64_t h, ggml_tensor* k,
+                 ggml_tensor* v) {
+    const int64_t D = k->ne[0];
+    const float* kn = static_cast<const float*>(k_new->data) + h * D;
+    const float* vn = static_cast<const float*>(v_new->data) + h * D;
+    auto* kd = reinterpret_cast<ggml_fp16_t*>(static_cast<char*>(k->data) + pos * k->nb[1] + h * k->nb[2]);
+    auto* vd = reinterpret_cast<ggml_fp16_t*>(static_cast<char*>(v->data) + pos * v->nb[1] + h * v->nb[2]);
+    for (int64_t d = 0; d < D; ++d) {
+        kd[d] = ggml_fp32_to_fp16(kn[d]);
+        vd[d] = ggml_fp32_to_fp16(vn[d]);
+    }
+}
+
+// Whole heads per thread: (the new key and value appended,) scores over the unmasked
+// positions, softmax, values in f32.
 void decode_attention_op(ggml_tensor* dst, int ith, int nth, void*) {
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const ggml_tensor *k_new = dst->src[4], *v_new = dst->src[5], *pos = dst->src[6];
     const int64_t D = k->ne[0], n_kv = k->ne[1], H = k->ne[2];
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const bool simd = have_avx512() && D % 16 == 0;
@@ -88,6 +105,7 @@ void decode_attention_op(ggml_tensor* dst, int ith, int nth, void*) {
     scores.resize(static_cast<size_t>(n));
     acc.resize(static_cast<size_t>(D));
     for (int64_t h = ith; h < H; h += nth) {
+        if (pos) append_head(k_new, v_new, *static_cast<const int32_t*>(pos->data), h, dst->src[1], dst->src[2]);
         const float* qh = at<float>(q, h, 0);
         for (int64_t i = 0; i < n; ++i)
             scores[i] = scale * dot_f16(qh, at<ggml_fp16_t>(k, positions[i], h), D, simd) + bias[i];
@@ -110,10 +128,11 @@ bool decode_attention_applies(const ggml_tensor* k, int n_new, bool on_cpu) {
     return enabled && on_cpu && n_new == 1 && k->type == GGML_TYPE_F16;
 }
 
-ggml_tensor* decode_attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, ggml_tensor* mask) {
-    ggml_tensor* args[4] = {q, k, v, mask};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, k->ne[0], k->ne[2], 1, 1, args, 4, decode_attention_op, GGML_N_TASKS_MAX,
-                          nullptr);
+ggml_tensor* decode_attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, ggml_tensor* mask,
+                              ggml_tensor* k_new, ggml_tensor* v_new, ggml_tensor* pos) {
+    ggml_tensor* args[7] = {q, k, v, mask, k_new, v_new, pos};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, k->ne[0], k->ne[2], 1, 1, args, pos ? 7 : 4, decode_attention_op,
+                          GGML_N_TASKS_MAX, nullptr);
 }
 
 }  // namespace cbs
