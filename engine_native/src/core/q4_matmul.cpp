@@ -111,27 +111,15 @@ void quantize_columns(ggml_tensor* dst, int ith, int nth, void*) {
 }
 
 #ifdef CBS_Q4_X86
-#define CBS_Q4_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
-
-// acc += the integer dot products of blocks p, p+1 of a row (x: their 32 bytes) with the
-// activations av, times their scales (lanes of `scale` picked by idx).
-CBS_Q4_TARGET inline __attribute__((always_inline)) __m512 pair_product(__m256i x, __m512i av, __m512i idx, __m512 scale,
-                                                                        __m512 acc) {
-    const __m512i w = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(x), _mm256_srli_epi16(x, 4), 1),
-                                       _mm512_set1_epi8(0x0F));
-    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, av);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, scale), acc);
-}
-
 // R rows of packed weights (rows r .. r+R-1, nb blocks each) times one activation column:
-// out[i] = sum over blocks of dw * da * (sum n q) - dw * offset. A whole chunk of 16 blocks
-// unrolled, prefetching once per 64 bytes of each row (when Prefetch: the first column);
-// a last partial chunk pair by pair (the same sums in the same order).
-template <int R, bool Prefetch>
-CBS_Q4_TARGET void dot_rows(const uint8_t* qs, const ggml_fp16_t* dw, int64_t nb, const uint8_t* col, const ActLayout& L,
-                            float* out) {
+// out[i] = sum over blocks of dw * da * (sum n q) - dw * offset.
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void dot_rows(
+    const uint8_t* qs, const ggml_fp16_t* dw, int64_t nb, const uint8_t* col, const ActLayout& L, bool prefetch,
+    float* out) {
     const int8_t* a = L.values(col);
     const float *da = L.scales(col), *off = L.offsets(col);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512i pair_idx = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
     __m512 acc[R], offs[R];
     for (int i = 0; i < R; ++i) acc[i] = offs[i] = _mm512_setzero_ps();
@@ -145,29 +133,19 @@ CBS_Q4_TARGET void dot_rows(const uint8_t* qs, const ggml_fp16_t* dw, int64_t nb
             scale[i] = _mm512_mul_ps(w, sa);
             offs[i] = _mm512_fmadd_ps(w, so, offs[i]);
         }
-        if (n == kChunk) {
-#pragma GCC unroll 8
-            for (int p = 0; p < kChunk; p += 2) {
-                const __m512i av = _mm512_loadu_si512(a + (b + p) * kBlock);
-                const __m512i idx = _mm512_add_epi32(pair_idx, _mm512_set1_epi32(p));
-                for (int i = 0; i < R; ++i) {
-                    const uint8_t* src = qs + (i * nb + b + p) * 16;
-                    if (Prefetch && p % 4 == 0) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetch, _MM_HINT_T0);
-                    acc[i] = pair_product(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), av, idx, scale[i], acc[i]);
-                }
-            }
-            continue;
-        }
         for (int64_t p = 0; p < n; p += 2) {
             const __m512i av = _mm512_loadu_si512(a + (b + p) * kBlock);
             const __m512i idx = _mm512_add_epi32(pair_idx, _mm512_set1_epi32(static_cast<int>(p)));
             for (int i = 0; i < R; ++i) {
                 const uint8_t* src = qs + (i * nb + b + p) * 16;
-                if (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetch, _MM_HINT_T0);
+                if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetch, _MM_HINT_T0);
                 // The last block of an odd count: only its 16 bytes (the next row follows).
                 const __m256i x = p + 1 < n ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))
                                             : _mm256_maskz_loadu_epi8(0xFFFFu, src);
-                acc[i] = pair_product(x, av, idx, scale[i], acc[i]);
+                const __m512i w = _mm512_and_si512(
+                    _mm512_inserti64x4(_mm512_castsi256_si512(x), _mm256_srli_epi16(x, 4), 1), low4);
+                const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, av);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, scale[i]), acc[i]);
             }
         }
     }
@@ -188,12 +166,10 @@ void product_rows(const ggml_tensor* w, const uint8_t* cols, int64_t M, size_t c
         for (int64_t c = 0; c < M; ++c) {
             const uint8_t* col = cols + c * col_stride;
             float* out = y + c * y_stride + (r - r0);
-            const uint8_t* q = qs + r * nb * 16;
-            const ggml_fp16_t* d = dw + r * nb;
             if (rows == 4)
-                (c == 0 ? dot_rows<4, true> : dot_rows<4, false>)(q, d, nb, col, L, out);
+                dot_rows<4>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == 0, out);
             else
-                (c == 0 ? dot_rows<1, true> : dot_rows<1, false>)(q, d, nb, col, L, out);
+                dot_rows<1>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == 0, out);
         }
         r += rows;
     }
