@@ -18,6 +18,7 @@ import pytest
 
 import engine_native
 from engine_native import _core
+from tests.models import model_path
 
 needs_kernel = pytest.mark.skipif(not engine_native.system_info().get("q4_kernel"),
                                   reason="this CPU has no AVX-512 VNNI: T3 runs on ggml's kernels")
@@ -66,3 +67,32 @@ def test_decode_attention(heads, n, valid, d):
     exact = np.einsum("hn,hnd->hd", p / p.sum(axis=1, keepdims=True), v16)
     print(f"H={heads} n={n} valid={valid} D={d}: ours rel {_rel(ours, exact):.2e}, ggml flash {_rel(flash, exact):.2e}")
     assert _rel(ours, exact) <= 1e-6
+
+
+@needs_kernel
+@pytest.mark.parametrize("variant", ["turbo", "nano"])
+def test_fused_decoding_step(variant, monkeypatch):
+    """A Q4_0 model's decoding step with its layer norms, biases, residual adds and cache writes
+    folded into the products and the attention (t3/decode_step.h) against the same step as
+    separate ggml operations (CBS_T3_FUSED=0, read per graph built): teacher-forced logits over
+    40 steps after the built-in voice's prompt. The fused arithmetic is the separate operations'
+    in the same order, so the logits must be bit-identical (any difference fails), with 1 and 2
+    threads; greedy tokens identical over 60 steps."""
+    path = str(model_path(variant, "q4_0"))
+    rng = np.random.default_rng(11)
+    text = rng.integers(0, 50276, 19).tolist()
+    speech = [6561] + rng.integers(0, 6561, 39).tolist()
+
+    def run(model, fused: str):
+        monkeypatch.setenv("CBS_T3_FUSED", fused)
+        t3 = _core.T3(model)
+        return t3.step_logits(text, speech), np.asarray(t3.generate(text, 60, 0, top_k=1))
+
+    for threads in (1, 2):
+        model = _core.ModelFile(path, threads=threads)
+        (fused, fused_tokens), (separate, separate_tokens) = run(model, "1"), run(model, "0")
+        print(f"{variant} {threads} thread(s): fused vs separate rel {_rel(fused, separate):.2e}, "
+              f"max_abs {np.abs(fused - separate).max():.2e}")
+        assert fused.shape == (40, 6563)
+        assert np.array_equal(fused, separate)
+        assert np.array_equal(fused_tokens, separate_tokens)

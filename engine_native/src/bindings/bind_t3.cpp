@@ -259,6 +259,26 @@ void bind_t3(py::module_& m) {
            "Multilingual T3 returns [rows, len(speech_ids), speech_vocab] (rows 2: cond, uncond, when "
            "cfg_weight > 0) as T3.inference computes them (the start token twice); alignment=True adds its "
            "alignment heads' attention over the text [heads, 1 + len(speech_ids), len(text_ids)].")
+        .def("step_logits", [](PyT3& self, std::vector<int32_t> text, std::vector<int32_t> speech,
+                               py::object speaker_emb, py::object prompt_tokens) {
+            const ModelFile& mf = *self.model->file;
+            T3Conditioning c = conditioning(mf, self->hp().speaker_embed_size, speaker_emb, prompt_tokens, py::none());
+            if (speech.empty()) throw EngineError("speech_ids must hold at least the start-of-speech token");
+            std::unique_ptr<T3Cache> cache = self->new_cache();
+            std::vector<float> out = released([&] {
+                std::vector<float> all = self->prompt(*cache, c, text, {speech[0]}, 1, static_cast<int>(speech.size()));
+                for (size_t i = 1; i < speech.size(); ++i) {
+                    const std::vector<float> step = self->step(*cache, speech[i]);
+                    all.insert(all.end(), step.begin(), step.end());
+                }
+                return all;
+            });
+            const py::ssize_t n = static_cast<py::ssize_t>(speech.size());
+            return to_numpy(out, {n, static_cast<py::ssize_t>(out.size()) / n});
+        }, py::arg("text_ids"), py::arg("speech_ids"), py::arg("speaker_emb") = py::none(),
+           py::arg("prompt_tokens") = py::none(),
+           "The logits logits() gives, through the decoding step: the prompt with speech_ids[0], then one "
+           "step() per later id -> [len(speech_ids), speech_vocab] (tests of the step's kernels).")
         .def("mtl_conditioning", [](PyT3& self, py::object speaker_emb, py::object prompt_tokens,
                                     py::object exaggeration) {
             T3Llama& t3 = llama(*self.impl);

@@ -50,29 +50,54 @@ std::unordered_set<const ggml_tensor*>& packed_set() {
     return s;
 }
 
+// The scale and Q4_0 offset of block b from its |max| and the sum of its 8-bit values.
+inline void block_scales(const ActLayout& L, uint8_t* col, int64_t b, float amax, int sum) {
+    float *d = L.scales(col), *off = L.offsets(col);
+    d[b] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(amax / 127.0f));
+    off[b] = 8.0f * static_cast<float>(sum) * d[b];
+}
+
 // One column of K floats quantised (ggml's Q8_0 rule) into `col` (ActLayout's bytes).
+// Block b's halves go to b's side of its pair's 64 bytes (ActLayout).
+#ifdef CBS_Q4_X86
+// Only the kernel's CPUs quantise (AVX-512): the scalar rule below, 16 values at a time
+// (the same products and round-to-nearest-even conversions: the same bytes); a decoding
+// step quantises ~170 K values per thread, which the scalar loop took ~0.3 ms for.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_column(const float* in, uint8_t* col,
+                                                                         const ActLayout& L) {
+    int8_t* q = L.values(col);
+    std::memset(col, 0, static_cast<size_t>(L.bytes));
+    for (int64_t b = 0; b < L.blocks; ++b) {
+        const __m512 x0 = _mm512_loadu_ps(in + b * kBlock), x1 = _mm512_loadu_ps(in + b * kBlock + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
+        int8_t* pair = q + (b & ~int64_t(1)) * kBlock + (b & 1) * 16;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(pair), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(pair + 32), _mm512_cvtepi32_epi8(q1));
+        block_scales(L, col, b, amax, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+    }
+}
+#else
 void quantize_column(const float* in, uint8_t* col, const ActLayout& L) {
     int8_t* q = L.values(col);
-    float *d = L.scales(col), *off = L.offsets(col);
     std::memset(col, 0, static_cast<size_t>(L.bytes));
     for (int64_t b = 0; b < L.blocks; ++b) {
         const float* v = in + b * kBlock;
         float amax = 0.0f;
         for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        // The pair slot: block b's halves go to b's side of its pair's 64 bytes.
-        int8_t* pair = q + (b & ~int64_t(1)) * kBlock;
-        const int64_t side = (b & 1) * 16;
+        int8_t* pair = q + (b & ~int64_t(1)) * kBlock + (b & 1) * 16;
         int sum = 0;
         for (int64_t j = 0; j < kBlock; ++j) {
             const int v8 = static_cast<int>(std::nearbyint(v[j] * id));
-            pair[(j < 16 ? 0 : 32) + side + (j & 15)] = static_cast<int8_t>(v8);
+            pair[(j < 16 ? 0 : 32) + (j & 15)] = static_cast<int8_t>(v8);
             sum += v8;
         }
-        d[b] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(amax / 127.0f));
-        off[b] = 8.0f * static_cast<float>(sum) * d[b];
+        block_scales(L, col, b, amax, sum);
     }
 }
+#endif
 
 const float* column(const ggml_tensor* x, int64_t c) {
     return reinterpret_cast<const float*>(static_cast<const char*>(x->data) + c * x->nb[1]);
@@ -127,12 +152,34 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void do
     for (int i = 0; i < R; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) - _mm512_reduce_add_ps(offs[i]);
 }
 
+// y = rows r0 .. r1-1 of packed w [K, N] times the quantised columns cols[0 .. M-1] (stride
+// col_stride), column c's rows at y + c * y_stride: rows in groups of 4 (the rest one by one),
+// each group's weights reused over the columns while they are in the cache.
+void product_rows(const ggml_tensor* w, const uint8_t* cols, int64_t M, size_t col_stride, int64_t r0, int64_t r1,
+                  float* y, int64_t y_stride) {
+    const int64_t K = w->ne[0], N = w->ne[1], nb = K / kBlock;
+    const ActLayout L(K);
+    const auto* qs = static_cast<const uint8_t*>(w->data);
+    const auto* dw = reinterpret_cast<const ggml_fp16_t*>(qs + N * nb * 16);
+    for (int64_t r = r0; r < r1;) {
+        const int rows = r + 4 <= r1 ? 4 : 1;
+        for (int64_t c = 0; c < M; ++c) {
+            const uint8_t* col = cols + c * col_stride;
+            float* out = y + c * y_stride + (r - r0);
+            if (rows == 4)
+                dot_rows<4>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == 0, out);
+            else
+                dot_rows<1>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == 0, out);
+        }
+        r += rows;
+    }
+}
+
 // dst [N, M] = w [K, N] (packed) x activations (quantize_columns' output), rows split over
-// the threads in groups of 4, columns in blocks that stay in the cache while a group's
-// weights are reused.
+// the threads, columns in blocks that stay in the cache while a group's weights are reused.
 void packed_product(ggml_tensor* dst, int ith, int nth, void*) {
     const ggml_tensor *w = dst->src[0], *act = dst->src[1];
-    const int64_t K = w->ne[0], N = w->ne[1], M = act->ne[1], nb = K / kBlock;
+    const int64_t K = w->ne[0], N = w->ne[1], M = act->ne[1];
     const ActLayout L(K);
     // A few f32 columns (a decoding step): every thread quantises them itself, which costs
     // less than the graph node and the barrier a separate quantisation would take.
@@ -145,25 +192,13 @@ void packed_product(ggml_tensor* dst, int ith, int nth, void*) {
         act_data = own.data();
         col_stride = static_cast<size_t>(L.bytes);
     }
-    const auto* qs = static_cast<const uint8_t*>(w->data);
-    const auto* dw = reinterpret_cast<const ggml_fp16_t*>(qs + N * nb * 16);
-    const int64_t per = ((N + nth - 1) / nth + 3) / 4 * 4, r0 = std::min(N, ith * per), r1 = std::min(N, r0 + per);
+    int64_t r0, r1;
+    q4_thread_rows(N, ith, nth, r0, r1);
     const int64_t cols_per_block = std::max<int64_t>(1, (256 << 10) / L.bytes);
-    for (int64_t c0 = 0; c0 < M; c0 += cols_per_block) {
-        const int64_t c1 = std::min(M, c0 + cols_per_block);
-        for (int64_t r = r0; r < r1;) {
-            const int rows = r + 4 <= r1 ? 4 : 1;
-            for (int64_t c = c0; c < c1; ++c) {
-                const uint8_t* col = act_data + c * col_stride;
-                float* y = reinterpret_cast<float*>(static_cast<char*>(dst->data) + c * dst->nb[1]) + r;
-                if (rows == 4)
-                    dot_rows<4>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == c0, y);
-                else
-                    dot_rows<1>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == c0, y);
-            }
-            r += rows;
-        }
-    }
+    const int64_t y_stride = static_cast<int64_t>(dst->nb[1] / sizeof(float));
+    for (int64_t c0 = 0; c0 < M; c0 += cols_per_block)
+        product_rows(w, act_data + c0 * col_stride, std::min(M, c0 + cols_per_block) - c0, col_stride, r0, r1,
+                     static_cast<float*>(dst->data) + c0 * y_stride + r0, y_stride);
 }
 #endif
 
@@ -221,6 +256,25 @@ void q4_mark_packed(const ggml_tensor* t, bool packed) {
 bool q4_is_packed(const ggml_tensor* t) {
     std::lock_guard<std::mutex> lock(g_mutex);
     return packed_set().count(t) != 0;
+}
+
+size_t q4_column_bytes(int64_t K) { return static_cast<size_t>(ActLayout(K).bytes); }
+
+void q4_quantize_column(const float* x, int64_t K, uint8_t* col) { quantize_column(x, col, ActLayout(K)); }
+
+void q4_thread_rows(int64_t N, int ith, int nth, int64_t& r0, int64_t& r1) {
+    const int64_t per = ((N + nth - 1) / nth + 3) / 4 * 4;
+    r0 = std::min(N, ith * per);
+    r1 = std::min(N, r0 + per);
+}
+
+void q4_product_rows(const ggml_tensor* w, const uint8_t* col, int64_t r0, int64_t r1, float* y) {
+#ifdef CBS_Q4_X86
+    product_rows(w, col, 1, 0, r0, r1, y, 0);
+#else
+    (void)col, (void)r0, (void)r1, (void)y;
+    GGML_ABORT("q4_product_rows on a CPU without the kernel (%s)", ggml_get_name(w));
+#endif
 }
 
 ggml_tensor* q4_matmul(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x) {

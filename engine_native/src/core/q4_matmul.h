@@ -41,4 +41,14 @@ bool q4_is_packed(const ggml_tensor* t);
 // few columns) or in a graph node of their own before it.
 ggml_tensor* q4_matmul(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);
 
+// A decoding step's product in pieces, for operations that fuse more around it
+// (t3/decode_step.h): one activation column quantised by the calling thread, then that
+// thread's share of the rows. The same arithmetic as q4_matmul's.
+size_t q4_column_bytes(int64_t K);                                // bytes of one quantised column
+void q4_quantize_column(const float* x, int64_t K, uint8_t* col);  // K floats -> col
+// Thread ith's rows [r0, r1) of N (whole groups of 4, as q4_matmul splits them).
+void q4_thread_rows(int64_t N, int ith, int nth, int64_t& r0, int64_t& r1);
+// y[r - r0] = (w x)[r] for rows r0 .. r1-1 of a packed w and a column from q4_quantize_column.
+void q4_product_rows(const ggml_tensor* w, const uint8_t* col, int64_t r0, int64_t r1, float* y);
+
 }  // namespace cbs

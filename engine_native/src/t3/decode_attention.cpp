@@ -25,78 +25,157 @@ bool have_avx512() {
 #endif
 }
 
-#ifdef CBS_DA_X86
-// q . k for D a multiple of 16 (f32 q, f16 k).
-__attribute__((target("avx512f"))) float dot_f16_avx512(const float* q, const ggml_fp16_t* k, int64_t D) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t d = 0; d < D; d += 16)
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d),
-                              _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + d))), acc);
-    return _mm512_reduce_add_ps(acc);
-}
-
-// acc += p v for D a multiple of 16.
-__attribute__((target("avx512f"))) void axpy_f16_avx512(float* acc, float p, const ggml_fp16_t* v, int64_t D) {
-    const __m512 pv = _mm512_set1_ps(p);
-    for (int64_t d = 0; d < D; d += 16)
-        _mm512_storeu_ps(acc + d, _mm512_fmadd_ps(pv, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + d))),
-                                                  _mm512_loadu_ps(acc + d)));
-}
-#endif
-
-float dot_f16(const float* q, const ggml_fp16_t* k, int64_t D, bool simd) {
-#ifdef CBS_DA_X86
-    if (simd) return dot_f16_avx512(q, k, D);
-#endif
-    (void)simd;
-    float s = 0.0f;
-    for (int64_t d = 0; d < D; ++d) s += q[d] * ggml_fp16_to_fp32(k[d]);
-    return s;
-}
-
-void axpy_f16(float* acc, float p, const ggml_fp16_t* v, int64_t D, bool simd) {
-#ifdef CBS_DA_X86
-    if (simd) return axpy_f16_avx512(acc, p, v, D);
-#endif
-    (void)simd;
-    for (int64_t d = 0; d < D; ++d) acc[d] += p * ggml_fp16_to_fp32(v[d]);
-}
-
 template <class T>
 const T* at(const ggml_tensor* t, int64_t i1, int64_t i2) {
     return reinterpret_cast<const T*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2]);
 }
 
-// Whole heads per thread: scores over the unmasked positions, softmax, values in f32.
+// One head's attention over the n positions listed (bias: their mask values): scores into
+// `scores`, then out = the softmax-weighted values summed in f32. The portable loop here;
+// below the AVX-512 one (D = 16 C) with q and the value sums held in registers: each score
+// a 16-lane dot product reduced once, the values summed in position order.
+void attend_head(const float* qh, const ggml_tensor* k, const ggml_tensor* v, int64_t h, const int32_t* positions,
+                 const float* bias, int64_t n, float scale, float* scores, float* out) {
+    const int64_t D = k->ne[0];
+    for (int64_t i = 0; i < n; ++i) {
+        const ggml_fp16_t* kr = at<ggml_fp16_t>(k, positions[i], h);
+        float s = 0.0f;
+        for (int64_t d = 0; d < D; ++d) s += qh[d] * ggml_fp16_to_fp32(kr[d]);
+        scores[i] = scale * s + bias[i];
+    }
+    const float sum = n > 0 ? exp_shifted_row(scores, n) : 0.0f;
+    std::vector<float> acc(static_cast<size_t>(D), 0.0f);
+    for (int64_t i = 0; i < n; ++i) {
+        const ggml_fp16_t* vr = at<ggml_fp16_t>(v, positions[i], h);
+        for (int64_t d = 0; d < D; ++d) acc[d] += scores[i] * ggml_fp16_to_fp32(vr[d]);
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    for (int64_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
+}
+
+#ifdef CBS_DA_X86
+// 16 values of cache row (position i, head h) from value 16 c, as f32.
+__attribute__((target("avx512f,f16c"))) inline __m512 row16(const ggml_tensor* t, int64_t i, int64_t h, int c) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at<ggml_fp16_t>(t, i, h) + 16 * c)));
+}
+
+// Prefetches the row (position i, head h) of t: its 32 C bytes, a cache line at a time.
+template <int C>
+inline void prefetch_row(const ggml_tensor* t, int64_t i, int64_t h) {
+    const char* r = reinterpret_cast<const char*>(at<ggml_fp16_t>(t, i, h));
+    for (int l = 0; l < (32 * C + 63) / 64; ++l) _mm_prefetch(r + 64 * l, _MM_HINT_T0);
+}
+
+// Rows this many positions ahead are prefetched: a head's keys, then its values, are short
+// streams (a few hundred rows) that the hardware prefetcher only picks up late.
+constexpr int64_t kRowsAhead = 16;
+
+// (The score's scale and mask added apart, unfused, as the portable loop does.)
+template <int C>
+__attribute__((target("avx512f,f16c,fma"), optimize("fp-contract=off"))) void attend_head_avx512(
+    const float* qh, const ggml_tensor* k, const ggml_tensor* v, int64_t h, const int32_t* positions, const float* bias,
+    int64_t n, float scale, float* scores, float* out) {
+    __m512 qv[C], acc[C];
+    for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(qh + 16 * c);
+    for (int64_t i = 0; i < n; ++i) {
+        // The keys' stream runs on into the values'.
+        const int64_t ahead = i + kRowsAhead;
+        if (ahead < n)
+            prefetch_row<C>(k, positions[ahead], h);
+        else if (ahead - n < n)
+            prefetch_row<C>(v, positions[ahead - n], h);
+        __m512 s = _mm512_setzero_ps();
+        for (int c = 0; c < C; ++c) s = _mm512_fmadd_ps(qv[c], row16(k, positions[i], h, c), s);
+        scores[i] = scale * _mm512_reduce_add_ps(s) + bias[i];
+    }
+    const float sum = n > 0 ? exp_shifted_row(scores, n) : 0.0f;
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; ++i) {
+        if (i + kRowsAhead < n) prefetch_row<C>(v, positions[i + kRowsAhead], h);
+        const __m512 p = _mm512_set1_ps(scores[i]);
+        for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(p, row16(v, positions[i], h, c), acc[c]);
+    }
+    const __m512 inv = _mm512_set1_ps(sum > 0.0f ? 1.0f / sum : 0.0f);
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + 16 * c, _mm512_mul_ps(acc[c], inv));
+}
+#endif
+
+using HeadKernel = void (*)(const float*, const ggml_tensor*, const ggml_tensor*, int64_t, const int32_t*, const float*,
+                            int64_t, float, float*, float*);
+
+// The kernel for head size D: AVX-512 for D = 16 .. 128 in steps of 16, else the loop.
+HeadKernel head_kernel(int64_t D) {
+#ifdef CBS_DA_X86
+    if (have_avx512() && D % 16 == 0) switch (D / 16) {
+            case 1: return attend_head_avx512<1>;
+            case 2: return attend_head_avx512<2>;
+            case 3: return attend_head_avx512<3>;
+            case 4: return attend_head_avx512<4>;
+            case 5: return attend_head_avx512<5>;
+            case 6: return attend_head_avx512<6>;
+            case 7: return attend_head_avx512<7>;
+            case 8: return attend_head_avx512<8>;
+            default: break;
+        }
+#endif
+    return attend_head;
+}
+
+// n floats to f16, rounded to nearest even as ggml_fp32_to_fp16 (and ggml_set_rows) rounds;
+// the CPU's conversion, 16 at a time, where it has AVX-512 (a call per value was ~1% of a step).
+#ifdef CBS_DA_X86
+__attribute__((target("avx512f,f16c"))) void to_f16_avx512(const float* in, ggml_fp16_t* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; ++i) out[i] = ggml_fp32_to_fp16(in[i]);
+}
+#endif
+
+void to_f16(const float* in, ggml_fp16_t* out, int64_t n) {
+#ifdef CBS_DA_X86
+    if (have_avx512()) return to_f16_avx512(in, out, n);
+#endif
+    for (int64_t i = 0; i < n; ++i) out[i] = ggml_fp32_to_fp16(in[i]);
+}
+
+// Writes the new key and value of head h (f32 [D] each) at cache row `pos`, rounded to f16.
+void append_head(const ggml_tensor* k_new, const ggml_tensor* v_new, int64_t pos, int64_t h, ggml_tensor* k,
+                 ggml_tensor* v) {
+    const int64_t D = k->ne[0];
+    const float* kn = static_cast<const float*>(k_new->data) + h * D;
+    const float* vn = static_cast<const float*>(v_new->data) + h * D;
+    auto* kd = reinterpret_cast<ggml_fp16_t*>(static_cast<char*>(k->data) + pos * k->nb[1] + h * k->nb[2]);
+    auto* vd = reinterpret_cast<ggml_fp16_t*>(static_cast<char*>(v->data) + pos * v->nb[1] + h * v->nb[2]);
+    to_f16(kn, kd, D);
+    to_f16(vn, vd, D);
+}
+
+// Whole heads per thread: (the new key and value appended,) scores over the unmasked
+// positions, softmax, values in f32.
 void decode_attention_op(ggml_tensor* dst, int ith, int nth, void*) {
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const ggml_tensor *k_new = dst->src[4], *v_new = dst->src[5], *pos = dst->src[6];
     const int64_t D = k->ne[0], n_kv = k->ne[1], H = k->ne[2];
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    const bool simd = have_avx512() && D % 16 == 0;
+    const HeadKernel attend = head_kernel(D);
     const auto* m = static_cast<const ggml_fp16_t*>(mask->data);
-    thread_local std::vector<float> scores, acc;
-    thread_local std::vector<int32_t> positions;
-    positions.clear();
+    std::vector<int32_t> positions;
     std::vector<float> bias;
+    constexpr uint16_t kF16Zero = 0x0000, kF16MinusInf = 0xFC00;  // a step's mask holds only these
     for (int64_t j = 0; j < n_kv; ++j) {
-        const float b = ggml_fp16_to_fp32(m[j]);
-        if (b == -INFINITY) continue;  // exactly zero weight, and the row is never read
+        const uint16_t bits = static_cast<uint16_t>(m[j]);
+        if (bits == kF16MinusInf) continue;  // exactly zero weight, and the row is never read
         positions.push_back(static_cast<int32_t>(j));
-        bias.push_back(b);
+        bias.push_back(bits == kF16Zero ? 0.0f : ggml_fp16_to_fp32(m[j]));
     }
     const int64_t n = static_cast<int64_t>(positions.size());
-    scores.resize(static_cast<size_t>(n));
-    acc.resize(static_cast<size_t>(D));
+    std::vector<float> scores(static_cast<size_t>(n));
     for (int64_t h = ith; h < H; h += nth) {
-        const float* qh = at<float>(q, h, 0);
-        for (int64_t i = 0; i < n; ++i)
-            scores[i] = scale * dot_f16(qh, at<ggml_fp16_t>(k, positions[i], h), D, simd) + bias[i];
-        const float sum = n > 0 ? exp_shifted_row(scores.data(), n) : 0.0f;
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t i = 0; i < n; ++i) axpy_f16(acc.data(), scores[i], at<ggml_fp16_t>(v, positions[i], h), D, simd);
-        float* out = reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1]);
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int64_t d = 0; d < D; ++d) out[d] = acc[d] * inv;
+        if (pos) append_head(k_new, v_new, *static_cast<const int32_t*>(pos->data), h, dst->src[1], dst->src[2]);
+        attend(at<float>(q, h, 0), k, v, h, positions.data(), bias.data(), n, scale, scores.data(),
+               reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1]));
     }
 }
 
@@ -110,10 +189,11 @@ bool decode_attention_applies(const ggml_tensor* k, int n_new, bool on_cpu) {
     return enabled && on_cpu && n_new == 1 && k->type == GGML_TYPE_F16;
 }
 
-ggml_tensor* decode_attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, ggml_tensor* mask) {
-    ggml_tensor* args[4] = {q, k, v, mask};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, k->ne[0], k->ne[2], 1, 1, args, 4, decode_attention_op, GGML_N_TASKS_MAX,
-                          nullptr);
+ggml_tensor* decode_attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, ggml_tensor* mask,
+                              ggml_tensor* k_new, ggml_tensor* v_new, ggml_tensor* pos) {
+    ggml_tensor* args[7] = {q, k, v, mask, k_new, v_new, pos};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, k->ne[0], k->ne[2], 1, 1, args, pos ? 7 : 4, decode_attention_op,
+                          GGML_N_TASKS_MAX, nullptr);
 }
 
 }  // namespace cbs

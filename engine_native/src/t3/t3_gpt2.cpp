@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "t3/decode_attention.h"
+#include "t3/decode_step.h"
 
 namespace cbs {
 
@@ -44,40 +45,44 @@ ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& ca
                                   int n_kv, ggml_tensor* mask, ggml_tensor* kv_rows) {
     const int E = hp_.n_embd, H = hp_.n_head, D = hp_.head_dim();
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const float* eps = &hp_.ln_eps;
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
-        ggml_tensor* h = layer_norm(ctx, x, L.ln1_w, L.ln1_b, hp_.ln_eps);
-        ggml_tensor* qkv = linear(ctx, h, L.attn_w, L.attn_b);  // [3E, n_new]
+        // A step's layer norms, biases and residual adds ride in its products (t3/decode_step.h).
+        ggml_tensor* qkv = step_norm_linear(ctx, x, L.ln1_w, L.ln1_b, eps, L.attn_w, L.attn_b);  // [3E, n_new]
         ggml_tensor* q = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], 0);
         ggml_tensor* k = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], E * sizeof(float));
         ggml_tensor* v = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], 2 * E * sizeof(float));
 
-        // Append this call's keys and values at the rows `kv_rows` (positions n_past ..): the
+        // This call's keys and values go to the rows `kv_rows` (positions n_past ..): the
         // cache is [D, n_cache, H] per layer, so the first n_kv positions of every head are a
-        // strided view flash attention reads.
+        // strided view the attention reads.
         auto cache_view = [&](ggml_tensor* cache, int first, int n) {
             return ggml_view_3d(ctx, cache, D, n, H, cache->nb[1], cache->nb[2], first * cache->nb[1]);
         };
-        ggml_tensor* k_new = ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, k), D, H, n_new), 0, 2, 1, 3);
-        ggml_tensor* v_new = ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, v), D, H, n_new), 0, 2, 1, 3);
-        ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.k(il), k_new, kv_rows));
-        ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.v(il), v_new, kv_rows));
-
+        ggml_tensor *k_all = cache_view(cache.k(il), 0, n_kv), *v_all = cache_view(cache.v(il), 0, n_kv);
+        const bool own_attention = decode_attention_applies(cache.k(il), n_new, on_cpu_);
         ggml_tensor* att;
-        if (decode_attention_applies(cache.k(il), n_new, on_cpu_)) {
-            att = decode_attention(ctx, q, cache_view(cache.k(il), 0, n_kv), cache_view(cache.v(il), 0, n_kv), mask);
+        if (own_attention && step_fusion_enabled()) {
+            att = decode_attention(ctx, q, k_all, v_all, mask, k, v, kv_rows);  // writes the new row itself
         } else {
-            ggml_tensor* Q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n_new, H]
-            att = ggml_flash_attn_ext(ctx, Q, cache_view(cache.k(il), 0, n_kv), cache_view(cache.v(il), 0, n_kv), mask,
-                                      scale, 0.0f, 0.0f);
-            ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
+            ggml_tensor* k_new = ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, k), D, H, n_new), 0, 2, 1, 3);
+            ggml_tensor* v_new = ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, v), D, H, n_new), 0, 2, 1, 3);
+            ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.k(il), k_new, kv_rows));
+            ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.v(il), v_new, kv_rows));
+            if (own_attention) {
+                att = decode_attention(ctx, q, k_all, v_all, mask);
+            } else {
+                ggml_tensor* Q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n_new, H]
+                att = ggml_flash_attn_ext(ctx, Q, k_all, v_all, mask, scale, 0.0f, 0.0f);
+                ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
+            }
         }
         att = ggml_reshape_2d(ctx, att, E, n_new);  // result is [D, H, n_new]
-        x = ggml_add(ctx, x, linear(ctx, att, L.proj_w, L.proj_b));
+        x = step_linear_residual(ctx, att, L.proj_w, L.proj_b, x);
 
-        h = layer_norm(ctx, x, L.ln2_w, L.ln2_b, hp_.ln_eps);
-        h = gelu_tanh(ctx, linear(ctx, h, L.fc_w, L.fc_b), on_cpu_);
-        x = ggml_add(ctx, x, linear(ctx, h, L.fc_proj_w, L.fc_proj_b));
+        ggml_tensor* h = step_norm_linear(ctx, x, L.ln2_w, L.ln2_b, eps, L.fc_w, L.fc_b);
+        x = step_linear_residual(ctx, gelu_tanh(ctx, h, on_cpu_), L.fc_proj_w, L.fc_proj_b, x);
     }
     return x;
 }
@@ -131,8 +136,7 @@ std::vector<float> T3Gpt2::prompt(T3Cache& cache, const T3Conditioning& cond, co
     x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, rows));
     x = transformer(ctx, gf, cache, x, n_new, n_tok, causal_mask(ctx, in, n_tok, n_new), rows);
     x = ggml_view_2d(ctx, x, hp_.n_embd, n_out, x->nb[1], (n_new - n_out) * x->nb[1]);
-    x = layer_norm(ctx, x, ln_f_w_, ln_f_b_, hp_.ln_eps);
-    ggml_tensor* logits = linear(ctx, x, head_w_, head_b_);
+    ggml_tensor* logits = step_norm_linear(ctx, x, ln_f_w_, ln_f_b_, &hp_.ln_eps, head_w_, head_b_);
     std::vector<float> out = runner_.compute(logits, in);
     cache.n_past = n_tok;
     return out;
@@ -168,8 +172,7 @@ std::vector<float> T3Gpt2::step(T3Cache& cache, int32_t speech_token) {
         x = ggml_add(ctx, x, ggml_get_rows(ctx, wpe_, pos));
         ggml_tensor* mask_t = in.f16_mask(ctx, std::move(mask), n_kv, 1);
         x = transformer(ctx, gf, cache, x, 1, n_kv, mask_t, pos);
-        x = layer_norm(ctx, x, ln_f_w_, ln_f_b_, hp_.ln_eps);
-        ggml_tensor* logits = linear(ctx, x, head_w_, head_b_);
+        ggml_tensor* logits = step_norm_linear(ctx, x, ln_f_w_, ln_f_b_, &hp_.ln_eps, head_w_, head_b_);
         out = runner_.compute(logits, in);
         step_ = {runner_.generation(), cache.serial(), n_kv, token, pos, mask_t, logits};
     }
