@@ -418,6 +418,9 @@ static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benc
 }
 #endif
 
+// Columns up to which a packed Q4_0 weight's product stays with our kernel (core/q4_matmul.h).
+static constexpr int64_t kQ4KernelMaxColumns = 64;
+
 // The op's userdata: non-null runs its products on AMX tiles.
 static void* amx_tag(CpuProducts how) {
     static int tag;
@@ -425,11 +428,16 @@ static void* amx_tag(CpuProducts how) {
 }
 
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts how) {
-    // T3's Q4_0 weights on the CPU (core/q4_matmul.h): a prompt's many columns through
-    // sgemm below (the weights converted per thread), a decoding step through our kernel.
+    // T3's Q4_0 weights on the CPU (core/q4_matmul.h): a long prompt's many columns through
+    // the AMX tiles or sgemm below (the weights converted and packed per product), a decoding
+    // step and a short prompt (a sentence's text) through our kernel, which reads the weights
+    // once for all its columns: converting 300 M weights per product cost a 27-token prompt
+    // 335 ms against 210-300 ms through the kernel (shared 2-core machine).
     const bool packed = q4_is_packed(a);
 #ifdef CBS_HAVE_BLAS
-    if (packed && b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && b->ne[1] >= 16) how = CpuProducts::fast;
+    if (packed)
+        how = b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && b->ne[1] >= kQ4KernelMaxColumns ? CpuProducts::fast
+                                                                                                        : CpuProducts::ggml;
     const bool blas = how.blas();
     const bool weight_like = ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && b->type == GGML_TYPE_F32 &&
                              b->nb[0] == sizeof(float) && b->ne[1] >= 16 && a->ne[1] >= 16 && a->ne[0] == b->ne[0];
