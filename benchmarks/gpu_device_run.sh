@@ -23,7 +23,7 @@
 # STAGES (default "build tests bench"; also "probe": benchmarks/gpu_probe.py for PROBE's
 # device/quant pairs, then the same with --profile and CBS_PROFILE_OPS=1: time by operation
 # kind, profile.txt) picks what runs, BENCH the device/quant pairs,
-# TESTS_K one pytest -k selection (default: "not greedy", then "greedy"),
+# TESTS_K one pytest -k selection (default: "not greedy", then "greedy"), TESTS_REPEAT how many times (1),
 # BENCH_TIMEOUT each bench's limit (150 s); tests, then probe, then bench run.
 # DEADLINE (s after T0, a date +%s) skips benchmarks started later; a build, models left by an earlier run on
 # the same machine are reused.
@@ -128,10 +128,12 @@ fi
 if [[ " $stages " == *" tests "* ]]; then
   log "tests: gpu (${CBS_TEST_DEVICE:-the first GPU})"
   if [ -n "${TESTS_K:-}" ]; then sels=("$TESTS_K"); else sels=("not greedy" "greedy"); fi
-  for sel in "${sels[@]}"; do
-    CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py -k "$sel" \
-      >> "$OUT/tests.log" 2>&1
-    log "tests -k '$sel': exit $? $(tail -1 "$OUT/tests.log")"
+  for round in $(seq ${TESTS_REPEAT:-1}); do
+    for sel in "${sels[@]}"; do
+      CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py -k "$sel" \
+        >> "$OUT/tests.log" 2>&1
+      log "tests -k '$sel' (round $round): exit $? $(tail -1 "$OUT/tests.log")"
+    done
   done
 fi
 
@@ -149,7 +151,6 @@ if [[ " $stages " == *" probe "* ]]; then
   done
 fi
 if [[ " $stages " == *" bench "* ]]; then
-  export CBS_CUDA_GRAPHS=${CBS_CUDA_GRAPHS:-1}  # one engine per bench process: CUDA graphs on (engine_native/__init__.py)
   for dq in ${BENCH:-cuda:0/f32 cuda:0/q4_0 cuda:0/f16 vulkan:0/f32 vulkan:0/q4_0}; do
     d=${dq%/*} q=${dq#*/}
     if [ $(( $(date +%s) - ${T0:-0} )) -gt ${DEADLINE:-100000000000} ]; then log "bench $dq: skipped (past ${DEADLINE} s)"; continue; fi

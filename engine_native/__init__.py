@@ -19,11 +19,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # 66 -> 86 ms (ACTIVE there: seconds a token).
 os.environ.setdefault("GOMP_SPINCOUNT", "2000")
 
-# ggml-cuda's CUDA graphs abort the process ("illegal instruction") when one process runs
-# many of our graphs on the device in turn (several engines, or after an out-of-memory;
-# docs/GPU.md, third session). Nothing may crash a desktop app: off unless asked for with
-# CBS_CUDA_GRAPHS=1 (T3 ~0.9 ms/token faster on CUDA; benches in fresh processes use it).
-if os.environ.get("CBS_CUDA_GRAPHS") != "1":
+# ggml-cuda's CUDA graphs (a graph that repeats, T3's step above all, replayed from one
+# capture: T3 ~0.9 ms/token faster on CUDA). On by default since the seventh GPU session
+# (docs/GPU.md: tests/test_gpu.py whole, repeated, with many graphs in turn); an abort seen
+# with them in the third session was not seen since. CBS_CUDA_GRAPHS=0 turns them off.
+if os.environ.get("CBS_CUDA_GRAPHS") == "0":
     os.environ.setdefault("GGML_CUDA_DISABLE_GRAPHS", "1")
 
 

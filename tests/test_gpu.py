@@ -299,3 +299,33 @@ def test_a_device_out_of_memory_falls_back_to_the_cpu(device, model_file):
     print(f"\nfallback: {eng.device_note}")
     assert eng.device == "cpu" and device in eng.device_note
     assert eng.synthesize("Hello.", seed=1, max_tokens=20).size > 0
+
+
+@gpu
+def test_many_graphs_in_turn_replay_the_same_audio(engines, model_file, device):
+    """An app session on the device: two engines (two models' graphs), batch, a stream left
+    after its first chunk, a cloned voice, in turn for three rounds. With ggml-cuda's CUDA
+    graphs on (the default) every graph that repeats is replayed from its capture: each round
+    must give the first round's audio (the same seeds), and nothing may abort."""
+    from engine_native import Engine
+
+    _, a = engines
+    b = Engine(model_file, device=device)
+    t = np.arange(16000 * 7) / 16000  # cloning takes more than 5 s
+    wav = (0.3 * np.sin(2 * np.pi * 150 * t) * (1 + 0.5 * np.sin(2 * np.pi * 2 * t))).astype(np.float32)
+    wav += np.random.default_rng(8).standard_normal(wav.size).astype(np.float32) * 0.01
+    rounds = []
+    for _ in range(3):
+        first = a.synthesize(TEXT, seed=3, max_tokens=60)
+        for chunk in b.stream(TEXT, seed=4, max_tokens=80):
+            head = chunk.samples
+            break
+        voice = b.voice_from_audio(wav, 16000, name="probe")
+        cloned = a.synthesize("A cloned voice speaks.", voice, seed=2, max_tokens=40)
+        rounds.append((first, head, cloned))
+    for i, got in enumerate(rounds[1:], 2):
+        for name, x, y in zip(("batch", "first chunk", "cloned"), got, rounds[0]):
+            assert x.size == y.size, f"round {i}: {name} has another length"
+            rel, mx = _rel(x, y)
+            print(f"round {i} {name}: rel {rel:.2e}, max_abs {mx:.2e}")
+            assert rel < 1e-5, f"round {i}: {name} differs from round 1"

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "core/errors.h"
 #include "core/options.h"
@@ -46,6 +47,7 @@ std::vector<float> softmax(const std::vector<float>& logits) {
     if (mx == kNegInf) return p;
     double sum = 0.0;
     for (size_t i = 0; i < logits.size(); ++i) {
+        if (logits[i] == kNegInf) continue;  // exp(-inf) is 0 exactly: a filtered token adds nothing
         p[i] = std::exp(logits[i] - mx);
         sum += p[i];
     }
@@ -68,21 +70,23 @@ static void top_k_filter(std::vector<float>& s, int top_k) {
 // Scores already -inf (top-k's) sort first with probability exactly 0 and stay -inf, so
 // only the finite ones are sorted (the sums and the result are the same, 6x less work
 // after the default top-k).
+// (score, index) pairs sorted as pairs give the stable sort's order (equal scores by index)
+// without its merge buffer and indirect compares.
 static void top_p_filter(std::vector<float>& s, float top_p) {
-    std::vector<int32_t> order;
+    std::vector<std::pair<float, int32_t>> order;
     order.reserve(s.size());
     for (size_t i = 0; i < s.size(); ++i)
-        if (s[i] != kNegInf) order.push_back(static_cast<int32_t>(i));
+        if (s[i] != kNegInf) order.emplace_back(s[i], static_cast<int32_t>(i));
     if (order.empty()) return;
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] < s[b]; });
+    std::sort(order.begin(), order.end());
     std::vector<float> sorted(order.size());
-    for (size_t i = 0; i < order.size(); ++i) sorted[i] = s[order[i]];
+    for (size_t i = 0; i < order.size(); ++i) sorted[i] = order[i].first;
     const std::vector<float> probs = softmax(sorted);
     double cum = 0.0;  // torch accumulates float cumsum in double on the CPU
     const float threshold = 1.0f - top_p;
     for (size_t i = 0; i + 1 < order.size(); ++i) {
         cum += probs[i];
-        if (static_cast<float>(cum) <= threshold) s[order[i]] = kNegInf;
+        if (static_cast<float>(cum) <= threshold) s[order[i].second] = kNegInf;
     }
 }
 

@@ -51,8 +51,8 @@ ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& ca
         // A step's layer norms, biases and residual adds ride in its products (t3/decode_step.h).
         ggml_tensor* qkv = step_norm_linear(ctx, x, L.ln1_w, L.ln1_b, eps, L.attn_w, L.attn_b);  // [3E, n_new]
         ggml_tensor* q = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], 0);
-        ggml_tensor* k = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], E * sizeof(float));
-        ggml_tensor* v = ggml_view_2d(ctx, qkv, E, n_new, qkv->nb[1], 2 * E * sizeof(float));
+        ggml_tensor* k = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], E * sizeof(float));
+        ggml_tensor* v = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], 2 * E * sizeof(float));
 
         // This call's keys and values go to the rows `kv_rows` (positions n_past ..): the
         // cache is [D, n_cache, H] per layer, so the first n_kv positions of every head are a
@@ -66,8 +66,9 @@ ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& ca
         if (own_attention && step_fusion_enabled()) {
             att = decode_attention(ctx, q, k_all, v_all, mask, k, v, kv_rows);  // writes the new row itself
         } else {
-            ggml_tensor* k_new = ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, k), D, H, n_new), 0, 2, 1, 3);
-            ggml_tensor* v_new = ggml_permute(ctx, ggml_reshape_3d(ctx, ggml_cont(ctx, v), D, H, n_new), 0, 2, 1, 3);
+            // set_rows reads strided rows: the views into qkv go in as they are (no copies).
+            ggml_tensor* k_new = ggml_permute(ctx, k, 0, 2, 1, 3);  // [D, n_new, H]
+            ggml_tensor* v_new = ggml_permute(ctx, v, 0, 2, 1, 3);
             ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.k(il), k_new, kv_rows));
             ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.v(il), v_new, kv_rows));
             if (own_attention) {
