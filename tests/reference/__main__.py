@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,7 +31,60 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--in", dest="inp", type=Path, required=True)
     r.add_argument("--out", type=Path, required=True)
     sub.add_parser("stages", help="list the registered stages")
+    sub.add_parser("serve", help="run stages named on stdin, one JSON request a line (runner.py's worker)")
     return p
+
+
+def _run_files(stage: str, snapshot: Path, inp: Path, out: Path) -> None:
+    """One stage: inputs from the .npz `inp`, outputs written atomically to `out`."""
+    import numpy as np
+    from .stages import STAGES
+    if stage not in STAGES:
+        raise KeyError(f"unknown stage {stage!r}; known: {sorted(STAGES)}")
+    with np.load(inp, allow_pickle=False) as z:
+        inputs = {k: z[k] for k in z.files}
+    outputs = STAGES[stage](snapshot, inputs)
+    arrays = {k: np.asarray(v) for k, v in outputs.items()}
+    bad = [k for k, v in arrays.items() if v.dtype == object]
+    if bad:
+        raise TypeError(f"stage {stage} returned object arrays: {bad}")
+    tmp = out.with_name(out.name + ".part.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(out)
+
+
+def _serve() -> int:
+    """Stages one after another in this process, so torch and chatterbox are imported once
+    (~10 s a call). Every stage starts from the state a fresh process gives it: torch's
+    thread count and default seed, the stages' own caches (stages.reset), and no module
+    hidden from import (a stage may hide one, e.g. pykakasi). Replies go to the original
+    stdout; anything printed goes to stderr, the runner's log."""
+    import gc
+    import traceback
+
+    import torch
+
+    from .stages import reset
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    threads, seed = torch.get_num_threads(), torch.initial_seed()
+    for line in sys.stdin:
+        req = json.loads(line)
+        hidden = {k for k, v in sys.modules.items() if v is None}
+        try:
+            torch.set_num_threads(threads)
+            torch.manual_seed(seed)
+            _run_files(req["stage"], Path(req["snapshot"]), Path(req["in"]), Path(req["out"]))
+            reply = {"ok": True}
+        except BaseException:  # noqa: BLE001 - every failure goes back to the caller
+            reply = {"ok": False, "error": traceback.format_exc()[-4000:]}
+        finally:
+            for k in [k for k, v in sys.modules.items() if v is None and k not in hidden]:
+                del sys.modules[k]
+            reset()
+            gc.collect()
+        replies.write(json.dumps(reply) + "\n")
+    return 0
 
 
 def _inner(args: argparse.Namespace) -> int:
@@ -52,22 +106,14 @@ def _inner(args: argparse.Namespace) -> int:
             print(f"{name}: {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
         return 0
     if args.cmd == "run":
-        import numpy as np
-        from .stages import STAGES
-        if args.stage not in STAGES:
-            print(f"error: unknown stage {args.stage!r}; known: {sorted(STAGES)}", file=sys.stderr)
+        try:
+            _run_files(args.stage, args.snapshot, args.inp, args.out)
+        except KeyError as e:
+            print(f"error: {e.args[0]}", file=sys.stderr)
             return 2
-        with np.load(args.inp, allow_pickle=False) as z:
-            inputs = {k: z[k] for k in z.files}
-        outputs = STAGES[args.stage](args.snapshot, inputs)
-        arrays = {k: np.asarray(v) for k, v in outputs.items()}
-        bad = [k for k, v in arrays.items() if v.dtype == object]
-        if bad:
-            raise TypeError(f"stage {args.stage} returned object arrays: {bad}")
-        tmp = args.out.with_name(args.out.name + ".part.npz")
-        np.savez(tmp, **arrays)
-        tmp.replace(args.out)
         return 0
+    if args.cmd == "serve":
+        return _serve()
     raise AssertionError(args.cmd)
 
 

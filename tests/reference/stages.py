@@ -9,6 +9,7 @@ Model loading lives here, in one place, and follows
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +30,16 @@ def stage(name: str):
     return deco
 
 
+# Run between two stages by a process that serves many (__main__.py serve): each undoes a
+# cache that a fresh process would not have.
+RESETS: list[Callable[[], None]] = []
+
+
+def reset() -> None:
+    for fn in RESETS:
+        fn()
+
+
 # --------------------------------------------------------------------------
 # Loading a snapshot exactly as ChatterboxTurboTTS.from_local does
 # --------------------------------------------------------------------------
@@ -41,10 +52,30 @@ def snapshot_variant(snapshot: Path) -> str:
     return found[0]
 
 
+@contextlib.contextmanager
+def weights_loaded_after():
+    """Modules built here get every weight from a strict load_state_dict right after: skip
+    torch.nn.init's random draws meanwhile (5-7 s of normal_ for a full-size T3, per load).
+    The loaded models are the same; the stages seed torch themselves after loading."""
+    init = torch.nn.init
+    saved = {n: getattr(init, n) for n in ("_no_grad_normal_", "_no_grad_uniform_", "_no_grad_trunc_normal_",
+                                           "normal_", "uniform_", "trunc_normal_", "kaiming_uniform_",
+                                           "kaiming_normal_", "xavier_uniform_", "xavier_normal_", "orthogonal_")
+             if hasattr(init, n)}
+    for n in saved:
+        setattr(init, n, lambda tensor, *a, **k: tensor)
+    try:
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(init, n, fn)
+
+
 def load_ve(snapshot: Path):
     from safetensors.torch import load_file
     from chatterbox.models.voice_encoder import VoiceEncoder
-    ve = VoiceEncoder()
+    with weights_loaded_after():
+        ve = VoiceEncoder()
     ve.load_state_dict(load_file(Path(snapshot) / build.VE_FILE))  # strict (default)
     return ve.eval()
 
@@ -54,7 +85,8 @@ def load_t3(snapshot: Path, keep_wte: bool = False):
     from safetensors.torch import load_file
     from chatterbox.models.t3 import T3
     variant = snapshot_variant(snapshot)
-    t3 = T3(build.t3_config(variant))
+    with weights_loaded_after():
+        t3 = T3(build.t3_config(variant))
     state = load_file(Path(snapshot) / build.T3_FILES[variant])
     if "model" in state.keys():
         state = state["model"][0]
@@ -67,7 +99,8 @@ def load_t3(snapshot: Path, keep_wte: bool = False):
 def load_s3gen(snapshot: Path):
     from safetensors.torch import load_file
     from chatterbox.models.s3gen import S3Gen
-    s3gen = S3Gen(meanflow=True)
+    with weights_loaded_after():
+        s3gen = S3Gen(meanflow=True)
     s3gen.load_state_dict(load_file(Path(snapshot) / build.S3GEN_FILE), strict=True)
     return s3gen.eval()
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from . import build_mtl
-from .stages import Inputs, _shape, _strings, stage
+from .stages import RESETS, Inputs, _shape, _strings, stage, weights_loaded_after
 
 
 def snapshot_size(snapshot: Path) -> str:
@@ -39,6 +39,17 @@ def prepare(snapshot: Path, kakasi: bool = True) -> None:
     build_mtl.use_size(snapshot_size(snapshot))
 
 
+def _forget_converters() -> None:
+    """The tokenizer keeps its language converters (pykakasi, ...) in module globals: a later
+    stage asked for kakasi=False must find none, as in a fresh process."""
+    tok = sys.modules.get("chatterbox.models.tokenizers.tokenizer")
+    if tok is not None:
+        tok._kakasi = tok._dicta = tok._russian_stresser = None
+
+
+RESETS.append(_forget_converters)
+
+
 def load_tokenizer(snapshot: Path, kakasi: bool = True):
     from chatterbox.models.tokenizers import MTLTokenizer
     prepare(snapshot, kakasi)
@@ -50,7 +61,8 @@ def load_t3(snapshot: Path):
     from chatterbox.models.t3 import T3
     from chatterbox.models.t3.modules.t3_config import T3Config
     prepare(snapshot)
-    t3 = T3(T3Config.multilingual())
+    with weights_loaded_after():
+        t3 = T3(T3Config.multilingual())
     state = load_file(Path(snapshot) / build_mtl.T3_FILE)
     if "model" in state.keys():
         state = state["model"][0]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import build_mtl
-from .stages import Inputs, stage
+from .stages import Inputs, stage, weights_loaded_after
 from .stages_mtl import load_conds
 
 _S3GEN = {}
@@ -28,7 +28,8 @@ def load_s3gen(snapshot: Path):
     if key not in _S3GEN:
         from chatterbox.models.s3gen import S3Gen
         _S3GEN.clear()
-        s3 = S3Gen()
+        with weights_loaded_after():
+            s3 = S3Gen()
         s3.load_state_dict(torch.load(Path(snapshot) / build_mtl.S3GEN_FILE, map_location="cpu", weights_only=True))
         _S3GEN[key] = s3.eval()
     return _S3GEN[key]
