@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 namespace cbs::hiftk {
 
@@ -146,28 +147,24 @@ __attribute__((target("avx512f"))) void cmul_bin16(float* y, const float* x, con
                     const v16 w = vload<v16>(wb + ci * 32);
                     for (int64_t j = 0; j < m; ++j) r[j] += w * xt[j * ts + ci];
                 }
-            } else if (m == kT) {
-                for (int64_t ci = 0; ci < C; ++ci) {
-                    const v16 wr = vload<v16>(wb + ci * 32), wi = vload<v16>(wb + ci * 32 + 16);
-                    for (int64_t j = 0; j < kT; ++j) {
-                        const float a = xt[j * ts + ci], b = xt[j * ts + C + ci];
-                        r[j] += wr * a;
-                        r[j] -= wi * b;
-                        im[j] += wi * a;
-                        im[j] += wr * b;
-                    }
-                }
             } else {
-                for (int64_t ci = 0; ci < C; ++ci) {
-                    const v16 wr = vload<v16>(wb + ci * 32), wi = vload<v16>(wb + ci * 32 + 16);
-                    for (int64_t j = 0; j < m; ++j) {
-                        const float a = xt[j * ts + ci], b = xt[j * ts + C + ci];
-                        r[j] += wr * a;
-                        r[j] -= wi * b;
-                        im[j] += wi * a;
-                        im[j] += wr * b;
+                // n: a whole tile's kT as a constant (the loop unrolled) or the last tile's count.
+                auto complex_tile = [&](auto n) {
+                    for (int64_t ci = 0; ci < C; ++ci) {
+                        const v16 wr = vload<v16>(wb + ci * 32), wi = vload<v16>(wb + ci * 32 + 16);
+                        for (int64_t j = 0; j < n; ++j) {
+                            const float a = xt[j * ts + ci], b = xt[j * ts + C + ci];
+                            r[j] += wr * a;
+                            r[j] -= wi * b;
+                            im[j] += wi * a;
+                            im[j] += wr * b;
+                        }
                     }
-                }
+                };
+                if (m == kT)
+                    complex_tile(std::integral_constant<int64_t, kT>{});
+                else
+                    complex_tile(m);
             }
             for (int64_t j = 0; j < m; ++j) {
                 vstore(y + (t + j) * ts + co, r[j]);
