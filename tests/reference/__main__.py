@@ -106,11 +106,11 @@ def _inner(args: argparse.Namespace) -> int:
             print(f"{name}: {(fn.__doc__ or '').strip().splitlines()[0] if fn.__doc__ else ''}")
         return 0
     if args.cmd == "run":
-        try:
-            _run_files(args.stage, args.snapshot, args.inp, args.out)
-        except KeyError as e:
-            print(f"error: {e.args[0]}", file=sys.stderr)
+        from .stages import STAGES
+        if args.stage not in STAGES:  # a stage's own KeyError keeps its traceback
+            print(f"error: unknown stage {args.stage!r}; known: {sorted(STAGES)}", file=sys.stderr)
             return 2
+        _run_files(args.stage, args.snapshot, args.inp, args.out)
         return 0
     if args.cmd == "serve":
         return _serve()

@@ -315,14 +315,6 @@ static void blas_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
 #endif
 
 #ifdef CBS_HAVE_BLAS
-// The same for a 2-D weight `a` stored quantised or f16 (a Q4_0 model's S3Gen): each thread
-// converts its share of a's rows to f32 (ggml's to_float) into a buffer of its own, then
-// multiplies every row of b by them. Converting costs M*K per product against sgemm's M*K*N,
-// and the activations stay f32 (ggml's own kernel rounds them to 8 bits). Measured (Q4_0 Turbo,
-// 250 tokens, encoder + CFM, loaded 2 cores, bench_s3gen_quant.py): ggml's Q4_0 kernel 6.78 s,
-// this 4.85 s; f32 weights 4.76 s (dequantising at load would cost ~330 MiB for 2%).
-// On AMX (userdata set) any 2-D weight, f32 too, goes this way: each thread packs its share of
-// the rows into tiles, and b comes split by amx_split, the op's third source.
 // Rows m0 .. m0+m-1 of a 2-D weight as f32: its own rows when f32 (ld from its stride), else
 // converted into `buf` (ld = K).
 static const float* weight_rows_f32(const ggml_tensor* a, int64_t m0, int64_t m, std::vector<float>& buf, int64_t& ld) {
@@ -344,6 +336,13 @@ static const float* weight_rows_f32(const ggml_tensor* a, int64_t m0, int64_t m,
 
 static void amx_weight_matmul(ggml_tensor* dst);
 
+// blas_matmul for a 2-D weight `a` stored quantised or f16 (a Q4_0 model's S3Gen): each thread
+// converts its share of a's rows to f32 (ggml's to_float) into a buffer of its own, then
+// multiplies every row of b by them. Converting costs M*K per product against sgemm's M*K*N,
+// and the activations stay f32 (ggml's own kernel rounds them to 8 bits). Measured (Q4_0 Turbo,
+// 250 tokens, encoder + CFM, loaded 2 cores, bench_s3gen_quant.py): ggml's Q4_0 kernel 6.78 s,
+// this 4.85 s; f32 weights 4.76 s (dequantising at load would cost ~330 MiB for 2%).
+// On AMX (userdata set) any 2-D weight, f32 too, goes to amx_weight_matmul below.
 static void weight_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
     if (amx) return amx_weight_matmul(dst);
     openblas_one_thread();
@@ -363,7 +362,8 @@ static void weight_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
 }
 
 // The split tensor (amx_split's output): a cache line holding the product's work counter, then
-// the split of each batch of b (b's batches in order).
+// the split of each batch of b (b's batches in order). amx_split zeroes the counter itself, so
+// a product needs no work_counter node (and no barrier) of its own.
 static constexpr int64_t kSplitHeader = 64;
 static std::atomic<int64_t>* split_counter(const ggml_tensor* split) {
     return static_cast<std::atomic<int64_t>*>(split->data);
@@ -432,7 +432,7 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
     // the AMX tiles or sgemm below (the weights converted and packed per product), a decoding
     // step and a short prompt (a sentence's text) through our kernel, which reads the weights
     // once for all its columns: converting 300 M weights per product cost a 27-token prompt
-    // 335 ms against 210-300 ms through the kernel (shared 2-core machine).
+    // 335 ms against 210-350 ms through the kernel (shared 2-core machine).
     const bool packed = q4_is_packed(a);
 #ifdef CBS_HAVE_BLAS
     if (packed)

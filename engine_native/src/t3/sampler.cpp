@@ -69,9 +69,8 @@ static void top_k_filter(std::vector<float>& s, int top_k) {
 // always keep the largest.
 // Scores already -inf (top-k's) sort first with probability exactly 0 and stay -inf, so
 // only the finite ones are sorted (the sums and the result are the same, 6x less work
-// after the default top-k).
-// (score, index) pairs sorted as pairs give the stable sort's order (equal scores by index)
-// without its merge buffer and indirect compares.
+// after the default top-k), as (score, index) pairs: sorted as pairs they give the stable
+// sort's order (equal scores by index) without its merge buffer and indirect compares.
 static void top_p_filter(std::vector<float>& s, float top_p) {
     std::vector<std::pair<float, int32_t>> order;
     order.reserve(s.size());
