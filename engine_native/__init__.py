@@ -19,6 +19,41 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # 66 -> 86 ms (ACTIVE there: seconds a token).
 os.environ.setdefault("GOMP_SPINCOUNT", "2000")
 
+
+def _engine_openblas_core() -> str | None:
+    """The kernel set for the engine's own OpenBLAS (scipy-openblas32, S3Gen's f32 products),
+    None to let it choose. It picks by CPU model when it loads, and 0.3.34 takes AMD's Zen 5
+    (family 0x1A) for a Haswell: 8-lane AVX2 kernels on a CPU with full-width AVX-512. On an
+    AMD CPU with the AVX-512 subsets its SkylakeX kernels need, those (measured on a 2-core
+    Zen 5, Q4_0 Turbo, 10 s of audio: CFM 3.8 s -> 2.0 s). Intel CPUs it knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            first_cpu = f.read(1 << 16).split("\n\n", 1)[0].splitlines()
+    except OSError:  # not Linux
+        return None
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first_cpu)}
+    avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"} <= set(fields.get("flags", "").split())
+    return "SKYLAKEX" if fields.get("vendor_id") == "AuthenticAMD" and avx512 else None
+
+
+def _import_core():
+    """Loads the native module with OpenBLAS's kernel choice made for the engine: that library
+    is the engine's own copy, and reads OPENBLAS_CORETYPE once, as it loads. An inherited
+    OPENBLAS_CORETYPE (meant for the process's other OpenBLAS, numpy's; some machines set it
+    to Haswell for all) is put back afterwards; CBS_OPENBLAS_CORETYPE steers the engine's."""
+    inherited = os.environ.pop("OPENBLAS_CORETYPE", None)
+    choice = os.environ.get("CBS_OPENBLAS_CORETYPE") or _engine_openblas_core()
+    if choice:
+        os.environ["OPENBLAS_CORETYPE"] = choice
+    try:
+        from engine_native import _core
+    finally:
+        os.environ.pop("OPENBLAS_CORETYPE", None)
+        if inherited is not None:
+            os.environ["OPENBLAS_CORETYPE"] = inherited
+    return _core
+
+
 # ggml-cuda's CUDA graphs (a graph that repeats, T3's step above all, replayed from one
 # capture: T3 ~0.9 ms/token faster on CUDA). On by default since the seventh GPU session
 # (docs/GPU.md: tests/test_gpu.py whole, repeated, with many graphs in turn); an abort seen
@@ -51,6 +86,7 @@ _find_native_module()
 from engine_native.errors import (Cancelled, DeviceError, EmptyTextError, EngineBusyError, EngineError,  # noqa: E402
                                   IncompatibleVoiceError, ModelError, OutOfMemoryError, ParameterError,
                                   SilentAudioError, Superseded, VoiceError, VoiceTooShortError)
+_import_core()
 from engine_native._core import ModelFile, devices, ggml_version, system_info  # noqa: E402
 
 

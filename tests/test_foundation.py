@@ -1,9 +1,13 @@
 """The package builds, exposes the engine's build facts, and the CLI answers."""
 
+import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import engine_native
 
@@ -22,6 +26,29 @@ def test_system_info_describes_the_cpu_backend():
     assert info["default_threads"] >= 1
     # Built for the native ISA: on x86-64 at least SSE3 is always reported.
     assert info["cpu_features"], "the CPU backend reported no features"
+
+
+def _blas_core_in_a_new_process(**env):
+    """(the engine's OpenBLAS kernels, OPENBLAS_CORETYPE after the import) in a fresh process."""
+    code = ("import json, os, engine_native; "
+            "print(json.dumps([engine_native.system_info()['blas_core'], os.environ.get('OPENBLAS_CORETYPE')]))")
+    full = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "CBS_OPENBLAS_CORETYPE")}
+    out = subprocess.run([sys.executable, "-c", code], env={**full, **env}, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_the_engines_openblas_kernels_are_its_own_choice():
+    if not engine_native.system_info()["blas"]:
+        pytest.skip("built without OpenBLAS")
+    # An inherited OPENBLAS_CORETYPE is the process's other OpenBLAS's: put back as it was.
+    core, after = _blas_core_in_a_new_process(OPENBLAS_CORETYPE="Haswell")
+    assert after == "Haswell"
+    assert core == _blas_core_in_a_new_process()[0]  # the same choice as with nothing inherited
+    wanted = engine_native._engine_openblas_core()
+    if wanted:
+        assert core.lower() == wanted.lower()
+    # CBS_OPENBLAS_CORETYPE steers the engine's, and leaves the environment as it was.
+    assert _blas_core_in_a_new_process(CBS_OPENBLAS_CORETYPE="Haswell") == ["Haswell", None]
 
 
 def _cli():

@@ -33,7 +33,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(f"device            {dev['id']:<10} {dev['backend']} {dev['type']}: {dev['description']}{mem}{auto}")
     print(f"cpu variant       {info['cpu_variant'] or '(one variant built)'}")
     print(f"cpu features      {' '.join(info['cpu_features']) or '(none)'}")
-    kernels = [name for name, on in (("OpenBLAS f32 products", info.get("blas")),
+    blas = f"OpenBLAS f32 products ({info['blas_core']} kernels)" if info.get("blas_core") else "OpenBLAS f32 products"
+    kernels = [name for name, on in ((blas, info.get("blas")),
                                      ("T3 Q4_0 kernel (AVX-512 VNNI)", info.get("q4_kernel")),
                                      ("AMX products for quantised models", info.get("amx"))) if on]
     print(f"cpu kernels       {', '.join(kernels) or '(ggml only)'}")

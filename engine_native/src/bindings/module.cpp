@@ -194,11 +194,12 @@ PYBIND11_MODULE(_core, m) {
         d["devices"] = devices_list(s.devices);
         d["default_threads"] = s.default_threads;
         d["blas"] = cbs::have_blas();
+        d["blas_core"] = cbs::blas_core();
         d["q4_kernel"] = cbs::q4_packed_available();
         d["amx"] = cbs::amx_available();
         return d;
     }, "ggml version, CPU features and variant, loaded backends and devices, default thread count, whether the "
-       "CPU's f32 matrix products use OpenBLAS, whether T3's Q4_0 products on the CPU use the engine's own kernel, whether a quantised model's S3Gen products "
+       "CPU's f32 matrix products use OpenBLAS (and its kernels, blas_core), whether T3's Q4_0 products on the CPU use the engine's own kernel, whether a quantised model's S3Gen products "
        "run on AMX tiles (amx).");
 
     m.def("devices", [] { return devices_list(cbs::list_devices()); },

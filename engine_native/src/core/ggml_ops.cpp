@@ -483,6 +483,15 @@ bool have_blas() {
 #endif
 }
 
+std::string blas_core() {
+#ifdef CBS_HAVE_BLAS
+    const char* name = scipy_openblas_get_corename();
+    return name ? name : "";
+#else
+    return "";
+#endif
+}
+
 ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, CpuProducts how) {
     const bool on_cpu = how.blas();
 #ifdef CBS_HAVE_BLAS

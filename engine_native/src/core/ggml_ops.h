@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -94,6 +95,8 @@ float exp_shifted_row(float* row, int64_t n);
 
 // Whether the build links OpenBLAS (matmul's and attention's CPU path).
 bool have_blas();
+// The kernel set OpenBLAS chose for this CPU ("SkylakeX", "Haswell", ...), "" without OpenBLAS.
+std::string blas_core();
 
 // Host values for a graph's input tensors, uploaded once the graph is allocated.
 struct GraphInputs {
