@@ -37,20 +37,22 @@ def _engine_openblas_core() -> str | None:
 
 
 def _import_core():
-    """Loads the native module with OpenBLAS's kernel choice made for the engine: that library
-    is the engine's own copy, and reads OPENBLAS_CORETYPE once, as it loads. An inherited
-    OPENBLAS_CORETYPE (meant for the process's other OpenBLAS, numpy's; some machines set it
-    to Haswell for all) is put back afterwards; CBS_OPENBLAS_CORETYPE steers the engine's."""
-    inherited = os.environ.pop("OPENBLAS_CORETYPE", None)
+    """Loads the native module with the engine's choice of OpenBLAS kernels, where it has one
+    (CBS_OPENBLAS_CORETYPE, else _engine_openblas_core): that library is the engine's own copy
+    and reads OPENBLAS_CORETYPE once, as it loads, so the variable is set only meanwhile. An
+    inherited OPENBLAS_CORETYPE (some machines set Haswell for every process) is put back for
+    the process's other OpenBLAS (numpy's); without a choice of the engine's it applies."""
     choice = os.environ.get("CBS_OPENBLAS_CORETYPE") or _engine_openblas_core()
+    inherited = os.environ.get("OPENBLAS_CORETYPE")
     if choice:
         os.environ["OPENBLAS_CORETYPE"] = choice
     try:
         from engine_native import _core
     finally:
-        os.environ.pop("OPENBLAS_CORETYPE", None)
-        if inherited is not None:
-            os.environ["OPENBLAS_CORETYPE"] = inherited
+        if choice:
+            os.environ.pop("OPENBLAS_CORETYPE", None)
+            if inherited is not None:
+                os.environ["OPENBLAS_CORETYPE"] = inherited
     return _core
 
 
