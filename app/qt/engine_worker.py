@@ -17,6 +17,7 @@ belong to the model being replaced.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -28,6 +29,7 @@ import numpy as np
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 from engine_native.engine import NOMINAL_SAMPLE_RATE
 from engine_native.errors import Cancelled as EngineCancelled
+from engine_native.language import detect_language
 
 _ids = itertools.count(1)
 
@@ -337,7 +339,10 @@ class EngineClient(QObject):
             return {"info": info, "defaults": dict(engine.defaults),
                     "sample_rate": int(engine.sample_rate), "builtin": engine.builtin_voice.name,
                     "tags": tags, "languages": dict(engine.languages), "presets": engine.presets,
-                    "detect": engine.detect_language if engine.languages else None}
+                    # the guess without the engine: a bound method would keep the old model
+                    # alive on the GUI thread, which would then pay for freeing it
+                    "detect": functools.partial(detect_language, codes=dict(engine.languages))
+                    if engine.languages else None}
 
         self.cancel_background()  # scores for the old model: the load must not wait behind them
 

@@ -67,12 +67,14 @@ using PyT3 = Component<T3Model>;
 struct PyT3Cache {
     py::object t3_ref;  // keeps the model (and its backend) alive
     std::shared_ptr<T3Cache> cache;
+    ~PyT3Cache() { without_gil([this] { cache.reset(); }); }
 };
 
 struct PyTokenStream {
     py::object t3_ref;     // keeps the T3 (and its weights) alive
     py::object cache_ref;  // the T3Cache object when one was given
     std::unique_ptr<SpeechTokenStream> stream;
+    ~PyTokenStream() { without_gil([this] { stream.reset(); }); }
 };
 
 SamplingParams params(float temperature, int top_k, float top_p, float repetition_penalty, float min_p,

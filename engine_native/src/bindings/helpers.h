@@ -28,6 +28,24 @@ namespace cbs {
 
 namespace py = pybind11;
 
+// f() with the GIL released when this thread holds it (and the interpreter is not shutting
+// down), else plainly. For destructors: freeing a model's buffers takes 50-170 ms on this
+// machine class, which must not stop the process's other Python threads (the GUI's).
+template <class F>
+void without_gil(F&& f) {
+#if PY_VERSION_HEX >= 0x030D0000
+    const bool finalizing = Py_IsFinalizing();
+#else
+    const bool finalizing = _Py_IsFinalizing();
+#endif
+    if (!finalizing && PyGILState_Check()) {
+        py::gil_scoped_release release;
+        f();
+    } else {
+        f();
+    }
+}
+
 using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
@@ -45,6 +63,15 @@ struct PyModel {
     // abort flag, so Stop of one generation's S3Gen pass never aborts another's T3 prompt.
     BackendPtr t3_backend;
     std::atomic<bool> t3_abort{false};
+
+    ~PyModel() {
+        without_gil([this] {
+            t3_backend.reset();
+            file.reset();
+            cpu.reset();
+            backend.reset();
+        });
+    }
 };
 
 template <class T>
@@ -53,6 +80,8 @@ struct Component {
     PyModel* model = nullptr;
     std::unique_ptr<T> impl;
     std::mutex mutex;  // one computation at a time
+
+    ~Component() { without_gil([this] { impl.reset(); }); }  // model_ref goes after, with the GIL
 
     T* operator->() { return impl.get(); }
     const T* operator->() const { return impl.get(); }
