@@ -19,7 +19,9 @@ namespace {
 
 constexpr int64_t kBlock = 32;    // values per Q4_0 / Q8_0 block
 constexpr int64_t kChunk = 16;    // blocks per step of the kernel (one zmm of scales)
-constexpr int kPrefetch = 8192;   // bytes ahead of the weight stream (measured best of 1-16 K)
+constexpr int64_t kGroup = 4;     // blocks per 64-byte load of weights
+constexpr int64_t kRows = 8;      // rows interleaved in one stream (the last group: the rest)
+constexpr int kPrefetch = 8192;   // bytes ahead of the weight stream (measured best of 0-16 K)
 constexpr int64_t kOwnQuantizeColumns = 4;  // up to this many columns each thread quantises itself
 
 struct BlockQ4 {  // ggml's block_q4_0
@@ -28,10 +30,26 @@ struct BlockQ4 {  // ggml's block_q4_0
 };
 static_assert(sizeof(BlockQ4) == 18, "block_q4_0 is 18 bytes");
 
-// One column of quantised activations: kChunk-padded blocks, values in the order the
-// kernel's nibble expansion produces for a pair of blocks b, b+1:
-// [b 0-15 | b+1 0-15 | b 16-31 | b+1 16-31]; then each block's scale and 8 * scale * sum(q)
-// (the Q4_0 offset: sum (n - 8) q = sum n q - 8 sum q).
+// Where row r's block b lies in the packed layout (q4_matmul.h): rows in groups of kRows
+// (the last group: the rest), a group's blocks in chunks of kChunk (the last: the rest),
+// a chunk first the group's fp16 scales [G][n], then its nibbles in quads of up to kGroup
+// blocks, [G][q * 16] bytes each. A group is then one stream the kernel reads in order.
+struct PackedBlock {
+    int64_t scale, nibbles;  // byte offsets in the tensor's data
+    PackedBlock(int64_t N, int64_t nb, int64_t r, int64_t b) {
+        const int64_t g0 = r - r % kRows, G = std::min(kRows, N - g0), i = r - g0;
+        const int64_t b0 = b - b % kChunk, n = std::min(kChunk, nb - b0), j = b - b0;
+        const int64_t p = j - j % kGroup, q = std::min(kGroup, n - p);
+        const int64_t chunk = (g0 * nb + G * b0) * 18;
+        scale = chunk + (i * n + j) * 2;
+        nibbles = chunk + G * n * 2 + G * p * 16 + i * q * 16 + (j - p) * 16;
+    }
+};
+
+// One column of quantised activations: kChunk-padded blocks, values grouped by kGroup = 4
+// blocks b .. b+3 to match one 64-byte load of their weights, whose low nibbles are values
+// 0-15 and high nibbles 16-31 of each block: [b 0-15 | .. | b+3 0-15][b 16-31 | .. | b+3 16-31];
+// then each block's scale and 8 * scale * sum(q) (the Q4_0 offset: sum (n - 8) q = sum n q - 8 sum q).
 struct ActLayout {
     int64_t blocks, padded, bytes;
     explicit ActLayout(int64_t K)
@@ -57,8 +75,10 @@ inline void block_scales(const ActLayout& L, uint8_t* col, int64_t b, float amax
     off[b] = 8.0f * static_cast<float>(sum) * d[b];
 }
 
+// Where block b's values 0-15 go in a column (its values 16-31 follow 64 bytes later).
+inline int8_t* block_values(int8_t* q, int64_t b) { return q + (b & ~(kGroup - 1)) * kBlock + (b & (kGroup - 1)) * 16; }
+
 // One column of K floats quantised (ggml's Q8_0 rule) into `col` (ActLayout's bytes).
-// Block b's halves go to b's side of its pair's 64 bytes (ActLayout).
 #ifdef CBS_Q4_X86
 // Only the kernel's CPUs quantise (AVX-512): the scalar rule below, 16 values at a time
 // (the same products and round-to-nearest-even conversions: the same bytes); a decoding
@@ -72,9 +92,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_column(const 
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
         const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
         const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
-        int8_t* pair = q + (b & ~int64_t(1)) * kBlock + (b & 1) * 16;
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(pair), _mm512_cvtepi32_epi8(q0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(pair + 32), _mm512_cvtepi32_epi8(q1));
+        int8_t* v = block_values(q, b);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(v), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(v + 64), _mm512_cvtepi32_epi8(q1));
         block_scales(L, col, b, amax, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
     }
 }
@@ -87,11 +107,11 @@ void quantize_column(const float* in, uint8_t* col, const ActLayout& L) {
         float amax = 0.0f;
         for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
         const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        int8_t* pair = q + (b & ~int64_t(1)) * kBlock + (b & 1) * 16;
+        int8_t* out = block_values(q, b);
         int sum = 0;
         for (int64_t j = 0; j < kBlock; ++j) {
             const int v8 = static_cast<int>(std::nearbyint(v[j] * id));
-            pair[(j < 16 ? 0 : 32) + (j & 15)] = static_cast<int8_t>(v8);
+            out[(j < 16 ? 0 : 64) + (j & 15)] = static_cast<int8_t>(v8);
             sum += v8;
         }
         block_scales(L, col, b, amax, sum);
@@ -111,40 +131,47 @@ void quantize_columns(ggml_tensor* dst, int ith, int nth, void*) {
 }
 
 #ifdef CBS_Q4_X86
-// R rows of packed weights (rows r .. r+R-1, nb blocks each) times one activation column:
-// out[i] = sum over blocks of dw * da * (sum n q) - dw * offset.
+// A group of R packed rows (nb blocks each, from its first byte) times one activation
+// column: out[i] = sum over blocks of dw * da * (sum n q) - dw * offset. Each step loads
+// 64 bytes (4 blocks) of a row: its low nibbles and its high nibbles go through one dpbusd
+// each into the same lanes (lanes 4j .. 4j+3: block j), then one conversion, one scaled add.
 template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void dot_rows(
-    const uint8_t* qs, const ggml_fp16_t* dw, int64_t nb, const uint8_t* col, const ActLayout& L, bool prefetch,
-    float* out) {
+    const uint8_t* group, int64_t nb, const uint8_t* col, const ActLayout& L, bool prefetch, float* out) {
     const int8_t* a = L.values(col);
     const float *da = L.scales(col), *off = L.offsets(col);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    const __m512i pair_idx = _mm512_set_epi32(1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i quad_idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     __m512 acc[R], offs[R];
     for (int i = 0; i < R; ++i) acc[i] = offs[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b += kChunk) {
         const int64_t n = std::min(kChunk, nb - b);
+        const uint8_t* chunk = group + R * b * 18;
+        const auto* dw = reinterpret_cast<const ggml_fp16_t*>(chunk);
+        if (prefetch)
+            for (int64_t o = 0; o < R * n * 2; o += 64) _mm_prefetch(reinterpret_cast<const char*>(chunk) + kPrefetch + o, _MM_HINT_T0);
         const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
         const __m512 sa = _mm512_loadu_ps(da + b), so = _mm512_loadu_ps(off + b);
         __m512 scale[R];
         for (int i = 0; i < R; ++i) {
-            const __m512 w = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, dw + i * nb + b));
+            const __m512 w = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, dw + i * n));
             scale[i] = _mm512_mul_ps(w, sa);
             offs[i] = _mm512_fmadd_ps(w, so, offs[i]);
         }
-        for (int64_t p = 0; p < n; p += 2) {
-            const __m512i av = _mm512_loadu_si512(a + (b + p) * kBlock);
-            const __m512i idx = _mm512_add_epi32(pair_idx, _mm512_set1_epi32(static_cast<int>(p)));
+        const uint8_t* nibbles = chunk + R * n * 2;
+        for (int64_t p = 0; p < n; p += kGroup) {
+            const __m512i lo = _mm512_loadu_si512(a + (b + p) * kBlock), hi = _mm512_loadu_si512(a + (b + p) * kBlock + 64);
+            const __m512i idx = _mm512_add_epi32(quad_idx, _mm512_set1_epi32(static_cast<int>(p)));
+            const int64_t q = std::min(kGroup, n - p);  // blocks in this quad (under 4 at a row's end)
+            const __mmask64 bytes = q == kGroup ? ~__mmask64(0) : (__mmask64(1) << (q * 16)) - 1;
+            const uint8_t* quad = nibbles + R * p * 16;
             for (int i = 0; i < R; ++i) {
-                const uint8_t* src = qs + (i * nb + b + p) * 16;
+                const uint8_t* src = quad + i * q * 16;
                 if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetch, _MM_HINT_T0);
-                // The last block of an odd count: only its 16 bytes (the next row follows).
-                const __m256i x = p + 1 < n ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))
-                                            : _mm256_maskz_loadu_epi8(0xFFFFu, src);
-                const __m512i w = _mm512_and_si512(
-                    _mm512_inserti64x4(_mm512_castsi256_si512(x), _mm256_srli_epi16(x, 4), 1), low4);
-                const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, av);
+                const __m512i x = q == kGroup ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi8(bytes, src);
+                const __m512i dot = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x, low4), lo),
+                    _mm512_and_si512(_mm512_srli_epi16(x, 4), low4), hi);
                 acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, scale[i]), acc[i]);
             }
         }
@@ -152,26 +179,34 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void do
     for (int i = 0; i < R; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) - _mm512_reduce_add_ps(offs[i]);
 }
 
-// y = rows r0 .. r1-1 of packed w [K, N] times the quantised columns cols[0 .. M-1] (stride
-// col_stride), column c's rows at y + c * y_stride: rows in groups of 4 (the rest one by one),
-// each group's weights reused over the columns while they are in the cache.
+// dot_rows for a group of G = 1 .. kRows rows.
+void dot_group(int64_t G, const uint8_t* group, int64_t nb, const uint8_t* col, const ActLayout& L, bool prefetch,
+               float* out) {
+    switch (G) {
+        case 8: return dot_rows<8>(group, nb, col, L, prefetch, out);
+        case 7: return dot_rows<7>(group, nb, col, L, prefetch, out);
+        case 6: return dot_rows<6>(group, nb, col, L, prefetch, out);
+        case 5: return dot_rows<5>(group, nb, col, L, prefetch, out);
+        case 4: return dot_rows<4>(group, nb, col, L, prefetch, out);
+        case 3: return dot_rows<3>(group, nb, col, L, prefetch, out);
+        case 2: return dot_rows<2>(group, nb, col, L, prefetch, out);
+        default: return dot_rows<1>(group, nb, col, L, prefetch, out);
+    }
+}
+static_assert(kRows == 8, "dot_group's cases");
+
+// y = rows r0 .. r1-1 (r0 the first row of a group) of packed w [K, N] times the quantised
+// columns cols[0 .. M-1] (stride col_stride), column c's rows at y + c * y_stride: a group's
+// weights reused over the columns while they are in the cache.
 void product_rows(const ggml_tensor* w, const uint8_t* cols, int64_t M, size_t col_stride, int64_t r0, int64_t r1,
                   float* y, int64_t y_stride) {
     const int64_t K = w->ne[0], N = w->ne[1], nb = K / kBlock;
     const ActLayout L(K);
-    const auto* qs = static_cast<const uint8_t*>(w->data);
-    const auto* dw = reinterpret_cast<const ggml_fp16_t*>(qs + N * nb * 16);
-    for (int64_t r = r0; r < r1;) {
-        const int rows = r + 4 <= r1 ? 4 : 1;
-        for (int64_t c = 0; c < M; ++c) {
-            const uint8_t* col = cols + c * col_stride;
-            float* out = y + c * y_stride + (r - r0);
-            if (rows == 4)
-                dot_rows<4>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == 0, out);
-            else
-                dot_rows<1>(qs + r * nb * 16, dw + r * nb, nb, col, L, c == 0, out);
-        }
-        r += rows;
+    const auto* data = static_cast<const uint8_t*>(w->data);
+    for (int64_t r = r0; r < r1; r += kRows) {
+        const int64_t G = std::min(kRows, N - r);
+        for (int64_t c = 0; c < M; ++c)
+            dot_group(G, data + r * nb * 18, nb, cols + c * col_stride, L, c == 0, y + c * y_stride + (r - r0));
     }
 }
 
@@ -222,22 +257,26 @@ bool q4_packed_available() {
 void q4_pack(const void* src, void* dst, int64_t n_rows, int64_t K) {
     const int64_t nb = K / kBlock;
     const auto* in = static_cast<const BlockQ4*>(src);
-    auto* qs = static_cast<uint8_t*>(dst);
-    auto* d = reinterpret_cast<ggml_fp16_t*>(qs + n_rows * nb * 16);
-    for (int64_t i = 0; i < n_rows * nb; ++i) {
-        std::memcpy(qs + i * 16, in[i].qs, 16);
-        d[i] = in[i].d;
-    }
+    auto* out = static_cast<uint8_t*>(dst);
+    for (int64_t r = 0; r < n_rows; ++r)
+        for (int64_t b = 0; b < nb; ++b) {
+            const PackedBlock at(n_rows, nb, r, b);
+            const BlockQ4& blk = in[r * nb + b];
+            std::memcpy(out + at.scale, &blk.d, sizeof(blk.d));
+            std::memcpy(out + at.nibbles, blk.qs, sizeof(blk.qs));
+        }
 }
 
 void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out) {
     const int64_t K = w->ne[0], N = w->ne[1], nb = K / kBlock;
-    const auto* qs = static_cast<const uint8_t*>(w->data);
-    const auto* dw = reinterpret_cast<const ggml_fp16_t*>(qs + N * nb * 16);
+    const auto* data = static_cast<const uint8_t*>(w->data);
     for (int64_t r = r0; r < r0 + n; ++r)
         for (int64_t b = 0; b < nb; ++b, out += kBlock) {
-            const uint8_t* q = qs + (r * nb + b) * 16;
-            const float d = ggml_fp16_to_fp32(dw[r * nb + b]);
+            const PackedBlock at(N, nb, r, b);
+            ggml_fp16_t h;
+            std::memcpy(&h, data + at.scale, sizeof(h));
+            const float d = ggml_fp16_to_fp32(h);
+            const uint8_t* q = data + at.nibbles;
             for (int j = 0; j < 16; ++j) {  // ggml's dequantize_row_q4_0: low nibbles first
                 out[j] = static_cast<float>((q[j] & 0x0F) - 8) * d;
                 out[j + 16] = static_cast<float>((q[j] >> 4) - 8) * d;
@@ -263,7 +302,7 @@ size_t q4_column_bytes(int64_t K) { return static_cast<size_t>(ActLayout(K).byte
 void q4_quantize_column(const float* x, int64_t K, uint8_t* col) { quantize_column(x, col, ActLayout(K)); }
 
 void q4_thread_rows(int64_t N, int ith, int nth, int64_t& r0, int64_t& r1) {
-    const int64_t per = ((N + nth - 1) / nth + 3) / 4 * 4;
+    const int64_t per = ((N + nth - 1) / nth + kRows - 1) / kRows * kRows;
     r0 = std::min(N, ith * per);
     r1 = std::min(N, r0 + per);
 }

@@ -2,15 +2,18 @@
 //
 // Decoding one token reads every T3 weight once, so a step is bound by how fast the
 // weights stream from memory. ggml's repacked Q4_0 gemv (AVX2, 8 rows interleaved) reached
-// about 6 GB/s per thread on this machine class, under half of what one core can read
-// (15 GB/s); a kernel with software prefetch over a plain row-major layout reads at
-// 12-14 GB/s (benchmarks/bench_t3.py, the closing notes of issue 17 for figures).
+// about 6 GB/s per thread on the Intel host of earlier sessions; a kernel over plain rows
+// (each row its own stream) 12-14 GB/s there and ~10 GB/s per thread on the 2-core AMD
+// Zen 5 host, where one core reads 32 GB/s and two 41 GB/s. Read as one stream per 8 rows,
+// 64 bytes (4 blocks) per step, the same weights go at 35-50 GB/s on two threads.
 //
 // The packed layout has the size of ggml's Q4_0 and is written over the tensor's own data
-// at load (ModelFile): for a weight ne [K, N] (N rows of K/32 blocks), first every row's
-// 16-byte nibble groups back to back ([N][K/32][16] bytes), then every row's fp16 scales
-// ([N][K/32]). Only this file's code reads it (q4_matmul, and q4_unpack_rows for ggml_ops'
-// matmul): ggml's own operations must never see such a tensor.
+// at load (ModelFile): for a weight ne [K, N], rows in groups of 8 (the last group: the
+// rest), each group one stream of chunks of 16 blocks (the last: the rest), a chunk the
+// group's fp16 scales [rows][blocks] then its 16-byte nibble groups in quads of 4 blocks,
+// [rows][4 x 16 bytes] each (q4_matmul.cpp, PackedBlock). Only this file's code reads it
+// (q4_matmul, and q4_unpack_rows for ggml_ops' matmul): ggml's own operations must never
+// see such a tensor.
 // The activations are quantised the way ggml's Q8_0 does it (per 32 values, scale
 // max|x| / 127 rounded to fp16, values rounded to nearest), so the integer dot products
 // are ggml's; only the order of the float sums differs.
@@ -46,7 +49,7 @@ ggml_tensor* q4_matmul(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);
 // thread's share of the rows. The same arithmetic as q4_matmul's.
 size_t q4_column_bytes(int64_t K);                                // bytes of one quantised column
 void q4_quantize_column(const float* x, int64_t K, uint8_t* col);  // K floats -> col
-// Thread ith's rows [r0, r1) of N (whole groups of 4, as q4_matmul splits them).
+// Thread ith's rows [r0, r1) of N (whole groups of 8, as q4_matmul splits them).
 void q4_thread_rows(int64_t N, int ith, int nth, int64_t& r0, int64_t& r1);
 // y[r - r0] = (w x)[r] for rows r0 .. r1-1 of a packed w and a column from q4_quantize_column.
 void q4_product_rows(const ggml_tensor* w, const uint8_t* col, int64_t r0, int64_t r1, float* y);
