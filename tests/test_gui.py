@@ -389,6 +389,28 @@ def test_live_typing_speaks_each_sentence_once_in_order(studio, qtbot):
     w.sampling_panel.spins["max_tokens"].setValue(MAX_TOKENS)
 
 
+def test_a_failed_jobs_exception_reaches_the_gui_without_the_engine(studio, qtbot):
+    """A failed job's exception reaches the GUI thread with its frames' locals cleared: a
+    traceback holding the engine made the GUI thread free a replaced model (the soak: 110-130 ms
+    frozen at a model switch, after a cancelled background job)."""
+    from engine_native import Engine
+
+    got = []
+
+    def fn(worker, job):
+        engine = worker.require_engine()
+        raise ValueError(f"a failure with the {engine.variant} model loaded")
+
+    studio.client.submit(fn, label="a failing job", failure=got.append)
+    _wait(qtbot, lambda: got, 30, "the job's failure")
+    e, held, tb = got[0], [], got[0].__traceback__
+    while tb is not None:
+        held += [f"{tb.tb_frame.f_code.co_name}: {k}" for k, v in tb.tb_frame.f_locals.items() if isinstance(v, Engine)]
+        tb = tb.tb_next
+    assert isinstance(e, ValueError) and "nano model loaded" in str(e)
+    assert not held, held
+
+
 # --- a bad model -----------------------------------------------------------------------------------
 
 
