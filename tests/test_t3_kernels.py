@@ -1,7 +1,7 @@
 """T3's CPU kernels of our own. Q4_0 matrix products on the CPU through the engine's own kernel (core/q4_matmul.h,
 AVX-512 VNNI; sgemm or AMX on the converted weights from 64 columns) against ggml's Q4_0 kernel
 and against the exact product of the dequantised weights (float64), on random shapes that
-include a row count not divisible by 4 and a block count that is odd and not a multiple
+include a row count not divisible by 8 (the kernel's row groups) and a block count that is odd and not a multiple
 of 16 (the kernel's tails).
 
 Tolerances: the kernel against ggml's kernel rel <= 1e-5 (both round the activations to
