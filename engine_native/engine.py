@@ -35,6 +35,7 @@ in flight at its next graph node (ggml's abort callback), so the engine is free 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import secrets
@@ -77,6 +78,17 @@ _STREAM_CONTEXT_TOKENS = 50
 # (0.5); then 0.5 -> 1.0 (chunks 10, 25, 35, 70, 110): S3Gen 77.7 -> 68.5 s, 7 -> 5 passes,
 # rel vs batch 0.012 -> 0.011, log-mel 0.035 -> 0.027 (fewer seams); 100 tokens 61.4 -> 53.6 s.
 _CHUNK_GROWTH = 1.0
+# A stream's CFM passes take the voice prompt as a cached prefix (meanflow models): the
+# prompt's frames attend only to themselves, the chunk-causal mask of CosyVoice2's streaming
+# mode with the prompt as its first chunk (the U-Net's convolutions are causal already), so
+# the prompt's trajectory is integrated once per voice and step count and a pass computes
+# only its own frames (tests/test_cfm.py checks that against the reference under that mask).
+# The price: the audio departs from the batch synthesis, whose prompt frames also attend to
+# the speech (docs/CPU.md gives the figures). False: every pass runs the reference's
+# full-context CFM over the prompt again (benchmarks/bench_stream_context.py compares).
+_STREAM_CACHED_PROMPT = True
+# The cached prompt's own noise: fixed, so that one prefix serves every sentence and seed.
+_PROMPT_NOISE_SEED = 0
 # On a GPU the S3Gen encoder's compute buffers are sized at load for the built-in voice's
 # prompt and this many speech tokens (20 s of audio), with its position table: a first
 # sentence up to that long then allocates nothing (H200, Turbo Q4_0, 500 tokens: first
@@ -109,8 +121,8 @@ _MIN_SPEECH_PER_TEXT_TOKEN_MTL = 0.5
 MIN_VOICE_SECONDS_MTL = 2.0
 _MAX_ATTEMPTS = 3
 
-# Stream settings by what matters most. "quality" is the reference model exactly (only the
-# chunking differs); "low-latency" starts speaking sooner: a small first chunk, one CFM
+# Stream settings by what matters most. "quality" is the reference model (2 Euler steps, the
+# whole voice prompt), chunked, its prompt a cached prefix (_STREAM_CACHED_PROMPT); "low-latency" starts speaking sooner: a small first chunk, one CFM
 # step (meanflow models are trained to allow it; a little less detail) and the last 4 s
 # of the voice's S3Gen prompt (cheaper S3Gen passes; a little less likeness).
 PRESETS = {
@@ -489,6 +501,7 @@ class Engine:
             prompt = self._file.tensor_f32("voice.prompt_token").size if has_voice else 0
             self._encoder.reserve(prompt + _S3GEN_RESERVE_SPEECH_TOKENS)
         self._cfm = _core.S3GenCfm(self._file)
+        self._prefix_key = None  # the voice prompt and step count the CFM has cached (_cfm_prefix)
         self._hift = _core.HiFT(self._file)  # on the model's device (a GPU: ggml ops; a device OOM: the CPU)
         self.device = self._file.device
 
@@ -937,11 +950,14 @@ class Engine:
         n = max(1, int(round(seconds * self._token_rate)))
         return tokens[-n:], np.ascontiguousarray(feat[feat.shape[0] - self._token_mel_ratio * n:])
 
-    def _mel(self, speech: list[int], voice: Voice, seed: int, final: bool, p: dict, start: int = 0) -> np.ndarray:
+    def _mel(self, speech: list[int], voice: Voice, seed: int, final: bool, p: dict, start: int = 0,
+             cached_prompt: bool = False) -> np.ndarray:
         """S3Gen's flow: [80, frames] for the speech tokens (prompt frames removed). `start` > 0
         leaves the tokens before it out of the pass (a stream's bounded left context): the
         result then begins at speech frame token_mel_ratio x start, and every frame keeps the
-        noise it has in the whole pass."""
+        noise it has in the whole pass. cached_prompt (a stream's passes, where
+        _prefix_usable): the CFM integrates only the speech frames, against the voice prompt's
+        cached trajectory (_cfm_prefix)."""
         prompt_token, prompt_feat = self._s3gen_prompt(voice, p["prompt_seconds"])
         mu = self._encoder.encode(np.concatenate([prompt_token, np.asarray(speech[start:], np.int32)]).tolist())
         if not final:  # flow.inference(finalize=False) drops the lookahead frames
@@ -951,10 +967,51 @@ class Engine:
         skip = self._token_mel_ratio * start
         rng = np.random.Generator(np.random.PCG64(seed))
         x0 = rng.standard_normal((mu.shape[1] + skip, mu.shape[0]), dtype=np.float32).T  # frame by frame: prefix-stable
+        P = prompt_feat.shape[0]
+        if cached_prompt and self._cfm_prefix(prompt_token, prompt_feat, voice, p):
+            return self._cfm.sample_after_prefix(np.ascontiguousarray(mu[:, P:]), np.ascontiguousarray(x0[:, P + skip:]))
         if skip:  # the prompt's noise, then the window's frames' own
-            x0 = np.concatenate([x0[:, : prompt_feat.shape[0]], x0[:, prompt_feat.shape[0] + skip:]], axis=1)
+            x0 = np.concatenate([x0[:, :P], x0[:, P + skip:]], axis=1)
         return self._cfm.sample(np.ascontiguousarray(mu), prompt_feat, voice.embedding,
                                 np.ascontiguousarray(x0), n_steps=p["cfm_steps"])
+
+    def _prefix_usable(self, p: dict) -> bool:
+        """Whether a stream's passes can take the voice prompt as a cached CFM prefix: a
+        meanflow CFM at a step count whose per-step keys and values are kept."""
+        steps = p["cfm_steps"] or self._cfm.n_timesteps
+        return not self._cfm.guided and steps <= self._cfm.prefix_max_steps
+
+    def _cfm_prefix(self, prompt_token, prompt_feat, voice: Voice, p: dict) -> bool:
+        """The CFM's cached prefix for this voice prompt and step count, made where it is not
+        the one cached: the prompt's own trajectory from its own noise (_PROMPT_NOISE_SEED, so
+        that it depends on no sentence's seed), its mu from the encoder over the prompt tokens
+        alone (so that it depends on nothing a sentence says). One is kept, for the next
+        stream with the same voice. Called with the engine's lock held (as every S3Gen pass
+        is). False where the prompt's frames are not token_mel_ratio per token (the old way)."""
+        steps = p["cfm_steps"] or self._cfm.n_timesteps
+        digest = hashlib.blake2b(digest_size=16)
+        for a in (prompt_token, prompt_feat, voice.embedding):
+            digest.update(np.ascontiguousarray(a).tobytes())
+        key = (digest.digest(), steps)
+        if self._prefix_key == key and self._cfm.prefix_frames == prompt_feat.shape[0]:
+            return True
+        mu = self._encoder.encode(prompt_token.tolist())
+        if mu.shape[1] != prompt_feat.shape[0]:
+            return False
+        self._prefix_key = None
+        rng = np.random.Generator(np.random.PCG64(_PROMPT_NOISE_SEED))
+        x0 = rng.standard_normal((mu.shape[1], mu.shape[0]), dtype=np.float32).T
+        self._cfm.set_prefix(mu, prompt_feat, voice.embedding, np.ascontiguousarray(x0), n_steps=steps)
+        self._prefix_key = key
+        return True
+
+    def release_stream_prefix(self) -> int:
+        """Frees the CFM's cached stream prefix; returns the bytes freed."""
+        with self._lock:
+            freed = self._cfm.prefix_bytes
+            self._cfm.clear_prefix()
+            self._prefix_key = None
+            return freed
 
     def _stream_pass(self, tokens, final, vocoder, voice, seed, p, context=None):
         """One streamed chunk's S3Gen + HiFT: (new samples, s3gen ms, hift ms). A bounded left
@@ -963,7 +1020,8 @@ class Engine:
         context = _STREAM_CONTEXT_TOKENS if context is None else context
         start = 0 if context < 0 else max(0, (vocoder.emitted - _HIFT_CONTEXT) // self._token_mel_ratio - context)
         t0 = time.perf_counter()
-        mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p, start)
+        mel = self._mel(self._speech_tokens(tokens, final), voice, seed, final, p, start,
+                        _STREAM_CACHED_PROMPT and self._prefix_usable(p))
         s3gen_ms = (time.perf_counter() - t0) * 1e3
         wav, hift_ms = vocoder.push(mel, final, self._token_mel_ratio * start)
         return wav, s3gen_ms, hift_ms

@@ -55,3 +55,50 @@ def test_bad_x0_shape_raises(kind):
              "flat": (80 * frames,)}[kind]
     with pytest.raises(engine_native.EngineError, match="x0"):
         debug.s3gen_mel(model_path("turbo"), speech, None, np.zeros(shape, np.float32))
+
+
+@pytest.mark.parametrize("n_tokens", [25, 100])
+def test_cached_prompt_prefix_matches_reference_under_its_mask(n_tokens):
+    """A stream's cached CFM prefix (set_prefix, then sample_after_prefix over the speech frames
+    alone) against the reference CFM with the mask it stands for: the prompt's frames attend
+    only to the prompt's frames (stage s3gen_mel_prompt_causal). The prefix keeps its keys and
+    values in f16; tolerance rel 1e-4 (measured 6e-6). The mask's own effect (against the
+    unmasked reference) is printed: it is what a stream departs from the batch by."""
+    speech = np.random.default_rng(n_tokens).integers(0, 6561, n_tokens).astype(np.int32)
+    x0 = run_stage("cfm_noise", snapshot_dir("turbo"), n_speech=np.asarray(n_tokens), seed=np.asarray(n_tokens))["x0"]
+    ref = run_stage("s3gen_mel_prompt_causal", snapshot_dir("turbo"), speech_ids=speech, x0=x0)["mel"]
+    full = run_stage("s3gen_mel", snapshot_dir("turbo"), speech_ids=speech, x0=x0)["mel"]
+    prompt_feat, embedding = debug._s3gen_voice(model_path("turbo"), None)
+    mu = debug.s3gen_encode(model_path("turbo"), speech, None)
+    prompt_feat = np.asarray(prompt_feat, np.float32).reshape(-1, 80)
+    P = prompt_feat.shape[0]
+    cfm = debug._component(model_path("turbo"), "S3GenCfm")
+    try:
+        cfm.set_prefix(np.ascontiguousarray(mu[:, :P]), prompt_feat, np.asarray(embedding, np.float32).reshape(-1),
+                       np.ascontiguousarray(x0[:, :P]))
+        assert cfm.prefix_frames == P and cfm.prefix_bytes > 0
+        got = cfm.sample_after_prefix(np.ascontiguousarray(mu[:, P:]), np.ascontiguousarray(x0[:, P:]))
+    finally:
+        cfm.clear_prefix()
+    assert cfm.prefix_frames == 0 and cfm.prefix_bytes == 0
+    rel = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    mask_rel = float(np.linalg.norm(ref - full) / np.linalg.norm(full))
+    print(f"cached prefix, {n_tokens} tokens: rel {rel:.2e} max_abs {np.abs(got - ref).max():.2e}; "
+          f"the mask's own effect rel {mask_rel:.3f}")
+    assert rel <= 1e-4
+
+
+def test_cached_prompt_prefix_refuses_bad_use():
+    cfm = debug._component(model_path("turbo"), "S3GenCfm")
+    with pytest.raises(engine_native.EngineError, match="no cached stream prefix"):
+        cfm.sample_after_prefix(np.zeros((80, 10), np.float32), np.zeros((80, 10), np.float32))
+    with pytest.raises(engine_native.EngineError, match="P"):
+        cfm.set_prefix(np.zeros((80, 10), np.float32), np.zeros((9, 80), np.float32), np.ones(192, np.float32),
+                       np.zeros((80, 10), np.float32))
+    with pytest.raises(engine_native.EngineError, match="at least"):
+        cfm.set_prefix(np.zeros((80, 4), np.float32), np.zeros((4, 80), np.float32), np.ones(192, np.float32),
+                       np.zeros((80, 4), np.float32))
+    with pytest.raises(engine_native.EngineError, match="CFM steps"):
+        cfm.set_prefix(np.zeros((80, 10), np.float32), np.zeros((10, 80), np.float32), np.ones(192, np.float32),
+                       np.zeros((80, 10), np.float32), n_steps=cfm.prefix_max_steps + 1)
+    assert cfm.prefix_frames == 0

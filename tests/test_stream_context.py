@@ -29,9 +29,9 @@ def test_long_stream_passes_are_windowed_and_match_batch(engine):
     passes = []
     mel = engine._mel
 
-    def watched(speech, voice, seed, final, p, start=0):
+    def watched(speech, voice, seed, final, p, start=0, cached_prompt=False):
         passes.append((len(speech), start))
-        return mel(speech, voice, seed, final, p, start)
+        return mel(speech, voice, seed, final, p, start, cached_prompt)
 
     engine._mel = watched
     try:

@@ -97,6 +97,31 @@ def s3gen_mel_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     return out
 
 
+@stage("s3gen_mel_prompt_causal")
+def s3gen_mel_prompt_causal_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """s3gen_mel with one change, the definition of our streams' cached CFM prefix: in every
+    estimator attention the prompt's frames attend only to the prompt's frames (the speech
+    frames still attend to all). speech_ids, x0 as s3gen_mel -> mel (80, 2 x speech)."""
+    import chatterbox.models.s3gen.decoder as decoder
+
+    n_prompt_frames = 2 * _n_prompt(snapshot) + int(np.asarray(inputs.get("prefix_speech_frames", 0)))
+    orig_mask = decoder.add_optional_chunk_mask
+
+    def prompt_causal_mask(xs, masks, *a, **k):
+        full = orig_mask(xs, masks, *a, **k)  # [B, 1 or T, T]: padding only (static_chunk_size 0)
+        T = masks.shape[-1]
+        allowed = torch.ones(T, T, dtype=torch.bool)
+        allowed[:n_prompt_frames, n_prompt_frames:] = False
+        return full.bool() & allowed[None]
+
+    decoder.add_optional_chunk_mask = prompt_causal_mask
+    try:
+        feat, _ = _run_flow(snapshot, inputs)
+    finally:
+        decoder.add_optional_chunk_mask = orig_mask
+    return {"mel": feat[0].numpy().astype(np.float32)}
+
+
 @stage("s3gen_bench")
 def s3gen_bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     """Reference S3Gen timings (ms, best of `repeat`) for speech_ids after the built-in voice:

@@ -9,10 +9,12 @@
 
 namespace cbs {
 
-ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, CpuProducts blas) {
+ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, CpuProducts blas,
+                              ggml_tensor* left) {
     const int K = static_cast<int>(w->ne[0]);
+    if (left) x = ggml_concat(ctx, left, x, 1);
     ggml_tensor* xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C_in]
-    if (K > 1) xt = ggml_pad_ext(ctx, xt, K - 1, 0, 0, 0, 0, 0, 0, 0);
+    if (K > 1 && !left) xt = ggml_pad_ext(ctx, xt, K - 1, 0, 0, 0, 0, 0, 0, 0);
     ggml_tensor* cols = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, 1, 0, false, GGML_TYPE_F32);         // [K*C_in, T]
     ggml_tensor* y = matmul(ctx, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]), cols, blas);  // [C_out, T]
     return b ? ggml_add(ctx, y, b) : y;
@@ -101,6 +103,7 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
 }
 
 CfmEstimator::~CfmEstimator() {
+    drop_prefix();
     if (qkv_buf_) ggml_backend_buffer_free(qkv_buf_);
     if (qkv_ctx_) ggml_free(qkv_ctx_);
 }
@@ -157,7 +160,12 @@ ggml_tensor* CfmEstimator::time_mlp(ggml_context* ctx, ggml_tensor* s) const {
 // CausalBlock1D: causal conv (k3) -> LayerNorm over channels -> Mish. [C_in, T] -> [C_out, T].
 ggml_tensor* CfmEstimator::block1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cw, ggml_tensor* cb, ggml_tensor* lw,
                                    ggml_tensor* lb) const {
-    return mish(ctx, layer_norm(ctx, causal_conv1d_ct(ctx, x, cw, cb, products_), lw, lb, ln_eps_), on_cpu_);
+    return mish(ctx, layer_norm(ctx, causal_conv(ctx, x, cw, cb), lw, lb, ln_eps_), on_cpu_);
+}
+
+ggml_tensor* CfmEstimator::causal_conv(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) const {
+    const int k = static_cast<int>(w->ne[0]) - 1;
+    return causal_conv1d_ct(ctx, x, w, b, products_, tap_ && k > 0 ? tap_conv_left(ctx, x, k) : nullptr);
 }
 
 // CausalResnetBlock1D: block1, + mlp(Mish(temb)), block2, + res_conv(x). [C_in, T] -> [C_out, T].
@@ -172,23 +180,24 @@ ggml_tensor* CfmEstimator::resnet(ggml_context* ctx, ggml_tensor* x, ggml_tensor
 // BasicTransformerBlock: pre-norm self-attention (full context, no qkv bias), pre-norm
 // FFN with exact (erf) GELU. x [C, T].
 ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const Transformer& b) const {
-    const int64_t T = x->ne[1], B = x->ne[2], H = n_head_, D = head_dim_;
+    const int64_t T = x->ne[1], B = x->ne[2], H = n_head_, D = head_dim_, A = H * D;
     ggml_tensor* h = layer_norm(ctx, x, b.n1_w, b.n1_b, ln_eps_);
-    auto heads = [&](ggml_tensor* w) {  // [D, T, H, B]
-        return ggml_permute(ctx, ggml_reshape_4d(ctx, linear(ctx, h, w, nullptr, products_), D, H, T, B), 0, 2, 1, 3);
-    };
-    ggml_tensor *q, *k, *v;
+    ggml_tensor *q, *k, *v;  // [A, T, B], rows contiguous
     if (b.qkv_w) {
         ggml_tensor* qkv = matmul(ctx, b.qkv_w, h, false);  // [3A, T, B]
-        auto part = [&](int i) {                              // [D, T, H, B], rows contiguous
-            return ggml_view_4d(ctx, qkv, D, T, H, B, qkv->nb[1], D * sizeof(float), qkv->nb[2], i * D * H * sizeof(float));
-        };
+        auto part = [&](int i) { return ggml_view_3d(ctx, qkv, A, T, B, qkv->nb[1], qkv->nb[2], i * A * sizeof(float)); };
         q = part(0), k = part(1), v = part(2);
     } else {
-        q = heads(b.q_w), k = heads(b.k_w), v = heads(b.v_w);
+        q = linear(ctx, h, b.q_w, nullptr, products_);
+        k = linear(ctx, h, b.k_w, nullptr, products_);
+        v = linear(ctx, h, b.v_w, nullptr, products_);
     }
+    if (tap_) k = tap_keys_values(ctx, k), v = tap_keys_values(ctx, v);
+    auto heads = [&](ggml_tensor* t) {  // [D, T, H, B]
+        return ggml_view_4d(ctx, t, D, t->ne[1], H, B, t->nb[1], D * sizeof(float), t->nb[2], 0);
+    };
     // Full-context attention (the reference's mask is all ones: static_chunk_size 0).
-    ggml_tensor* o = attention(ctx, q, k, v, products_);
+    ggml_tensor* o = attention(ctx, heads(q), heads(k), heads(v), products_);
     o = ggml_reshape_3d(ctx, o, D * H, T, B);  // result is [D, H, T, B]
     x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b, products_));
 
@@ -226,11 +235,11 @@ ggml_tensor* CfmEstimator::estimate(ggml_context* ctx, GraphInputs& in, ggml_ten
     h = ggml_cont(ctx, ggml_transpose(ctx, h));  // [4M, T, B]
     h = run_stage(ctx, h, temb, down_);
     ggml_tensor* skip = h;
-    h = causal_conv1d_ct(ctx, h, down_.conv_w, down_.conv_b, products_);
+    h = causal_conv(ctx, h, down_.conv_w, down_.conv_b);
     for (const Stage& s : mid_) h = run_stage(ctx, h, temb, s);
     h = ggml_concat(ctx, h, skip, 0);  // [2C, T, B]
     h = run_stage(ctx, h, temb, up_);
-    h = causal_conv1d_ct(ctx, h, up_.conv_w, up_.conv_b, products_);
+    h = causal_conv(ctx, h, up_.conv_w, up_.conv_b);
     h = block1d(ctx, h, final_c_w_, final_c_b_, final_ln_w_, final_ln_b_);
     // final_proj (1x1 conv), produced time-fastest: [T, M, B]. mul_mat broadcasts only its
     // first operand over the batch, so a batch goes weights-first and is transposed after.
@@ -288,14 +297,143 @@ std::vector<float> CfmEstimator::integrate(const std::vector<float>& x0, const s
                                            const std::vector<float>& spks, const std::vector<float>& cond, int T,
                                            const std::vector<float>& ts) {
     check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), T);
+    return euler(x0, T, ts, conditioned(mu, spks, cond, T));
+}
+
+// ---------------------------------------------------------------------------
+// A stream's cached prefix
+// ---------------------------------------------------------------------------
+
+// Enough frames for every convolution's left context (kernels of 3 here).
+static constexpr int kMinPrefixFrames = 8;
+
+ggml_tensor* CfmEstimator::PrefixTap::take(ggml_context* cache, ggml_type type, int64_t ne0, int64_t ne1) {
+    if (mode == Mode::Collect) {
+        tensors->push_back(ggml_new_tensor_2d(cache, type, ne0, ne1));
+        return tensors->back();
+    }
+    if (next >= tensors->size()) throw EngineError("the CFM's cached prefix does not match this graph");
+    ggml_tensor* t = (*tensors)[next++];
+    if (t->type != type || t->ne[0] != ne0 || (mode == Mode::Record && t->ne[1] != ne1))
+        throw EngineError("the CFM's cached prefix does not match this graph");
+    return t;
+}
+
+ggml_tensor* CfmEstimator::tap_keys_values(ggml_context* ctx, ggml_tensor* kv) const {
+    ggml_tensor* cached = tap_->take(prefix_.ctx, GGML_TYPE_F16, kv->ne[0], kv->ne[1]);
+    switch (tap_->mode) {
+        case PrefixTap::Mode::Collect: return kv;
+        case PrefixTap::Mode::Record: ggml_build_forward_expand(tap_->graph, ggml_cpy(ctx, kv, cached)); return kv;
+        case PrefixTap::Mode::Use: break;
+    }
+    return ggml_concat(ctx, ggml_cast(ctx, cached, GGML_TYPE_F32), kv, 1);
+}
+
+ggml_tensor* CfmEstimator::tap_conv_left(ggml_context* ctx, ggml_tensor* x, int k) const {
+    ggml_tensor* cached = tap_->take(prefix_.ctx, GGML_TYPE_F32, x->ne[0], k);
+    switch (tap_->mode) {
+        case PrefixTap::Mode::Collect: return nullptr;
+        case PrefixTap::Mode::Record: {
+            ggml_tensor* tail = ggml_view_2d(ctx, x, x->ne[0], k, x->nb[1], (x->ne[1] - k) * x->nb[1]);
+            ggml_build_forward_expand(tap_->graph, ggml_cpy(ctx, tail, cached));
+            return nullptr;
+        }
+        case PrefixTap::Mode::Use: break;
+    }
+    return cached;
+}
+
+namespace {
+// tap_ set for one estimator evaluation's construction (cleared however it ends).
+template <class Tap>
+struct TapScope {
+    Tap*& slot;
+    TapScope(Tap*& s, Tap* t) : slot(s) { slot = t; }
+    ~TapScope() { slot = nullptr; }
+};
+}  // namespace
+
+std::vector<float> CfmEstimator::euler_tapped(std::vector<float> x, int T, const std::vector<float>& ts,
+                                              PrefixTap::Mode mode,
+                                              const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs) {
+    size_t step = 0;
+    return euler(std::move(x), T, ts, [&](ggml_context* ctx, GraphInputs& in) -> StepVelocity {
+        StepVelocity velocity_at = inputs(ctx, in);
+        return [this, velocity_at, &step, mode](ggml_tensor* xt, float t, float r) {
+            PrefixTap tap{mode, &prefix_.steps.at(step++), 0, runner_.graph()};
+            TapScope<PrefixTap> scope(tap_, &tap);
+            return velocity_at(xt, t, r);
+        };
+    });
+}
+
+std::function<CfmEstimator::StepVelocity(ggml_context*, GraphInputs&)> CfmEstimator::conditioned(
+    const std::vector<float>& mu, const std::vector<float>& spks, const std::vector<float>& cond, int T) const {
     const int M = out_channels_;
-    return euler(x0, T, ts, [&](ggml_context* ctx, GraphInputs& in) -> StepVelocity {
+    return [this, &mu, &spks, &cond, T, M](ggml_context* ctx, GraphInputs& in) -> StepVelocity {
         ggml_tensor *mut = in.f32(ctx, mu, T, M), *spt = in.f32(ctx, spks, 1, M), *condt = in.f32(ctx, cond, T, M);
         return [this, ctx, &in, mut, spt, condt](ggml_tensor* x, float t, float r) {
             return velocity(ctx, in, x, mut, spt, condt, t, r);
         };
-    });
+    };
 }
+
+void CfmEstimator::record_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
+                                 const std::vector<float>& spks, const std::vector<float>& cond, int P,
+                                 const std::vector<float>& ts) {
+    if (!meanflow_) throw EngineError("a cached stream prefix needs a meanflow CFM (this model's is guided)");
+    check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), P);
+    const int n_steps = static_cast<int>(ts.size()) - 1;
+    if (P < kMinPrefixFrames) throw EngineError("a cached stream prefix needs at least " + std::to_string(kMinPrefixFrames) + " frames");
+    if (n_steps < 1 || n_steps > kMaxPrefixSteps)
+        throw EngineError("a cached stream prefix takes 1 to " + std::to_string(kMaxPrefixSteps) + " CFM steps");
+    drop_prefix();
+    const int M = out_channels_;
+    prefix_.ctx = ggml_init({ggml_tensor_overhead() * 1024 * static_cast<size_t>(n_steps), nullptr, /*no_alloc=*/true});
+    // The tensors one evaluation meets (a graph built and dropped), then as many for every step.
+    prefix_.steps.assign(n_steps, {});
+    {
+        ggml_context* ctx = runner_.begin();
+        GraphInputs in;
+        PrefixTap tap{PrefixTap::Mode::Collect, &prefix_.steps[0], 0, nullptr};
+        TapScope<PrefixTap> scope(tap_, &tap);
+        velocity(ctx, in, in.f32(ctx, x0, P, M), in.f32(ctx, mu, P, M), in.f32(ctx, spks, 1, M), in.f32(ctx, cond, P, M),
+                 ts[0], ts[1]);
+    }
+    for (int s = 1; s < n_steps; ++s)
+        for (ggml_tensor* t : prefix_.steps[0]) prefix_.steps[s].push_back(ggml_dup_tensor(prefix_.ctx, t));
+    prefix_.buf = ggml_backend_alloc_ctx_tensors(prefix_.ctx, runner_.backend());
+    if (!prefix_.buf) {
+        drop_prefix();
+        throw EngineError("not enough memory for the stream's cached prefix");
+    }
+    try {
+        euler_tapped(x0, P, ts, PrefixTap::Mode::Record, conditioned(mu, spks, cond, P));
+    } catch (...) {
+        drop_prefix();
+        throw;
+    }
+    prefix_.frames = P;
+    prefix_.ts = ts;
+}
+
+std::vector<float> CfmEstimator::integrate_after_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
+                                                        const std::vector<float>& spks, int T,
+                                                        const std::vector<float>& ts) {
+    if (prefix_.frames == 0) throw EngineError("no cached stream prefix");
+    if (ts != prefix_.ts) throw EngineError("the cached stream prefix was integrated over other Euler times");
+    check_inputs(x0.size(), mu.size(), spks.size(), mu.size(), T);
+    const std::vector<float> cond(mu.size(), 0.0f);  // after the prompt
+    return euler_tapped(x0, T, ts, PrefixTap::Mode::Use, conditioned(mu, spks, cond, T));
+}
+
+void CfmEstimator::drop_prefix() {
+    if (prefix_.buf) ggml_backend_buffer_free(prefix_.buf);
+    if (prefix_.ctx) ggml_free(prefix_.ctx);
+    prefix_ = PrefixCache{};
+}
+
+size_t CfmEstimator::prefix_bytes() const { return prefix_.buf ? ggml_backend_buffer_get_size(prefix_.buf) : 0; }
 
 // Guidance as solve_euler computes it, in float32: the rows' weights are the float32 values
 // of the Python floats (1.0 + inference_cfg_rate) and inference_cfg_rate.
@@ -424,6 +562,34 @@ std::vector<float> S3GenCfm::sample(const std::vector<float>& mu, int T, const s
         std::copy(x.begin() + static_cast<size_t>(c) * T + P, x.begin() + static_cast<size_t>(c + 1) * T,
                   out.begin() + static_cast<size_t>(c) * (T - P));
     return out;
+}
+
+void S3GenCfm::set_prefix(const std::vector<float>& mu, int P, const std::vector<float>& prompt_feat,
+                          const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps) {
+    if (!meanflow_) throw EngineError("a cached stream prefix needs a meanflow CFM (this model's is guided)");
+    if (n_steps < 0 || n_steps > 100) throw EngineError("cfm_steps must be between 1 and 100");
+    if (n_steps == 0) n_steps = n_timesteps_;
+    clear_prefix();
+    std::vector<float> spks, cond;
+    if (conditioning(mu, P, prompt_feat, embedding, x0, spks, cond) != P)
+        throw EngineError("a stream prefix is the prompt's frames alone: prompt_feat must have mu's frames");
+    const std::vector<float> ts = t_span(n_steps);
+    est_.record_prefix(x0, mu, spks, cond, P, ts);
+    prefix_spks_ = std::move(spks);
+    prefix_ts_ = ts;
+}
+
+std::vector<float> S3GenCfm::sample_after_prefix(const std::vector<float>& mu, int T, const std::vector<float>& x0) {
+    const size_t n = static_cast<size_t>(est_.n_mels()) * T;
+    if (T <= 0 || mu.size() != n || x0.size() != n)
+        throw EngineError("mu and x0 after the prefix must be [" + std::to_string(est_.n_mels()) + ", T] with T > 0");
+    return est_.integrate_after_prefix(x0, mu, prefix_spks_, T, prefix_ts_);
+}
+
+void S3GenCfm::clear_prefix() {
+    est_.drop_prefix();
+    prefix_spks_.clear();
+    prefix_ts_.clear();
 }
 
 std::vector<std::vector<float>> S3GenCfm::velocities(const std::vector<float>& mu, int T,
