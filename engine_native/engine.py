@@ -89,6 +89,9 @@ _CHUNK_GROWTH = 1.0
 _STREAM_CACHED_PROMPT = True
 # The cached prompt's own noise: fixed, so that one prefix serves every sentence and seed.
 _PROMPT_NOISE_SEED = 0
+# Cached prompts kept (each about 115 MB for a 10 s prompt at 2 CFM steps, 25 MB for the
+# low-latency preset's 4 s at 1): one voice's two presets.
+_STREAM_PREFIXES = 2
 # On a GPU the S3Gen encoder's compute buffers are sized at load for the built-in voice's
 # prompt and this many speech tokens (20 s of audio), with its position table: a first
 # sentence up to that long then allocates nothing (H200, Turbo Q4_0, 500 tokens: first
@@ -501,7 +504,7 @@ class Engine:
             prompt = self._file.tensor_f32("voice.prompt_token").size if has_voice else 0
             self._encoder.reserve(prompt + _S3GEN_RESERVE_SPEECH_TOKENS)
         self._cfm = _core.S3GenCfm(self._file)
-        self._prefix_key = None  # the voice prompt and step count the CFM has cached (_cfm_prefix)
+        self._prefixes: dict = {}  # (voice prompt digest, CFM steps) -> (encoder, CFM) prefixes (_stream_prefix)
         self._hift = _core.HiFT(self._file)  # on the model's device (a GPU: ggml ops; a device OOM: the CPU)
         self.device = self._file.device
 
@@ -956,61 +959,69 @@ class Engine:
         leaves the tokens before it out of the pass (a stream's bounded left context): the
         result then begins at speech frame token_mel_ratio x start, and every frame keeps the
         noise it has in the whole pass. cached_prompt (a stream's passes, where
-        _prefix_usable): the CFM integrates only the speech frames, against the voice prompt's
-        cached trajectory (_cfm_prefix)."""
+        _prefix_usable): the encoder and the CFM compute only the speech frames, against the
+        voice prompt's cached keys and values (_stream_prefix)."""
         prompt_token, prompt_feat = self._s3gen_prompt(voice, p["prompt_seconds"])
+        P, skip = prompt_feat.shape[0], self._token_mel_ratio * start
+        rng = np.random.Generator(np.random.PCG64(seed))
+        prefix = self._stream_prefix(prompt_token, prompt_feat, voice, p) if cached_prompt else None
+        if prefix is not None:
+            enc, cfm = prefix
+            mu = self._encoder.encode_after_prefix(enc, np.asarray(speech[start:], np.int32)) if speech[start:] else None
+            n = 0 if mu is None else mu.shape[1] - (0 if final else self._lookahead_frames)
+            if n <= 0:
+                return np.zeros((prompt_feat.shape[1], 0), np.float32)
+            x0 = rng.standard_normal((P + skip + n, mu.shape[0]), dtype=np.float32).T  # frame by frame, as below
+            return self._cfm.sample_after_prefix(cfm, np.ascontiguousarray(mu[:, :n]),
+                                                 np.ascontiguousarray(x0[:, P + skip:]))
         mu = self._encoder.encode(np.concatenate([prompt_token, np.asarray(speech[start:], np.int32)]).tolist())
         if not final:  # flow.inference(finalize=False) drops the lookahead frames
             mu = mu[:, : mu.shape[1] - self._lookahead_frames]
-        if mu.shape[1] <= prompt_feat.shape[0]:
+        if mu.shape[1] <= P:
             return np.zeros((mu.shape[0], 0), np.float32)
-        skip = self._token_mel_ratio * start
-        rng = np.random.Generator(np.random.PCG64(seed))
         x0 = rng.standard_normal((mu.shape[1] + skip, mu.shape[0]), dtype=np.float32).T  # frame by frame: prefix-stable
-        P = prompt_feat.shape[0]
-        if cached_prompt and self._cfm_prefix(prompt_token, prompt_feat, voice, p):
-            return self._cfm.sample_after_prefix(np.ascontiguousarray(mu[:, P:]), np.ascontiguousarray(x0[:, P + skip:]))
         if skip:  # the prompt's noise, then the window's frames' own
             x0 = np.concatenate([x0[:, :P], x0[:, P + skip:]], axis=1)
         return self._cfm.sample(np.ascontiguousarray(mu), prompt_feat, voice.embedding,
                                 np.ascontiguousarray(x0), n_steps=p["cfm_steps"])
 
     def _prefix_usable(self, p: dict) -> bool:
-        """Whether a stream's passes can take the voice prompt as a cached CFM prefix: a
+        """Whether a stream's passes can take the voice prompt as a cached prefix: a
         meanflow CFM at a step count whose per-step keys and values are kept."""
         steps = p["cfm_steps"] or self._cfm.n_timesteps
         return not self._cfm.guided and steps <= self._cfm.prefix_max_steps
 
-    def _cfm_prefix(self, prompt_token, prompt_feat, voice: Voice, p: dict) -> bool:
-        """The CFM's cached prefix for this voice prompt and step count, made where it is not
-        the one cached: the prompt's own trajectory from its own noise (_PROMPT_NOISE_SEED, so
-        that it depends on no sentence's seed), its mu from the encoder over the prompt tokens
-        alone (so that it depends on nothing a sentence says). One is kept, for the next
-        stream with the same voice. Called with the engine's lock held (as every S3Gen pass
-        is). False where the prompt's frames are not token_mel_ratio per token (the old way)."""
-        steps = p["cfm_steps"] or self._cfm.n_timesteps
+    def _stream_prefix(self, prompt_token, prompt_feat, voice: Voice, p: dict):
+        """The encoder's and the CFM's cached prefixes for this voice prompt and step count
+        (made where not cached): the prompt encoded alone (its mu then depends on nothing a
+        sentence says) and its CFM trajectory from its own noise (_PROMPT_NOISE_SEED: it
+        depends on no sentence's seed). The last _STREAM_PREFIXES are kept (both presets of
+        one voice), for the next stream with them. Called with the engine's lock held (as every
+        S3Gen pass is). None where the prompt's frames are not token_mel_ratio per token (the
+        passes then run in full)."""
+        if self._token_mel_ratio * prompt_token.size != prompt_feat.shape[0]:
+            return None
         digest = hashlib.blake2b(digest_size=16)
         for a in (prompt_token, prompt_feat, voice.embedding):
             digest.update(np.ascontiguousarray(a).tobytes())
-        key = (digest.digest(), steps)
-        if self._prefix_key == key and self._cfm.prefix_frames == prompt_feat.shape[0]:
-            return True
-        mu = self._encoder.encode(prompt_token.tolist())
-        if mu.shape[1] != prompt_feat.shape[0]:
-            return False
-        self._prefix_key = None
-        rng = np.random.Generator(np.random.PCG64(_PROMPT_NOISE_SEED))
-        x0 = rng.standard_normal((mu.shape[1], mu.shape[0]), dtype=np.float32).T
-        self._cfm.set_prefix(mu, prompt_feat, voice.embedding, np.ascontiguousarray(x0), n_steps=steps)
-        self._prefix_key = key
-        return True
+        key = (digest.digest(), p["cfm_steps"] or self._cfm.n_timesteps)
+        prefix = self._prefixes.pop(key, None)
+        if prefix is None:
+            enc = self._encoder.make_prefix(prompt_token)
+            rng = np.random.Generator(np.random.PCG64(_PROMPT_NOISE_SEED))
+            x0 = rng.standard_normal((enc.mu.shape[1], enc.mu.shape[0]), dtype=np.float32).T
+            prefix = enc, self._cfm.make_prefix(enc.mu, prompt_feat, voice.embedding, np.ascontiguousarray(x0),
+                                                n_steps=key[1])
+        self._prefixes[key] = prefix  # the most recent last
+        while len(self._prefixes) > _STREAM_PREFIXES:
+            self._prefixes.pop(next(iter(self._prefixes)))
+        return prefix
 
-    def release_stream_prefix(self) -> int:
-        """Frees the CFM's cached stream prefix; returns the bytes freed."""
+    def release_stream_prefixes(self) -> int:
+        """Frees the cached stream prefixes (_stream_prefix); returns the CFM's bytes freed."""
         with self._lock:
-            freed = self._cfm.prefix_bytes
-            self._cfm.clear_prefix()
-            self._prefix_key = None
+            freed = sum(cfm.bytes for _, cfm in self._prefixes.values())
+            self._prefixes.clear()
             return freed
 
     def _stream_pass(self, tokens, final, vocoder, voice, seed, p, context=None):

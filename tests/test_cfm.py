@@ -73,14 +73,10 @@ def test_cached_prompt_prefix_matches_reference_under_its_mask(n_tokens):
     prompt_feat = np.asarray(prompt_feat, np.float32).reshape(-1, 80)
     P = prompt_feat.shape[0]
     cfm = debug._component(model_path("turbo"), "S3GenCfm")
-    try:
-        cfm.set_prefix(np.ascontiguousarray(mu[:, :P]), prompt_feat, np.asarray(embedding, np.float32).reshape(-1),
-                       np.ascontiguousarray(x0[:, :P]))
-        assert cfm.prefix_frames == P and cfm.prefix_bytes > 0
-        got = cfm.sample_after_prefix(np.ascontiguousarray(mu[:, P:]), np.ascontiguousarray(x0[:, P:]))
-    finally:
-        cfm.clear_prefix()
-    assert cfm.prefix_frames == 0 and cfm.prefix_bytes == 0
+    prefix = cfm.make_prefix(np.ascontiguousarray(mu[:, :P]), prompt_feat, np.asarray(embedding, np.float32).reshape(-1),
+                             np.ascontiguousarray(x0[:, :P]))
+    assert prefix.frames == P and prefix.bytes > 0
+    got = cfm.sample_after_prefix(prefix, np.ascontiguousarray(mu[:, P:]), np.ascontiguousarray(x0[:, P:]))
     rel = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
     mask_rel = float(np.linalg.norm(ref - full) / np.linalg.norm(full))
     print(f"cached prefix, {n_tokens} tokens: rel {rel:.2e} max_abs {np.abs(got - ref).max():.2e}; "
@@ -90,15 +86,16 @@ def test_cached_prompt_prefix_matches_reference_under_its_mask(n_tokens):
 
 def test_cached_prompt_prefix_refuses_bad_use():
     cfm = debug._component(model_path("turbo"), "S3GenCfm")
-    with pytest.raises(engine_native.EngineError, match="no cached stream prefix"):
-        cfm.sample_after_prefix(np.zeros((80, 10), np.float32), np.zeros((80, 10), np.float32))
     with pytest.raises(engine_native.EngineError, match="P"):
-        cfm.set_prefix(np.zeros((80, 10), np.float32), np.zeros((9, 80), np.float32), np.ones(192, np.float32),
-                       np.zeros((80, 10), np.float32))
+        cfm.make_prefix(np.zeros((80, 10), np.float32), np.zeros((9, 80), np.float32), np.ones(192, np.float32),
+                        np.zeros((80, 10), np.float32))
     with pytest.raises(engine_native.EngineError, match="at least"):
-        cfm.set_prefix(np.zeros((80, 4), np.float32), np.zeros((4, 80), np.float32), np.ones(192, np.float32),
-                       np.zeros((80, 4), np.float32))
+        cfm.make_prefix(np.zeros((80, 4), np.float32), np.zeros((4, 80), np.float32), np.ones(192, np.float32),
+                        np.zeros((80, 4), np.float32))
     with pytest.raises(engine_native.EngineError, match="CFM steps"):
-        cfm.set_prefix(np.zeros((80, 10), np.float32), np.zeros((10, 80), np.float32), np.ones(192, np.float32),
-                       np.zeros((80, 10), np.float32), n_steps=cfm.prefix_max_steps + 1)
-    assert cfm.prefix_frames == 0
+        cfm.make_prefix(np.zeros((80, 10), np.float32), np.zeros((10, 80), np.float32), np.ones(192, np.float32),
+                        np.zeros((80, 10), np.float32), n_steps=cfm.prefix_max_steps + 1)
+    prefix = cfm.make_prefix(np.zeros((80, 10), np.float32), np.zeros((10, 80), np.float32), np.ones(192, np.float32),
+                             np.zeros((80, 10), np.float32), n_steps=1)
+    with pytest.raises(engine_native.EngineError, match="mu and x0"):
+        cfm.sample_after_prefix(prefix, np.zeros((80, 10), np.float32), np.zeros((80, 9), np.float32))

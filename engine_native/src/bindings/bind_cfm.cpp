@@ -6,6 +6,9 @@ namespace py = pybind11;
 using namespace cbs;
 
 void bind_cfm(py::module_& m) {
+    py::class_<CfmPrefix, std::shared_ptr<CfmPrefix>>(m, "CfmPrefix", "a stream's cached CFM prefix (S3GenCfm.make_prefix)")
+        .def_property_readonly("frames", &CfmPrefix::frames)
+        .def_property_readonly("bytes", &CfmPrefix::bytes, "its keys, values and convolution context on the device");
     using PyS3GenCfm = Component<S3GenCfm>;
     py::class_<PyS3GenCfm>(m, "S3GenCfm", "S3Gen conditional flow matching decoder (estimator + sampler).")
         .def(py::init(&build_on_backend<S3GenCfm>), py::arg("model"))
@@ -45,8 +48,8 @@ void bind_cfm(py::module_& m) {
         }, py::arg("mu"), py::arg("prompt_feat"), py::arg("embedding"), py::arg("x0"), py::arg("n_steps") = 0,
            "mu [n_mels, T], prompt_feat [T_prompt, n_mels], embedding [192], x0 [n_mels, T] (initial noise as the "
            "estimator first sees it) -> mel [n_mels, T - T_prompt]; n_steps 0: the model's default.")
-        .def("set_prefix", [](PyS3GenCfm& self, const F32Array& mu, const F32Array& prompt_feat,
-                              const F32Array& embedding, const F32Array& x0, int n_steps) {
+        .def("make_prefix", [](PyS3GenCfm& self, const F32Array& mu, const F32Array& prompt_feat,
+                               const F32Array& embedding, const F32Array& x0, int n_steps) {
             const int M = self->n_mels();
             if (mu.ndim() != 2 || mu.shape(0) != M || x0.ndim() != 2 || x0.shape(0) != M || x0.shape(1) != mu.shape(1))
                 throw EngineError("mu and x0 must be [" + std::to_string(M) + ", P], got " + shape_of(mu) + " and " +
@@ -58,35 +61,25 @@ void bind_cfm(py::module_& m) {
             const int P = static_cast<int>(mu.shape(1));
             std::vector<float> vmu = to_vector(mu), vpf = to_vector(prompt_feat), vemb = to_vector(embedding),
                                vx0 = to_vector(x0);
-            compute(self, [&](S3GenCfm& cfm) {
-                cfm.set_prefix(vmu, P, vpf, vemb, vx0, n_steps);
-                return 0;
-            });
+            return compute(self, [&](S3GenCfm& cfm) { return cfm.make_prefix(vmu, P, vpf, vemb, vx0, n_steps); });
         }, py::arg("mu"), py::arg("prompt_feat"), py::arg("embedding"), py::arg("x0"), py::arg("n_steps") = 0,
            "a stream's cached prefix (meanflow models): the voice prompt's frames alone, mu and x0 [n_mels, P], "
            "prompt_feat [P, n_mels], integrated once; sample_after_prefix then computes only later frames, which "
            "attend to the prompt's cached keys and values (the prompt does not attend to them)")
-        .def("sample_after_prefix", [](PyS3GenCfm& self, const F32Array& mu, const F32Array& x0) {
+        .def("sample_after_prefix", [](PyS3GenCfm& self, const CfmPrefix& prefix, const F32Array& mu, const F32Array& x0) {
             const int M = self->n_mels();
             if (mu.ndim() != 2 || mu.shape(0) != M || x0.ndim() != 2 || x0.shape(0) != M || x0.shape(1) != mu.shape(1))
                 throw EngineError("mu and x0 must be [" + std::to_string(M) + ", T], got " + shape_of(mu) + " and " +
                                   shape_of(x0));
             const int T = static_cast<int>(mu.shape(1));
             std::vector<float> vmu = to_vector(mu), vx0 = to_vector(x0);
-            std::vector<float> mel = compute(self, [&](S3GenCfm& cfm) { return cfm.sample_after_prefix(vmu, T, vx0); });
+            std::vector<float> mel =
+                compute(self, [&](S3GenCfm& cfm) { return cfm.sample_after_prefix(prefix, vmu, T, vx0); });
             return to_numpy(mel, {M, T});
-        }, py::arg("mu"), py::arg("x0"),
-           "mu and x0 [n_mels, T] for the frames after the cached prefix -> their mel [n_mels, T]")
-        .def("clear_prefix", [](PyS3GenCfm& self) {
-            std::lock_guard<std::mutex> lock(self.mutex);
-            self->clear_prefix();
-        }, "frees the cached stream prefix")
-        .def_property_readonly("prefix_frames", [](const PyS3GenCfm& s) { return s->prefix_frames(); },
-                               "the cached stream prefix's frames (0: none)")
+        }, py::arg("prefix"), py::arg("mu"), py::arg("x0"),
+           "mu and x0 [n_mels, T] for the frames after the prefix -> their mel [n_mels, T]")
         .def_property_readonly("prefix_max_steps", [](const PyS3GenCfm&) { return CfmEstimator::kMaxPrefixSteps; },
                                "the most Euler steps a cached stream prefix takes")
-        .def_property_readonly("prefix_bytes", [](const PyS3GenCfm& s) { return s->prefix_bytes(); },
-                               "the cached stream prefix's memory")
         .def("velocities", [](PyS3GenCfm& self, const F32Array& mu, const F32Array& prompt_feat,
                               const F32Array& embedding, const F32Array& x, float t, float r) {
             const int M = self->n_mels();

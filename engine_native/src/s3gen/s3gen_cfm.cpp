@@ -103,7 +103,6 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
 }
 
 CfmEstimator::~CfmEstimator() {
-    drop_prefix();
     if (qkv_buf_) ggml_backend_buffer_free(qkv_buf_);
     if (qkv_ctx_) ggml_free(qkv_ctx_);
 }
@@ -307,20 +306,28 @@ std::vector<float> CfmEstimator::integrate(const std::vector<float>& x0, const s
 // Enough frames for every convolution's left context (kernels of 3 here).
 static constexpr int kMinPrefixFrames = 8;
 
-ggml_tensor* CfmEstimator::PrefixTap::take(ggml_context* cache, ggml_type type, int64_t ne0, int64_t ne1) {
+CfmPrefix::~CfmPrefix() {
+    if (buf_) ggml_backend_buffer_free(buf_);
+    if (ctx_) ggml_free(ctx_);
+}
+
+size_t CfmPrefix::bytes() const { return buf_ ? ggml_backend_buffer_get_size(buf_) : 0; }
+
+ggml_tensor* CfmEstimator::PrefixTap::take(ggml_type type, int64_t ne0, int64_t ne1) {
+    std::vector<ggml_tensor*>& tensors = prefix->steps_.at(step);
     if (mode == Mode::Collect) {
-        tensors->push_back(ggml_new_tensor_2d(cache, type, ne0, ne1));
-        return tensors->back();
+        tensors.push_back(ggml_new_tensor_2d(prefix->ctx_, type, ne0, ne1));
+        return tensors.back();
     }
-    if (next >= tensors->size()) throw EngineError("the CFM's cached prefix does not match this graph");
-    ggml_tensor* t = (*tensors)[next++];
+    if (next >= tensors.size()) throw EngineError("the CFM's cached prefix does not match this graph");
+    ggml_tensor* t = tensors[next++];
     if (t->type != type || t->ne[0] != ne0 || (mode == Mode::Record && t->ne[1] != ne1))
         throw EngineError("the CFM's cached prefix does not match this graph");
     return t;
 }
 
 ggml_tensor* CfmEstimator::tap_keys_values(ggml_context* ctx, ggml_tensor* kv) const {
-    ggml_tensor* cached = tap_->take(prefix_.ctx, GGML_TYPE_F16, kv->ne[0], kv->ne[1]);
+    ggml_tensor* cached = tap_->take(GGML_TYPE_F16, kv->ne[0], kv->ne[1]);
     switch (tap_->mode) {
         case PrefixTap::Mode::Collect: return kv;
         case PrefixTap::Mode::Record: ggml_build_forward_expand(tap_->graph, ggml_cpy(ctx, kv, cached)); return kv;
@@ -330,7 +337,7 @@ ggml_tensor* CfmEstimator::tap_keys_values(ggml_context* ctx, ggml_tensor* kv) c
 }
 
 ggml_tensor* CfmEstimator::tap_conv_left(ggml_context* ctx, ggml_tensor* x, int k) const {
-    ggml_tensor* cached = tap_->take(prefix_.ctx, GGML_TYPE_F32, x->ne[0], k);
+    ggml_tensor* cached = tap_->take(GGML_TYPE_F32, x->ne[0], k);
     switch (tap_->mode) {
         case PrefixTap::Mode::Collect: return nullptr;
         case PrefixTap::Mode::Record: {
@@ -353,14 +360,13 @@ struct TapScope {
 };
 }  // namespace
 
-std::vector<float> CfmEstimator::euler_tapped(std::vector<float> x, int T, const std::vector<float>& ts,
-                                              PrefixTap::Mode mode,
+std::vector<float> CfmEstimator::euler_tapped(CfmPrefix& prefix, std::vector<float> x, int T, PrefixTap::Mode mode,
                                               const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs) {
     size_t step = 0;
-    return euler(std::move(x), T, ts, [&](ggml_context* ctx, GraphInputs& in) -> StepVelocity {
+    return euler(std::move(x), T, prefix.ts_, [&](ggml_context* ctx, GraphInputs& in) -> StepVelocity {
         StepVelocity velocity_at = inputs(ctx, in);
-        return [this, velocity_at, &step, mode](ggml_tensor* xt, float t, float r) {
-            PrefixTap tap{mode, &prefix_.steps.at(step++), 0, runner_.graph()};
+        return [this, velocity_at, &step, &prefix, mode](ggml_tensor* xt, float t, float r) {
+            PrefixTap tap{mode, &prefix, step++, 0, runner_.graph()};
             TapScope<PrefixTap> scope(tap_, &tap);
             return velocity_at(xt, t, r);
         };
@@ -378,62 +384,46 @@ std::function<CfmEstimator::StepVelocity(ggml_context*, GraphInputs&)> CfmEstima
     };
 }
 
-void CfmEstimator::record_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
-                                 const std::vector<float>& spks, const std::vector<float>& cond, int P,
-                                 const std::vector<float>& ts) {
+std::shared_ptr<CfmPrefix> CfmEstimator::record_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
+                                                       const std::vector<float>& spks, const std::vector<float>& cond,
+                                                       int P, const std::vector<float>& ts) {
     if (!meanflow_) throw EngineError("a cached stream prefix needs a meanflow CFM (this model's is guided)");
     check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), P);
     const int n_steps = static_cast<int>(ts.size()) - 1;
     if (P < kMinPrefixFrames) throw EngineError("a cached stream prefix needs at least " + std::to_string(kMinPrefixFrames) + " frames");
     if (n_steps < 1 || n_steps > kMaxPrefixSteps)
         throw EngineError("a cached stream prefix takes 1 to " + std::to_string(kMaxPrefixSteps) + " CFM steps");
-    drop_prefix();
     const int M = out_channels_;
-    prefix_.ctx = ggml_init({ggml_tensor_overhead() * 1024 * static_cast<size_t>(n_steps), nullptr, /*no_alloc=*/true});
-    // The tensors one evaluation meets (a graph built and dropped), then as many for every step.
-    prefix_.steps.assign(n_steps, {});
-    {
+    auto prefix = std::make_shared<CfmPrefix>();
+    prefix->ts_ = ts;
+    prefix->ctx_ = ggml_init({ggml_tensor_overhead() * 1024 * static_cast<size_t>(n_steps), nullptr, /*no_alloc=*/true});
+    prefix->steps_.assign(n_steps, {});
+    {  // The tensors one evaluation meets (a graph built and dropped), then as many for every step.
         ggml_context* ctx = runner_.begin();
         GraphInputs in;
-        PrefixTap tap{PrefixTap::Mode::Collect, &prefix_.steps[0], 0, nullptr};
+        PrefixTap tap{PrefixTap::Mode::Collect, prefix.get(), 0};
         TapScope<PrefixTap> scope(tap_, &tap);
         velocity(ctx, in, in.f32(ctx, x0, P, M), in.f32(ctx, mu, P, M), in.f32(ctx, spks, 1, M), in.f32(ctx, cond, P, M),
                  ts[0], ts[1]);
     }
     for (int s = 1; s < n_steps; ++s)
-        for (ggml_tensor* t : prefix_.steps[0]) prefix_.steps[s].push_back(ggml_dup_tensor(prefix_.ctx, t));
-    prefix_.buf = ggml_backend_alloc_ctx_tensors(prefix_.ctx, runner_.backend());
-    if (!prefix_.buf) {
-        drop_prefix();
-        throw EngineError("not enough memory for the stream's cached prefix");
-    }
-    try {
-        euler_tapped(x0, P, ts, PrefixTap::Mode::Record, conditioned(mu, spks, cond, P));
-    } catch (...) {
-        drop_prefix();
-        throw;
-    }
-    prefix_.frames = P;
-    prefix_.ts = ts;
+        for (ggml_tensor* t : prefix->steps_[0]) prefix->steps_[s].push_back(ggml_dup_tensor(prefix->ctx_, t));
+    prefix->buf_ = ggml_backend_alloc_ctx_tensors(prefix->ctx_, runner_.backend());
+    if (!prefix->buf_) throw EngineError("not enough memory for the stream's cached prefix");
+    euler_tapped(*prefix, x0, P, PrefixTap::Mode::Record, conditioned(mu, spks, cond, P));
+    prefix->frames_ = P;
+    return prefix;
 }
 
-std::vector<float> CfmEstimator::integrate_after_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
-                                                        const std::vector<float>& spks, int T,
-                                                        const std::vector<float>& ts) {
-    if (prefix_.frames == 0) throw EngineError("no cached stream prefix");
-    if (ts != prefix_.ts) throw EngineError("the cached stream prefix was integrated over other Euler times");
+std::vector<float> CfmEstimator::integrate_after_prefix(const CfmPrefix& prefix, const std::vector<float>& x0,
+                                                        const std::vector<float>& mu, const std::vector<float>& spks,
+                                                        int T) {
+    if (prefix.frames_ == 0) throw EngineError("the stream prefix was never completed");
     check_inputs(x0.size(), mu.size(), spks.size(), mu.size(), T);
     const std::vector<float> cond(mu.size(), 0.0f);  // after the prompt
-    return euler_tapped(x0, T, ts, PrefixTap::Mode::Use, conditioned(mu, spks, cond, T));
+    // Use only reads the prefix (its tensors and times).
+    return euler_tapped(const_cast<CfmPrefix&>(prefix), x0, T, PrefixTap::Mode::Use, conditioned(mu, spks, cond, T));
 }
-
-void CfmEstimator::drop_prefix() {
-    if (prefix_.buf) ggml_backend_buffer_free(prefix_.buf);
-    if (prefix_.ctx) ggml_free(prefix_.ctx);
-    prefix_ = PrefixCache{};
-}
-
-size_t CfmEstimator::prefix_bytes() const { return prefix_.buf ? ggml_backend_buffer_get_size(prefix_.buf) : 0; }
 
 // Guidance as solve_euler computes it, in float32: the rows' weights are the float32 values
 // of the Python floats (1.0 + inference_cfg_rate) and inference_cfg_rate.
@@ -564,32 +554,27 @@ std::vector<float> S3GenCfm::sample(const std::vector<float>& mu, int T, const s
     return out;
 }
 
-void S3GenCfm::set_prefix(const std::vector<float>& mu, int P, const std::vector<float>& prompt_feat,
-                          const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps) {
+std::shared_ptr<CfmPrefix> S3GenCfm::make_prefix(const std::vector<float>& mu, int P,
+                                                  const std::vector<float>& prompt_feat,
+                                                  const std::vector<float>& embedding, const std::vector<float>& x0,
+                                                  int n_steps) {
     if (!meanflow_) throw EngineError("a cached stream prefix needs a meanflow CFM (this model's is guided)");
     if (n_steps < 0 || n_steps > 100) throw EngineError("cfm_steps must be between 1 and 100");
     if (n_steps == 0) n_steps = n_timesteps_;
-    clear_prefix();
     std::vector<float> spks, cond;
     if (conditioning(mu, P, prompt_feat, embedding, x0, spks, cond) != P)
         throw EngineError("a stream prefix is the prompt's frames alone: prompt_feat must have mu's frames");
-    const std::vector<float> ts = t_span(n_steps);
-    est_.record_prefix(x0, mu, spks, cond, P, ts);
-    prefix_spks_ = std::move(spks);
-    prefix_ts_ = ts;
+    std::shared_ptr<CfmPrefix> prefix = est_.record_prefix(x0, mu, spks, cond, P, t_span(n_steps));
+    prefix->spks_ = std::move(spks);
+    return prefix;
 }
 
-std::vector<float> S3GenCfm::sample_after_prefix(const std::vector<float>& mu, int T, const std::vector<float>& x0) {
+std::vector<float> S3GenCfm::sample_after_prefix(const CfmPrefix& prefix, const std::vector<float>& mu, int T,
+                                                 const std::vector<float>& x0) {
     const size_t n = static_cast<size_t>(est_.n_mels()) * T;
     if (T <= 0 || mu.size() != n || x0.size() != n)
         throw EngineError("mu and x0 after the prefix must be [" + std::to_string(est_.n_mels()) + ", T] with T > 0");
-    return est_.integrate_after_prefix(x0, mu, prefix_spks_, T, prefix_ts_);
-}
-
-void S3GenCfm::clear_prefix() {
-    est_.drop_prefix();
-    prefix_spks_.clear();
-    prefix_ts_.clear();
+    return est_.integrate_after_prefix(prefix, x0, mu, prefix.spks_, T);
 }
 
 std::vector<std::vector<float>> S3GenCfm::velocities(const std::vector<float>& mu, int T,

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,29 @@ namespace cbs {
 // [C_in, K-1], where given, stands in for the zero padding (the frames before x).
 ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b,
                               CpuProducts blas = false, ggml_tensor* left = nullptr);
+
+// A stream's cached CFM prefix (CfmEstimator::record_prefix): for every Euler step, the
+// tensors an estimator evaluation meets over the prefix, in graph order: each attention's
+// keys and values [A, P] (f16) and each causal convolution's last K-1 input frames
+// [C_in, K-1], in a buffer of its own on the estimator's device. Freed with its last owner.
+class CfmPrefix {
+public:
+    CfmPrefix() = default;
+    ~CfmPrefix();
+    CfmPrefix(const CfmPrefix&) = delete;
+    CfmPrefix& operator=(const CfmPrefix&) = delete;
+    int frames() const { return frames_; }
+    size_t bytes() const;
+
+private:
+    friend class CfmEstimator;
+    friend class S3GenCfm;
+    int frames_ = 0;
+    std::vector<float> ts_, spks_;  // its Euler times; S3GenCfm: its speaker (spks)
+    ggml_context* ctx_ = nullptr;
+    ggml_backend_buffer_t buf_ = nullptr;
+    std::vector<std::vector<ggml_tensor*>> steps_;
+};
 
 // The ConditionalDecoder estimator: one velocity evaluation.
 class CfmEstimator {
@@ -53,21 +77,18 @@ public:
     // A stream's cached prefix (meanflow only). The U-Net's convolutions are causal, so frames
     // that attend only to themselves (a chunk-causal mask whose first chunk is the prefix: the
     // voice prompt) follow an Euler trajectory of their own, fixed by their x0, mu, spks and
-    // cond. record_prefix integrates that trajectory once and keeps, for every step, every
-    // attention's keys and values (f16) and every convolution's last input frames over it;
-    // integrate_after_prefix then integrates only later frames, which attend to the prefix's
-    // cached keys and values and to each other (cond zero there, as after any prompt).
-    // Arguments as integrate(), over the prefix's P frames or the later frames' T.
-    void record_prefix(const std::vector<float>& x0, const std::vector<float>& mu, const std::vector<float>& spks,
-                       const std::vector<float>& cond, int P, const std::vector<float>& ts);
-    std::vector<float> integrate_after_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
-                                              const std::vector<float>& spks, int T, const std::vector<float>& ts);
-    void drop_prefix();
-    int prefix_frames() const { return prefix_.frames; }
+    // cond. record_prefix integrates that trajectory once and keeps what later frames need
+    // of it (CfmPrefix); integrate_after_prefix then integrates only later frames, which
+    // attend to the prefix's cached keys and values and to each other (cond zero there, as
+    // after any prompt). Arguments as integrate(), over the prefix's P frames or the later T.
+    std::shared_ptr<CfmPrefix> record_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
+                                             const std::vector<float>& spks, const std::vector<float>& cond, int P,
+                                             const std::vector<float>& ts);
+    std::vector<float> integrate_after_prefix(const CfmPrefix& prefix, const std::vector<float>& x0,
+                                              const std::vector<float>& mu, const std::vector<float>& spks, int T);
     // Each step keeps about 57 MB for a 10 s prompt (56 attentions' keys and values in f16):
     // more steps than this stream the old way (every pass over the whole prompt).
     static constexpr int kMaxPrefixSteps = 4;
-    size_t prefix_bytes() const;
 
     int n_mels() const { return out_channels_; }
     bool meanflow() const { return meanflow_; }
@@ -123,33 +144,24 @@ private:
     // where their types differ or the device has no room.
     void fuse_qkv(const ModelFile& mf, ggml_backend_t backend);
 
-    // The prefix's per-step tensors, in the order the graph meets them: each attention's keys
-    // and values [A, P] (f16) and each convolution's last K-1 input frames [C_in, K-1].
-    struct PrefixCache {
-        int frames = 0;
-        std::vector<float> ts;
-        ggml_context* ctx = nullptr;
-        ggml_backend_buffer_t buf = nullptr;
-        std::vector<std::vector<ggml_tensor*>> steps;
-    };
-    // How a graph under construction meets the prefix: Collect finds the tensors' shapes
-    // (creating step 0's), Record copies them in, Use reads them.
+    // How a graph under construction meets a prefix: Collect creates step 0's tensors (their
+    // shapes found), Record copies them in, Use reads them.
     struct PrefixTap {
         enum class Mode { Collect, Record, Use } mode;
-        std::vector<ggml_tensor*>* tensors;
+        CfmPrefix* prefix;
+        size_t step;
         size_t next = 0;
         ggml_cgraph* graph = nullptr;  // Record: the copies are expanded into it
-        ggml_tensor* take(ggml_context* cache, ggml_type type, int64_t ne0, int64_t ne1);
+        ggml_tensor* take(ggml_type type, int64_t ne0, int64_t ne1);
     };
     // kv [A, T, 1] -> Use: [A, P + T, 1] (the prefix's first); otherwise kv (recorded).
     ggml_tensor* tap_keys_values(ggml_context* ctx, ggml_tensor* kv) const;
     // Use: the conv input's cached left context; otherwise nullptr (x's last k frames recorded).
     ggml_tensor* tap_conv_left(ggml_context* ctx, ggml_tensor* x, int k) const;
-    // Euler over ts (as euler()) with the tap in `mode` for each step.
-    std::vector<float> euler_tapped(std::vector<float> x, int T, const std::vector<float>& ts, PrefixTap::Mode mode,
+    // Euler over the prefix's steps (as euler()) with the tap in `mode` for each.
+    std::vector<float> euler_tapped(CfmPrefix& prefix, std::vector<float> x, int T, PrefixTap::Mode mode,
                                     const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs);
 
-    PrefixCache prefix_;
     mutable PrefixTap* tap_ = nullptr;  // set only while a graph is being built
     int in_channels_, out_channels_, channels_, n_head_, head_dim_, time_dim_;
     int64_t ff_ = -1;  // transformer feed-forward width (from the first one)
@@ -188,16 +200,15 @@ public:
                                                float t, float r);
 
     // Streaming with the voice prompt as a cached prefix (meanflow models; CfmEstimator's
-    // record_prefix says how). set_prefix takes the prompt's frames alone: mu, x0 row-major
+    // record_prefix says how). make_prefix takes the prompt's frames alone: mu, x0 row-major
     // [n_mels][P] and prompt_feat [P][n_mels], as sample() would over P frames. Then
-    // sample_after_prefix(mu, T, x0) ([n_mels][T] each, the frames after the prompt) returns
-    // their mel [n_mels][T] with the prefix's speaker and step count.
-    void set_prefix(const std::vector<float>& mu, int P, const std::vector<float>& prompt_feat,
-                    const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps = 0);
-    std::vector<float> sample_after_prefix(const std::vector<float>& mu, int T, const std::vector<float>& x0);
-    void clear_prefix();
-    int prefix_frames() const { return est_.prefix_frames(); }
-    size_t prefix_bytes() const { return est_.prefix_bytes(); }
+    // sample_after_prefix(prefix, mu, T, x0) ([n_mels][T] each, the frames after the prompt)
+    // returns their mel [n_mels][T] with the prefix's speaker and step count.
+    std::shared_ptr<CfmPrefix> make_prefix(const std::vector<float>& mu, int P, const std::vector<float>& prompt_feat,
+                                           const std::vector<float>& embedding, const std::vector<float>& x0,
+                                           int n_steps = 0);
+    std::vector<float> sample_after_prefix(const CfmPrefix& prefix, const std::vector<float>& mu, int T,
+                                           const std::vector<float>& x0);
 
     int n_mels() const { return est_.n_mels(); }
     int n_timesteps() const { return n_timesteps_; }
@@ -222,7 +233,6 @@ private:
                      std::vector<float>& cond) const;
 
     CfmEstimator est_;
-    std::vector<float> prefix_spks_, prefix_ts_;  // set_prefix's speaker and Euler times
     std::vector<float> spk_w_, spk_b_;  // spk_embed_affine_layer, host copies
     int spk_in_, spk_out_, n_timesteps_;
     bool meanflow_, cosine_ = true, guidance_batched_ = false;

@@ -68,10 +68,11 @@ S3GenEncoder::S3GenEncoder(const ModelFile& mf, ggml_backend_t backend)
     products_ = products_for(backend, blocks_.empty() ? proj_w_ : blocks_[0].ff1_w);
 }
 
-// ESPnet relative positional encoding rows for relative positions n-1 down to -(n-1),
-// computed in float32 step by step as EspnetRelPositionalEncoding.extend_pe does.
-std::vector<float> S3GenEncoder::rel_positions(int n) {
-    const int d = d_model_;
+// ESPnet relative positional encoding rows for relative positions n_keys-1 down to
+// -(n_queries-1), computed in float32 step by step as EspnetRelPositionalEncoding.extend_pe does.
+std::vector<float> S3GenEncoder::rel_positions(int n_keys, int n_queries) {
+    if (n_queries < 0) n_queries = n_keys;
+    const int d = d_model_, n = std::max(n_keys, n_queries);
     if (n > n_table_) {
         const int N = std::max(n, 2 * n_table_);  // grown geometrically: a stream's inputs grow chunk by chunk
         table_.assign(static_cast<size_t>(2 * N - 1) * d, 0.0f);
@@ -91,9 +92,9 @@ std::vector<float> S3GenEncoder::rel_positions(int n) {
         }
         n_table_ = N;
     }
-    // Relative position n-1 is row N-n of the table.
-    const auto first = table_.begin() + static_cast<ptrdiff_t>(n_table_ - n) * d;
-    return std::vector<float>(first, first + static_cast<ptrdiff_t>(2 * n - 1) * d);
+    // Relative position n_keys-1 is row N-n_keys of the table.
+    const auto first = table_.begin() + static_cast<ptrdiff_t>(n_table_ - n_keys) * d;
+    return std::vector<float>(first, first + static_cast<ptrdiff_t>(n_keys + n_queries - 1) * d);
 }
 
 ggml_tensor* S3GenEncoder::embed(ggml_context* ctx, ggml_tensor* x, const Embed& e) const {
@@ -102,23 +103,38 @@ ggml_tensor* S3GenEncoder::embed(ggml_context* ctx, ggml_tensor* x, const Embed&
 }
 
 // Pre-norm conformer block (no macaron FFN, no conv module): rel-pos MHSA, then FFN (SiLU).
-ggml_tensor* S3GenEncoder::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* pos, ggml_tensor* mask, const Block& b) const {
+ggml_tensor* S3GenEncoder::block(ggml_context* ctx, GraphInputs& in, ggml_tensor* x, ggml_tensor* pos,
+                                 ggml_tensor* mask, const Block& b, PrefixUse* prefix) const {
     const int64_t T = x->ne[1], H = n_head_, D = d_model_ / n_head_;
     ggml_tensor* h = layer_norm(ctx, x, b.norm_mha_w, b.norm_mha_b, layer_eps_);
+    ggml_tensor* k2 = linear(ctx, h, b.k_w, b.k_b, products_);  // [A, T]
+    ggml_tensor* v2 = linear(ctx, h, b.v_w, b.v_b, products_);
+    if (prefix && !prefix->cached) {
+        prefix->recorded.push_back(k2);
+        prefix->recorded.push_back(v2);
+    } else if (prefix) {  // the prompt's keys and values first
+        const Prefix& c = *prefix->cached;
+        const size_t i = prefix->block++;
+        const int64_t P = static_cast<int64_t>(c.keys.at(i).size()) / (D * H);
+        k2 = ggml_concat(ctx, in.f32(ctx, c.keys[i], D * H, P), k2, 1);
+        v2 = ggml_concat(ctx, in.f32(ctx, c.values[i], D * H, P), v2, 1);
+    }
+    const int64_t Tk = k2->ne[1], L = pos->ne[1];  // keys; relative positions Tk-1 .. -(T-1)
     ggml_tensor* q = ggml_reshape_3d(ctx, linear(ctx, h, b.q_w, b.q_b, products_), D, H, T);
-    ggml_tensor* k = ggml_reshape_3d(ctx, linear(ctx, h, b.k_w, b.k_b, products_), D, H, T);
-    ggml_tensor* v = ggml_reshape_3d(ctx, linear(ctx, h, b.v_w, b.v_b, products_), D, H, T);
-    ggml_tensor* p = ggml_reshape_3d(ctx, linear(ctx, pos, b.pos_w, nullptr, products_), D, H, 2 * T - 1);
+    ggml_tensor* k = ggml_reshape_3d(ctx, k2, D, H, Tk);
+    ggml_tensor* v = ggml_reshape_3d(ctx, v2, D, H, Tk);
+    ggml_tensor* p = ggml_reshape_3d(ctx, linear(ctx, pos, b.pos_w, nullptr, products_), D, H, L);
 
     // Contiguous queries (and without OpenBLAS padded keys, mask): the sgemm paths (ggml_ops).
     ggml_tensor* q_u = ggml_cont(ctx, ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_u, D, H, 1)), 0, 2, 1, 3));
     ggml_tensor* q_v = ggml_cont(ctx, ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_v, D, H, 1)), 0, 2, 1, 3));
     ggml_tensor* ac = matmul(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), q_u, products_);  // [T_k, T_q, H]
-    ggml_tensor* bd = matmul(ctx, ggml_permute(ctx, p, 0, 2, 1, 3), q_v, products_);  // [2T-1, T_q, H]
-    // rel_shift: score(i, j) takes bd[i][T-1-i+j], i.e. a view stepping 2T-2 per query row.
-    bd = ggml_view_3d(ctx, bd, T, T, H, (2 * T - 2) * sizeof(float), bd->nb[2], (T - 1) * sizeof(float));
+    ggml_tensor* bd = matmul(ctx, ggml_permute(ctx, p, 0, 2, 1, 3), q_v, products_);  // [L, T_q, H]
+    // rel_shift: query i (position Tk-T+i) and key j take relative position Tk-T+i-j, column
+    // T-1-i+j of bd: a view stepping L-1 per query row (2T-2 without a prefix).
+    bd = ggml_view_3d(ctx, bd, Tk, T, H, (L - 1) * sizeof(float), bd->nb[2], (T - 1) * sizeof(float));
     ggml_tensor* scores = ggml_add(ctx, ac, bd);
-    if (mask) scores = ggml_pad(ctx, scores, static_cast<int>(mask->ne[0] - T), 0, 0, 0);
+    if (mask) scores = ggml_pad(ctx, scores, static_cast<int>(mask->ne[0] - Tk), 0, 0, 0);
     ggml_tensor* o = attend(ctx, scores, ggml_permute(ctx, v, 0, 2, 1, 3), mask, 1.0f / std::sqrt(static_cast<float>(D)),
                             products_);
     o = ggml_reshape_2d(ctx, o, D * H, T);  // [D, H, T]
@@ -129,11 +145,15 @@ ggml_tensor* S3GenEncoder::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor*
     return ggml_add(ctx, x, h);
 }
 
-std::vector<float> S3GenEncoder::encode(const std::vector<int32_t>& tokens) {
+void S3GenEncoder::check_tokens(const std::vector<int32_t>& tokens) const {
     if (tokens.empty()) throw EngineError("S3Gen needs at least one speech token");
     for (int32_t id : tokens)
         if (id < 0 || id >= vocab_)
             throw EngineError("speech token " + std::to_string(id) + " is outside [0, " + std::to_string(vocab_) + ")");
+}
+
+std::vector<float> S3GenEncoder::encode(const std::vector<int32_t>& tokens) {
+    check_tokens(tokens);
     ggml_context* ctx = runner_.begin();
     GraphInputs in;
     ggml_tensor* mu = build(ctx, in, tokens);
@@ -148,21 +168,71 @@ size_t S3GenEncoder::reserve(int n_tokens) {
     return runner_.reserve(build(ctx, in, std::vector<int32_t>(static_cast<size_t>(n_tokens), 0)));
 }
 
-ggml_tensor* S3GenEncoder::build(ggml_context* ctx, GraphInputs& in, const std::vector<int32_t>& tokens) {
+// The prompt needs as many frames as the convolutions' left context.
+static constexpr int kMinPrefixTokens = 4;
+
+std::shared_ptr<S3GenEncoder::Prefix> S3GenEncoder::make_prefix(const std::vector<int32_t>& prompt) {
+    check_tokens(prompt);
+    if (static_cast<int>(prompt.size()) < kMinPrefixTokens)
+        throw EngineError("a cached stream prefix needs at least " + std::to_string(kMinPrefixTokens) + " prompt tokens");
+    ggml_context* ctx = runner_.begin();
+    GraphInputs in;
+    PrefixUse rec{nullptr};
+    std::vector<ggml_tensor*> outs{build(ctx, in, prompt, &rec), rec.lookahead_tail, rec.up_tail};
+    outs.insert(outs.end(), rec.recorded.begin(), rec.recorded.end());
+    std::vector<std::vector<float>> got = runner_.compute(outs, in);
+    auto p = std::make_shared<Prefix>();
+    p->tokens = static_cast<int>(prompt.size());
+    p->mu = std::move(got[0]);
+    p->lookahead_tail = std::move(got[1]);
+    p->up_tail = std::move(got[2]);
+    for (size_t i = 3; i + 1 < got.size(); i += 2) {
+        p->keys.push_back(std::move(got[i]));
+        p->values.push_back(std::move(got[i + 1]));
+    }
+    return p;
+}
+
+std::vector<float> S3GenEncoder::encode_after_prefix(const Prefix& prefix, const std::vector<int32_t>& tokens) {
+    check_tokens(tokens);
+    if (prefix.keys.size() != blocks_.size() + up_blocks_.size())
+        throw EngineError("the stream prefix is not this encoder's");
+    ggml_context* ctx = runner_.begin();
+    GraphInputs in;
+    PrefixUse use{&prefix};
+    ggml_tensor* mu = build(ctx, in, tokens, &use);
+    return runner_.compute(mu, in);
+}
+
+ggml_tensor* S3GenEncoder::left_context(ggml_context* ctx, GraphInputs& in, ggml_tensor* x, int k,
+                                        const std::vector<float>& cached, ggml_tensor** record) const {
+    if (!record && !cached.empty()) return ggml_concat(ctx, in.f32(ctx, cached, k, x->ne[1]), x, 0);
+    if (record) *record = ggml_cont(ctx, ggml_view_2d(ctx, x, k, x->ne[1], x->nb[1], (x->ne[0] - k) * sizeof(float)));
+    return ggml_pad_ext(ctx, x, k, 0, 0, 0, 0, 0, 0, 0);
+}
+
+ggml_tensor* S3GenEncoder::build(ggml_context* ctx, GraphInputs& in, const std::vector<int32_t>& tokens,
+                                 PrefixUse* prefix) {
+    const Prefix* cached = prefix ? prefix->cached : nullptr;
+    const bool record = prefix && !cached;
     const int T = static_cast<int>(tokens.size()), T2 = T * up_stride_;
+    const int Tk = T + (cached ? cached->tokens : 0), Tk2 = Tk * up_stride_;  // keys: the prompt's first
     ggml_tensor* x = ggml_get_rows(ctx, tok_emb_, in.ids(ctx, tokens));  // [C, T]
     x = embed(ctx, x, embed_);
-    ggml_tensor* pos = in.f32(ctx, rel_positions(T), d_model_, 2 * T - 1);
+    ggml_tensor* pos = in.f32(ctx, rel_positions(Tk, T), d_model_, Tk + T - 1);
 
     // Pre-lookahead: conv over the next `lookahead` frames, leaky ReLU, causal conv, residual.
     ggml_tensor* xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C]
     ggml_tensor* la = conv1d(ctx, ggml_pad_ext(ctx, xt, 0, lookahead_, 0, 0, 0, 0, 0, 0), la_conv1_w_, la_conv1_b_, 1, 0, 1, products_);
     la = ggml_leaky_relu(ctx, la, lookahead_slope_, false);
     const int k2 = static_cast<int>(la_conv2_w_->ne[0]);
-    la = conv1d(ctx, ggml_pad_ext(ctx, la, k2 - 1, 0, 0, 0, 0, 0, 0, 0), la_conv2_w_, la_conv2_b_, 1, 0, 1, products_);
+    static const std::vector<float> none;
+    la = conv1d(ctx, left_context(ctx, in, la, k2 - 1, cached ? cached->lookahead_tail : none,
+                                  record ? &prefix->lookahead_tail : nullptr),
+                la_conv2_w_, la_conv2_b_, 1, 0, 1, products_);
     x = ggml_add(ctx, x, ggml_cont(ctx, ggml_transpose(ctx, la)));
-    ggml_tensor* mask = key_pad_mask(ctx, in, T, T, on_cpu_);
-    for (const Block& b : blocks_) x = block(ctx, x, pos, mask, b);
+    ggml_tensor* mask = key_pad_mask(ctx, in, Tk, T, on_cpu_);
+    for (const Block& b : blocks_) x = block(ctx, in, x, pos, mask, b, prefix);
 
     // Upsample1D: nearest repeat by `up_stride` along time, left pad, conv.
     xt = ggml_cont(ctx, ggml_transpose(ctx, x));  // [T, C]
@@ -171,13 +241,14 @@ ggml_tensor* S3GenEncoder::build(ggml_context* ctx, GraphInputs& in, const std::
     for (int s = 1; s < up_stride_; ++s) rep = ggml_concat(ctx, rep, xt, 0);
     rep = ggml_reshape_2d(ctx, rep, T2, d_model_);
     const int ku = static_cast<int>(up_w_->ne[0]);
-    rep = conv1d(ctx, ggml_pad_ext(ctx, rep, ku - 1, 0, 0, 0, 0, 0, 0, 0), up_w_, up_b_, 1, 0, 1, products_);
+    rep = conv1d(ctx, left_context(ctx, in, rep, ku - 1, cached ? cached->up_tail : none, record ? &prefix->up_tail : nullptr),
+                 up_w_, up_b_, 1, 0, 1, products_);
     x = ggml_cont(ctx, ggml_transpose(ctx, rep));  // [C, 2T]
 
     x = embed(ctx, x, up_embed_);
-    ggml_tensor* pos2 = in.f32(ctx, rel_positions(T2), d_model_, 2 * T2 - 1);
-    ggml_tensor* mask2 = key_pad_mask(ctx, in, T2, T2, on_cpu_);
-    for (const Block& b : up_blocks_) x = block(ctx, x, pos2, mask2, b);
+    ggml_tensor* pos2 = in.f32(ctx, rel_positions(Tk2, T2), d_model_, Tk2 + T2 - 1);
+    ggml_tensor* mask2 = key_pad_mask(ctx, in, Tk2, T2, on_cpu_);
+    for (const Block& b : up_blocks_) x = block(ctx, in, x, pos2, mask2, b, prefix);
     x = layer_norm(ctx, x, after_w_, after_b_, after_eps_);
     return ggml_cont(ctx, ggml_transpose(ctx, linear(ctx, x, proj_w_, proj_b_, products_)));  // [2T, n_mels]
 }
