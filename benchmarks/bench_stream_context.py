@@ -9,10 +9,13 @@ absolute log-mel difference (S3Gen's own 80-band log-mel, natural log) over the 
 Contexts are measured alternately per sentence, so a loaded machine affects them alike.
 
     PYTHONPATH=. python benchmarks/bench_stream_context.py MODEL.gguf [--lengths 40 100 250]
-        [--configs -1:0 50:0 25:0 50:1 50:1:6] [--preset quality]
+        [--configs -1:0 50:0 25:0 50:1 50:1:6] [--preset quality] [--prompt cached full]
 
 A config is CONTEXT:GROW[:PROMPT_S]: PROMPT_S > 0 gives the stream's passes only the last
-PROMPT_S seconds of the voice's S3Gen prompt (the batch keeps the preset's).
+PROMPT_S seconds of the voice's S3Gen prompt (the batch keeps the preset's). --prompt: the
+passes against the voice prompt's cached prefix (the engine's way, engine._STREAM_CACHED_PROMPT;
+prepared before timing, as the app does when a voice is chosen) and/or over the whole prompt
+again each pass (the reference's full-context S3Gen); each config runs once per choice.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 
 import numpy as np
 
+from engine_native import engine as engine_module
 from engine_native.engine import PRESETS, Engine, _CancelToken, _StreamVocoder
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the green forest."
@@ -52,6 +56,7 @@ def main(argv=None) -> int:
                     help="CONTEXT:GROW pairs (context -1: the whole prefix; grow 0: fixed chunks)")
     ap.add_argument("--preset", default="quality", choices=sorted(PRESETS))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt", nargs="+", default=["cached", "full"], choices=["cached", "full"])
     a = ap.parse_args(argv)
     engine = Engine(a.model, threads=a.threads)
     voice, seed = engine.builtin_voice, 7
@@ -59,7 +64,7 @@ def main(argv=None) -> int:
     preset.pop("first_chunk_tokens", None), preset.pop("chunk_tokens", None)
     mel24 = engine._voice_encoders()["mel"]
     print(f"{engine.variant} {engine.info['quantization']}, {a.threads} threads, preset {a.preset}")
-    print(f"{'tokens':>6} {'context':>7} {'grow':>4} {'chunks':>6} {'first ms':>8} {'last ms':>8} {'max ms':>8} "
+    print(f"{'tokens':>6} {'prompt':>6} {'context':>7} {'grow':>4} {'chunks':>6} {'first ms':>8} {'last ms':>8} {'max ms':>8} "
           f"{'total s':>8} {'batch s':>8} {'rel':>7} {'logmel':>7}")
     for L in a.lengths:
         _, p = engine._options(seed, {"max_tokens": L, **preset})
@@ -72,17 +77,19 @@ def main(argv=None) -> int:
         batch = engine._fade_in(batch)
         batch_s = time.perf_counter() - t0
         ref_mel = np.asarray(mel24.compute(batch))
-        for cfg in a.configs:
+        for cfg, prompt in ((c, m) for c in a.configs for m in a.prompt):
             ctx, grow, *prompt_s = cfg.split(":")
             ctx, grow = int(ctx), float(grow)
             ps = {**p, "prompt_seconds": float(prompt_s[0])} if prompt_s else p
+            engine_module._STREAM_CACHED_PROMPT = prompt == "cached"
+            list(engine.prepare_stream(voice, cfm_steps=ps["cfm_steps"], prompt_seconds=ps["prompt_seconds"]))
             wav, chunk_ms = stream_audio(engine, tokens, voice, seed, ps, ctx, grow)
             n = min(wav.size, batch.size)
             rel = np.linalg.norm(wav[:n] - batch[:n]) / max(np.linalg.norm(batch[:n]), 1e-12)
             m = np.asarray(mel24.compute(wav))
             k = min(len(m), len(ref_mel))
             logmel = float(np.mean(np.abs(m[:k] - ref_mel[:k])))
-            print(f"{len(tokens):>6} {ctx if ctx >= 0 else 'all':>7} {grow:>4.1f}{':' + prompt_s[0] + ' s' if prompt_s else ''} {len(chunk_ms):>6} {chunk_ms[0]:>8.0f} "
+            print(f"{len(tokens):>6} {prompt:>6} {ctx if ctx >= 0 else 'all':>7} {grow:>4.1f}{':' + prompt_s[0] + ' s' if prompt_s else ''} {len(chunk_ms):>6} {chunk_ms[0]:>8.0f} "
                   f"{chunk_ms[-1]:>8.0f} {max(chunk_ms):>8.0f} {sum(chunk_ms) / 1e3:>8.2f} {batch_s:>8.2f} "
                   f"{rel:>7.4f} {logmel:>7.4f}" + ("" if wav.size == batch.size else f"  (length {wav.size} vs {batch.size})"),
                   flush=True)

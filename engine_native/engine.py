@@ -89,8 +89,8 @@ _CHUNK_GROWTH = 1.0
 _STREAM_CACHED_PROMPT = True
 # The cached prompt's own noise: fixed, so that one prefix serves every sentence and seed.
 _PROMPT_NOISE_SEED = 0
-# Cached prompts kept (each about 115 MB for a 10 s prompt at 2 CFM steps, 25 MB for the
-# low-latency preset's 4 s at 1): one voice's two presets.
+# Cached prompts kept (each about 72 MB for a 10 s prompt at 2 CFM steps, 18 MB for the
+# low-latency preset's 4 s at 1): one voice's two presets. A batch synthesis frees them.
 _STREAM_PREFIXES = 2
 # On a GPU the S3Gen encoder's compute buffers are sized at load for the built-in voice's
 # prompt and this many speech tokens (20 s of audio), with its position table: a first
@@ -1087,11 +1087,36 @@ class Engine:
         self._check_text(text)
         seed, p = self._options(seed, options)
         p["language"] = self._language(language, text)
+        return self._usable_voice(voice), seed, p
+
+    def _usable_voice(self, voice: Voice | None) -> Voice:
         voice = self.builtin_voice if voice is None else voice
         if isinstance(voice, Voice) and voice.variant != self.variant:
             voice = self.adapt_voice(voice)  # re-made from its kept recording, else refused
         self.check_voice(voice)
-        return voice, seed, p
+        return voice
+
+    def prepare_stream(self, voice: Voice | None = None, *, first_chunk_tokens: int | None = None,
+                       chunk_tokens: int | None = None, **options) -> Stream:
+        """Readies `voice`'s cached stream prefix (_STREAM_CACHED_PROMPT) for these options (a
+        preset's cfm_steps and prompt_seconds matter) ahead of a stream, so that its first
+        chunk comes as soon as a later stream's: the app calls it when a voice is chosen. A
+        Stream that yields no chunk: iterate it to run, cancel() to stop. Nothing to do where
+        streams cannot cache the prompt (a guided CFM)."""
+        _, p = self._options(0, {k: v for k, v in options.items() if k not in ("seed", "language")})
+        voice = self._usable_voice(voice)
+        return Stream(lambda cancel: self._prepare(voice, p, cancel))
+
+    def _prepare(self, voice: Voice, p: dict, cancel):
+        if _STREAM_CACHED_PROMPT and self._prefix_usable(p) and not cancel.is_set():
+            prompt_token, prompt_feat = self._s3gen_prompt(voice, p["prompt_seconds"])
+            with self._s3gen_compute(cancel):
+                try:
+                    self._stream_prefix(prompt_token, prompt_feat, voice, p)
+                except Cancelled:
+                    if not cancel.is_set():
+                        raise
+        yield from ()
 
     def _chunks(self, text, voice, seed, p, streaming, first_tokens, chunk_tokens, cancel):
         sentences = self._sentences(text, cancel, p["language"])
@@ -1141,6 +1166,9 @@ class Engine:
         speech = self._speech_tokens(best, final=True)
         self._hift.source_expect(vocoder.state, self._token_mel_ratio * len(speech))  # while S3Gen runs
         with self._s3gen_compute(cancel):
+            # A batch pass is S3Gen's largest (its compute buffers): no stream prefix is held
+            # beside it (the app streams; its voice is readied again when chosen).
+            self._prefixes.clear()
             t0 = time.perf_counter()
             try:
                 mel = self._mel(speech, voice, seed, True, p)

@@ -45,7 +45,9 @@ def _check(engine, reference_audio, stage, delay):
     assert errors == []                      # Cancelled never escapes the stream
     print(f"cancel {delay:.2f} s into {stage}: engine free after {freed_ms:.0f} ms")
     assert got == []                         # no chunk of the cancelled sentence
-    assert watch.outcome == ["cancelled"]    # the stage was cut short, not waited for
+    # The stage was cut short, not waited for (a stream's first pass may make the voice
+    # prompt's cached prefix first: that call finished before the cancel).
+    assert watch.outcome[-1:] == ["cancelled"] and set(watch.outcome[:-1]) <= {"finished"}
     assert freed_ms < 1500                   # generous: a loaded machine; the bench prints the figure
     # The model is usable and unchanged.
     assert np.array_equal(engine.synthesize("Hi there.", seed=3, max_tokens=8), reference_audio)

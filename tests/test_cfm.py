@@ -59,10 +59,11 @@ def test_bad_x0_shape_raises(kind):
 
 @pytest.mark.parametrize("n_tokens", [25, 100])
 def test_cached_prompt_prefix_matches_reference_under_its_mask(n_tokens):
-    """A stream's cached CFM prefix (set_prefix, then sample_after_prefix over the speech frames
+    """A stream's cached CFM prefix (make_prefix, then sample_after_prefix over the speech frames
     alone) against the reference CFM with the mask it stands for: the prompt's frames attend
     only to the prompt's frames (stage s3gen_mel_prompt_causal). The prefix keeps its keys and
-    values in f16; tolerance rel 1e-4 (measured 6e-6). The mask's own effect (against the
+    values in Q8_0 (half of f16's memory); tolerance rel 1e-3 (measured 1.7e-4 to 2.1e-4; with
+    f16 6e-6; a wrong position or step would be ~1e-1). The mask's own effect (against the
     unmasked reference) is printed: it is what a stream departs from the batch by."""
     speech = np.random.default_rng(n_tokens).integers(0, 6561, n_tokens).astype(np.int32)
     x0 = run_stage("cfm_noise", snapshot_dir("turbo"), n_speech=np.asarray(n_tokens), seed=np.asarray(n_tokens))["x0"]
@@ -81,7 +82,7 @@ def test_cached_prompt_prefix_matches_reference_under_its_mask(n_tokens):
     mask_rel = float(np.linalg.norm(ref - full) / np.linalg.norm(full))
     print(f"cached prefix, {n_tokens} tokens: rel {rel:.2e} max_abs {np.abs(got - ref).max():.2e}; "
           f"the mask's own effect rel {mask_rel:.3f}")
-    assert rel <= 1e-4
+    assert rel <= 1e-3
 
 
 def test_cached_prompt_prefix_refuses_bad_use():

@@ -1,8 +1,9 @@
 """A long streamed sentence: each chunk's S3Gen pass covers a bounded window (the voice
-prompt, _STREAM_CONTEXT_TOKENS of left context, the new tokens), so its cost does not grow
-with the sentence beyond its chunk; the joined stream still equals the batch synthesis in length and within
-rel 0.05 (measured on full-size Turbo, 250 tokens: rel 0.011 with the whole prefix, 0.014
-with 50 tokens of context, low-latency preset; benchmarks/bench_stream_context.py).
+prompt, _STREAM_CONTEXT_TOKENS of left context, the new tokens), and takes the voice prompt
+as a cached prefix (its keys and values computed once, engine._STREAM_CACHED_PROMPT), so its
+cost does not grow with the sentence beyond its chunk; the joined stream still equals the
+batch synthesis in length and within rel 0.05 (measured: 0.0165 here; full-size Turbo
+figures by sentence length in docs/CPU.md, benchmarks/bench_stream_context.py).
 Nano Q4_0 (S3Gen is full size); random weights never stop, so lengths are exact."""
 
 from __future__ import annotations
@@ -89,3 +90,26 @@ def test_t3_worker_samples_beside_s3gen_and_leaves_the_audio_unchanged(engine, m
     it.close()                                 # joins the worker
     assert engine._t3_workers == 0
     assert engine.synthesize("Hi.", seed=0, max_tokens=4).size > 0
+
+
+def test_prepared_voice_prompt_serves_the_streams(engine):
+    """prepare_stream makes the voice's cached stream prefix (the encoder's and the CFM's) for a
+    preset's settings and yields nothing; a stream with those settings then uses that prefix
+    instead of making one, and its audio is the same as with a prefix made by the stream
+    itself. A stream cancelled before it starts makes none."""
+    engine.release_stream_prefixes()
+    stopped = engine.prepare_stream(cfm_steps=1)
+    stopped.cancel()
+    assert list(stopped) == [] and engine._prefixes == {}
+    opts = dict(seed=6, max_tokens=40, cfm_steps=1, first_chunk_tokens=10, chunk_tokens=10)
+    made_by_stream = np.concatenate([c.samples for c in engine.stream(TEXT, **opts)])
+    engine.release_stream_prefixes()
+    assert list(engine.prepare_stream(cfm_steps=1)) == []
+    (key, prefix), = engine._prefixes.items()
+    enc, cfm = prefix
+    assert enc.tokens == engine.builtin_voice.prompt_token.size and cfm.frames == engine.builtin_voice.prompt_feat.shape[0]
+    prepared = np.concatenate([c.samples for c in engine.stream(TEXT, **opts)])
+    assert engine._prefixes[key] is prefix       # used, not made again
+    assert np.array_equal(prepared, made_by_stream)
+    assert list(engine.prepare_stream(cfm_steps=2)) == [] and len(engine._prefixes) == 2
+    assert engine.release_stream_prefixes() > 0 and engine._prefixes == {}

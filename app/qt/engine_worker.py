@@ -207,6 +207,14 @@ class EngineWorker(QObject):
         return {"chunks": n, "seed": seed, "audio_s": audio / engine.sample_rate,
                 "compute_s": time.perf_counter() - t0}
 
+    def prepare_stream(self, job: EngineJob, voice_path, params: dict) -> None:
+        """engine.prepare_stream: the voice's cached stream prefix for these settings."""
+        it = self.require_engine().prepare_stream(self.voice(voice_path), **params)
+        job.set_iterator(it)
+        for _ in it:
+            pass
+        job.check()
+
     def render_script(self, job: EngineJob, text: str, voices: dict, params: dict, *, lexicon=None,
                       best_of: int = 1, speakers=None) -> dict:
         """A script (timed pauses, a cast, a lexicon, best-of-N: engine_native.script) sent to
@@ -410,6 +418,12 @@ class EngineClient(QObject):
         return self.submit(lambda w, job: w.render_script(job, text, voices, params, lexicon=lexicon,
                                                           best_of=best_of, speakers=speakers),
                            label=label, success=success, failure=failure, progress=on_chunk)
+
+    def prepare_stream(self, voice_path, params: dict) -> EngineJob:
+        """Readies a voice for streaming with these settings in the background (a user's
+        request preempts it), so that the first Play with it speaks as soon as later ones."""
+        return self.submit(lambda w, job: w.prepare_stream(job, voice_path, params), label="prepare voice",
+                           failure=lambda _e: None, background=True)
 
     def likeness(self, samples, voice_path, *, success=None, failure=None) -> EngineJob:
         """The likeness of `samples` to a voice (engine_native.likeness), computed on the engine thread."""

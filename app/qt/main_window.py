@@ -207,8 +207,9 @@ class MainWindow(QMainWindow):
         tb.addWidget(QLabel("Quality"))
         self.preset_combo = QComboBox()
         self.preset_combo.addItems(list(PRESETS) + ["Custom"])
-        self.preset_combo.setToolTip("Quality: the reference model. Low latency: speaks sooner (one CFM step, "
-                                     "a shorter voice prompt), with a little less detail.")
+        self.preset_combo.setToolTip("Quality: the reference model's steps and whole voice prompt. Low latency: "
+                                     "speaks sooner (one CFM step, a shorter voice prompt), with a little less "
+                                     "detail. Either streams against the voice prompt prepared once.")
         tb.addWidget(self.preset_combo)
         self.sampling_button = QToolButton()
         self.sampling_button.setText("Sampling")
@@ -425,6 +426,7 @@ class MainWindow(QMainWindow):
             self.sampling_panel.set_defaults(self.client.defaults, self.client.presets)
             self.player.rate = self.client.sample_rate
             freeze_heap()
+            self._prepare_stream()
         else:
             self.model_button.setText("Choose a model…")
             self.status_model.setText("No model loaded")
@@ -527,8 +529,17 @@ class MainWindow(QMainWindow):
         if path is not None:
             self.library.select(path)
 
+    def _prepare_stream(self, *_) -> None:
+        """The chosen voice readied for streaming with the current settings, in the background
+        (Engine.prepare_stream): its first Play then speaks as soon as later ones do."""
+        if self.client.info is not None:
+            self.client.prepare_stream(self.voice_arg(), self.params())
+
     def _voice_chosen(self, path: str) -> None:
+        changed = path != self.settings.voice
         self.settings.voice = path
+        if changed:
+            self._prepare_stream()
         i = self.voice_combo.findData(path)
         if i >= 0 and i != self.voice_combo.currentIndex():
             self.voice_combo.blockSignals(True)
@@ -772,6 +783,7 @@ class MainWindow(QMainWindow):
         self.preset_combo.blockSignals(True)
         self.preset_combo.setCurrentText(name)
         self.preset_combo.blockSignals(False)
+        self._prepare_stream()
 
     def _toggle_sampling(self, on: bool) -> None:
         self.sampling_panel.setVisible(on)

@@ -327,13 +327,20 @@ ggml_tensor* CfmEstimator::PrefixTap::take(ggml_type type, int64_t ne0, int64_t 
 }
 
 ggml_tensor* CfmEstimator::tap_keys_values(ggml_context* ctx, ggml_tensor* kv) const {
-    ggml_tensor* cached = tap_->take(GGML_TYPE_F16, kv->ne[0], kv->ne[1]);
+    // Q8_0 (blocks of 32 along the channels) where the width allows, else f16.
+    const ggml_type type = kv->ne[0] % ggml_blck_size(GGML_TYPE_Q8_0) == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+    ggml_tensor* cached = tap_->take(type, kv->ne[0], kv->ne[1]);
     switch (tap_->mode) {
         case PrefixTap::Mode::Collect: return kv;
         case PrefixTap::Mode::Record: ggml_build_forward_expand(tap_->graph, ggml_cpy(ctx, kv, cached)); return kv;
         case PrefixTap::Mode::Use: break;
     }
-    return ggml_concat(ctx, ggml_cast(ctx, cached, GGML_TYPE_F32), kv, 1);
+    if (!tap_->rows) {  // every row of the prefix, dequantised by get_rows (one index list per graph)
+        std::vector<int32_t> all(static_cast<size_t>(cached->ne[1]));
+        for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+        tap_->rows = tap_->in->ids(ctx, std::move(all));
+    }
+    return ggml_concat(ctx, ggml_get_rows(ctx, cached, tap_->rows), kv, 1);
 }
 
 ggml_tensor* CfmEstimator::tap_conv_left(ggml_context* ctx, ggml_tensor* x, int k) const {
@@ -365,8 +372,8 @@ std::vector<float> CfmEstimator::euler_tapped(CfmPrefix& prefix, std::vector<flo
     size_t step = 0;
     return euler(std::move(x), T, prefix.ts_, [&](ggml_context* ctx, GraphInputs& in) -> StepVelocity {
         StepVelocity velocity_at = inputs(ctx, in);
-        return [this, velocity_at, &step, &prefix, mode](ggml_tensor* xt, float t, float r) {
-            PrefixTap tap{mode, &prefix, step++, 0, runner_.graph()};
+        return [this, velocity_at, &step, &prefix, mode, &in](ggml_tensor* xt, float t, float r) {
+            PrefixTap tap{mode, &prefix, step++, 0, runner_.graph(), &in};
             TapScope<PrefixTap> scope(tap_, &tap);
             return velocity_at(xt, t, r);
         };

@@ -27,7 +27,7 @@ ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w,
 
 // A stream's cached CFM prefix (CfmEstimator::record_prefix): for every Euler step, the
 // tensors an estimator evaluation meets over the prefix, in graph order: each attention's
-// keys and values [A, P] (f16) and each causal convolution's last K-1 input frames
+// keys and values [A, P] (Q8_0) and each causal convolution's last K-1 input frames
 // [C_in, K-1], in a buffer of its own on the estimator's device. Freed with its last owner.
 class CfmPrefix {
 public:
@@ -86,7 +86,7 @@ public:
                                              const std::vector<float>& ts);
     std::vector<float> integrate_after_prefix(const CfmPrefix& prefix, const std::vector<float>& x0,
                                               const std::vector<float>& mu, const std::vector<float>& spks, int T);
-    // Each step keeps about 57 MB for a 10 s prompt (56 attentions' keys and values in f16):
+    // Each step keeps about 30 MB for a 10 s prompt (56 attentions' keys and values in Q8_0):
     // more steps than this stream the old way (every pass over the whole prompt).
     static constexpr int kMaxPrefixSteps = 4;
 
@@ -152,6 +152,8 @@ private:
         size_t step;
         size_t next = 0;
         ggml_cgraph* graph = nullptr;  // Record: the copies are expanded into it
+        GraphInputs* in = nullptr;     // Use: the graph's inputs (rows, the prefix's row indices)
+        ggml_tensor* rows = nullptr;
         ggml_tensor* take(ggml_type type, int64_t ne0, int64_t ne1);
     };
     // kv [A, T, 1] -> Use: [A, P + T, 1] (the prefix's first); otherwise kv (recorded).
