@@ -89,9 +89,10 @@ _CHUNK_GROWTH = 1.0
 _STREAM_CACHED_PROMPT = True
 # The cached prompt's own noise: fixed, so that one prefix serves every sentence and seed.
 _PROMPT_NOISE_SEED = 0
-# Cached prompts kept (each about 72 MB for a 10 s prompt at 2 CFM steps, 18 MB for the
-# low-latency preset's 4 s at 1): one voice's two presets. A batch synthesis frees them.
-_STREAM_PREFIXES = 2
+# Cached prompts kept (about 72 MB for a 10 s prompt at 2 CFM steps, 18 MB for the
+# low-latency preset's 4 s at 1): the voice and preset in use (two took the bench's peak RSS
+# past 1.0 GB). A batch synthesis frees it.
+_STREAM_PREFIXES = 1
 # On a GPU the S3Gen encoder's compute buffers are sized at load for the built-in voice's
 # prompt and this many speech tokens (20 s of audio), with its position table: a first
 # sentence up to that long then allocates nothing (H200, Turbo Q4_0, 500 tokens: first
@@ -987,9 +988,11 @@ class Engine:
 
     def _prefix_usable(self, p: dict) -> bool:
         """Whether a stream's passes can take the voice prompt as a cached prefix: a
-        meanflow CFM at a step count whose per-step keys and values are kept."""
+        meanflow CFM at a step count whose per-step keys and values are kept, on the CPU
+        (where a pass over the whole prompt is what a stream waits for; on a GPU it is a few
+        milliseconds, and the prefix's graphs have not been run on one)."""
         steps = p["cfm_steps"] or self._cfm.n_timesteps
-        return not self._cfm.guided and steps <= self._cfm.prefix_max_steps
+        return self.device == "cpu" and not self._cfm.guided and steps <= self._cfm.prefix_max_steps
 
     def _stream_prefix(self, prompt_token, prompt_feat, voice: Voice, p: dict):
         """The encoder's and the CFM's cached prefixes for this voice prompt and step count

@@ -111,5 +111,5 @@ def test_prepared_voice_prompt_serves_the_streams(engine):
     prepared = np.concatenate([c.samples for c in engine.stream(TEXT, **opts)])
     assert engine._prefixes[key] is prefix       # used, not made again
     assert np.array_equal(prepared, made_by_stream)
-    assert list(engine.prepare_stream(cfm_steps=2)) == [] and len(engine._prefixes) == 2
+    assert list(engine.prepare_stream(cfm_steps=2)) == [] and len(engine._prefixes) == engine_module._STREAM_PREFIXES
     assert engine.release_stream_prefixes() > 0 and engine._prefixes == {}

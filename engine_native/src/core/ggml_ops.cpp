@@ -567,8 +567,9 @@ GraphRunner::~GraphRunner() {
 // A compute buffer kept between computations saves its allocation (page faults of a few ms
 // per 100 MB); one larger than this is freed once its results are read, so the S3Gen
 // encoder's and HiFT's buffers for a long sentence (about 120 MB each at 10 s) are not
-// all held at once between passes.
-static constexpr size_t kKeepComputeBytes = 64u << 20;
+// all held at once between passes, nor the CFM's for a voice prompt's cached prefix (about
+// 50 MB) beside the prefix itself (64 MB before: 50 MB more RSS while a voice was prepared).
+static constexpr size_t kKeepComputeBytes = 16u << 20;
 
 void GraphRunner::release_large_buffer() {
     if (!alloc_ || ggml_gallocr_get_buffer_size(alloc_, 0) <= kKeepComputeBytes) return;

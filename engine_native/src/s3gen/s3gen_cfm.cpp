@@ -335,6 +335,7 @@ ggml_tensor* CfmEstimator::tap_keys_values(ggml_context* ctx, ggml_tensor* kv) c
         case PrefixTap::Mode::Record: ggml_build_forward_expand(tap_->graph, ggml_cpy(ctx, kv, cached)); return kv;
         case PrefixTap::Mode::Use: break;
     }
+    if (type == GGML_TYPE_F16) return ggml_concat(ctx, ggml_cast(ctx, cached, GGML_TYPE_F32), kv, 1);
     if (!tap_->rows) {  // every row of the prefix, dequantised by get_rows (one index list per graph)
         std::vector<int32_t> all(static_cast<size_t>(cached->ne[1]));
         for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
