@@ -125,8 +125,9 @@ _MIN_SPEECH_PER_TEXT_TOKEN_MTL = 0.5
 MIN_VOICE_SECONDS_MTL = 2.0
 _MAX_ATTEMPTS = 3
 
-# Stream settings by what matters most. "quality" is the reference model (2 Euler steps, the
-# whole voice prompt), chunked, its prompt a cached prefix (_STREAM_CACHED_PROMPT); "low-latency" starts speaking sooner: a small first chunk, one CFM
+# Stream settings by what matters most. "quality" is the reference model (its Euler steps,
+# the whole voice prompt), chunked, the prompt a cached prefix on the CPU
+# (_STREAM_CACHED_PROMPT); "low-latency" starts speaking sooner: a small first chunk, one CFM
 # step (meanflow models are trained to allow it; a little less detail) and the last 4 s
 # of the voice's S3Gen prompt (cheaper S3Gen passes; a little less likeness).
 PRESETS = {
@@ -998,9 +999,8 @@ class Engine:
         """The encoder's and the CFM's cached prefixes for this voice prompt and step count
         (made where not cached): the prompt encoded alone (its mu then depends on nothing a
         sentence says) and its CFM trajectory from its own noise (_PROMPT_NOISE_SEED: it
-        depends on no sentence's seed). The last _STREAM_PREFIXES are kept (both presets of
-        one voice), for the next stream with them. Called with the engine's lock held (as every
-        S3Gen pass is). None where the prompt's frames are not token_mel_ratio per token (the
+        depends on no sentence's seed). The last _STREAM_PREFIXES are kept, for the next
+        stream with them. Called with the engine's lock held (as every S3Gen pass is). None where the prompt's frames are not token_mel_ratio per token (the
         passes then run in full)."""
         if self._token_mel_ratio * prompt_token.size != prompt_feat.shape[0]:
             return None
