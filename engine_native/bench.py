@@ -119,7 +119,7 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
     # the cancel tests, whose abandoned sessions overlap the next ones' (a stress of Stop).
     r["peak_rss_mb"] = _peak_rss_mb()
     r["cancel_ms"] = cancel_latency(engine, seed, n_tokens, mtl)
-    r["cancel_stage_ms"] = cancel_latency_by_stage(engine, seed, n_tokens, r["cfm_ms"] / 1e3)
+    r["cancel_stage_ms"] = cancel_latency_by_stage(engine, seed, n_tokens, stream_cfm_seconds(engine, n_tokens))
     r["peak_rss_cancel_mb"] = _peak_rss_mb()
 
     # Cloning a 10 s recording: the batch synthesis above, cut or repeated to 10 s.
@@ -228,10 +228,31 @@ def cancel_in(engine: Engine, stage: str, delay: float, text: str, seed: int, n_
     return ms, w, got
 
 
+def stream_cfm_seconds(engine: Engine, n_tokens: int) -> float:
+    """Seconds of the CFM call a one-chunk stream of n_tokens makes with the built-in voice:
+    against the voice prompt's cached prefix (prepared here first, as the app does), else over
+    prompt + speech. Where to place a cancel inside it."""
+    voice = engine.builtin_voice
+    list(engine.prepare_stream(voice))
+    n_mels = voice.prompt_feat.shape[1]
+    if engine._prefixes:
+        (_, prefix), = engine._prefixes.values()
+        shape = (n_mels, n_tokens * engine._token_mel_ratio)
+        run = lambda mu, x0: engine._cfm.sample_after_prefix(prefix, mu, x0)  # noqa: E731
+    else:
+        shape = (n_mels, voice.prompt_feat.shape[0] + n_tokens * engine._token_mel_ratio)
+        run = lambda mu, x0: engine._cfm.sample(mu, voice.prompt_feat, voice.embedding, x0)  # noqa: E731
+    mu = np.zeros(shape, np.float32)
+    x0 = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    t0 = time.perf_counter()
+    run(mu, x0)
+    return time.perf_counter() - t0
+
+
 def cancel_latency_by_stage(engine: Engine, seed: int, n_tokens: int, cfm_s: float) -> dict:
     """ms from Stream.cancel() to the engine being free, cancelling inside each stage: the T3
-    prompt, the S3Gen encoder, the CFM in its first and last quarter (cfm_s: one pass's
-    length), HiFT's decode. A stage that finished before the cancel reached it is marked."""
+    prompt, the S3Gen encoder, the CFM in its first and last quarter (cfm_s: the stream's CFM
+    call's length, stream_cfm_seconds), HiFT's decode. A stage that finished before the cancel reached it is marked."""
     out = {}
     for name, stage, delay in (("T3 prompt", "t3_prompt", 0.05), ("S3Gen encoder", "encoder", 0.05),
                                ("CFM, early", "cfm", 0.25 * cfm_s), ("CFM, late", "cfm", 0.75 * cfm_s),

@@ -11,13 +11,11 @@ lengths. Measured figures: `chatterbox-studio bench` (cancel latency per stage).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
 from engine_native import Engine
-from engine_native.bench import cancel_in
+from engine_native.bench import cancel_in, stream_cfm_seconds
 from tests.models import model_path
 
 LONG_TEXT = ("This is a long sentence for the cancellation test, and it keeps going with many more words so "
@@ -60,26 +58,6 @@ def test_cancel_during_a_stage(engine, reference_audio, stage):
 
 def test_cancel_during_each_cfm_step(engine, reference_audio):
     n_steps = engine.defaults["cfm_steps"]
-    t_pass = _timed_pass(engine)  # to place a cancel in the middle of each step
+    t_pass = stream_cfm_seconds(engine, TOKENS)  # to place a cancel in the middle of each step
     for step in range(n_steps):
         _check(engine, reference_audio, "cfm", t_pass * (step + 0.5) / n_steps)
-
-
-def _timed_pass(engine) -> float:
-    """Seconds of the CFM call a stream makes for TOKENS speech tokens: against the voice
-    prompt's cached prefix (prepared here first, as the app does), else over prompt + speech."""
-    voice = engine.builtin_voice
-    list(engine.prepare_stream(voice))
-    n_mels = voice.prompt_feat.shape[1]
-    if engine._prefixes:
-        (_, prefix), = engine._prefixes.values()
-        shape = (n_mels, TOKENS * engine._token_mel_ratio)
-        run = lambda mu, x0: engine._cfm.sample_after_prefix(prefix, mu, x0)  # noqa: E731
-    else:
-        shape = (n_mels, voice.prompt_feat.shape[0] + TOKENS * engine._token_mel_ratio)
-        run = lambda mu, x0: engine._cfm.sample(mu, voice.prompt_feat, voice.embedding, x0)  # noqa: E731
-    mu = np.zeros(shape, np.float32)
-    x0 = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
-    t0 = time.perf_counter()
-    run(mu, x0)
-    return time.perf_counter() - t0

@@ -12,8 +12,7 @@ void bind_s3gen(py::module_& m) {
         m, "S3GenEncoderPrefix", "a stream's cached encoder prefix (S3GenEncoder.make_prefix)")
         .def_property_readonly("tokens", [](const S3GenEncoder::Prefix& p) { return p.tokens; })
         .def_property_readonly("mu", [](const S3GenEncoder::Prefix& p) {
-            const py::ssize_t frames = 2 * static_cast<py::ssize_t>(p.tokens);  // the encoder's up_stride
-            return to_numpy(p.mu, {static_cast<py::ssize_t>(p.mu.size()) / frames, frames});
+            return to_numpy(p.mu, {p.n_mels, static_cast<py::ssize_t>(p.mu.size()) / p.n_mels});
         }, "the prompt's mu [n_mels, frames]");
     using PyS3GenEncoder = Component<S3GenEncoder>;
     py::class_<PyS3GenEncoder>(m, "S3GenEncoder", "S3Gen token encoder + projection (mu for the CFM).")

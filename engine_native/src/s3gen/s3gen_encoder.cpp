@@ -183,6 +183,7 @@ std::shared_ptr<S3GenEncoder::Prefix> S3GenEncoder::make_prefix(const std::vecto
     std::vector<std::vector<float>> got = runner_.compute(outs, in);
     auto p = std::make_shared<Prefix>();
     p->tokens = static_cast<int>(prompt.size());
+    p->n_mels = n_mels_;
     p->mu = std::move(got[0]);
     p->lookahead_tail = std::move(got[1]);
     p->up_tail = std::move(got[2]);

@@ -29,8 +29,8 @@ public:
     // keys and values at every block (each [A, P'] at the block's rate), the two causal
     // convolutions' left context (time fastest, [k-1, C]) and the prompt's mu.
     struct Prefix {
-        int tokens = 0;
-        std::vector<float> mu;                         // row-major [n_mels][2 tokens]
+        int tokens = 0, n_mels = 0;
+        std::vector<float> mu;                         // row-major [n_mels][up_stride x tokens]
         std::vector<std::vector<float>> keys, values;  // blocks_ then up_blocks_
         std::vector<float> lookahead_tail, up_tail;
     };
