@@ -1,15 +1,18 @@
-"""The CPU's matrix products in their modes (core/ggml_ops matmul and attention; core/amx_gemm.h).
+"""The CPU's matrix products in their modes (core/ggml_ops matmul and attention; core/amx_gemm.h,
+core/vnni_gemm.h).
 
-`exact` is OpenBLAS sgemm (f32), `fast` the AMX tiles in bf16x3 where the CPU has AMX-BF16 (each
-f32 operand split into two bf16 parts, three tile products) and exact where it has not. Both go
-through a real graph on the CPU backend with the engine's thread split, on random shapes whose
-sizes are not multiples of the tiles (16 rows, 32 values of k) and attention over several query
-blocks and heads split between threads.
+`exact` is OpenBLAS sgemm (f32). `fast` is, where the CPU has AMX-BF16, the AMX tiles in bf16x3
+(each f32 operand split into two bf16 parts, three tile products); without AMX, where it has
+AVX512-VNNI, a Q4_0 weight's products in int16 (the activations rounded to int16 per 32 values)
+and everything else exact; elsewhere exact. All go through a real graph on the CPU backend with
+the engine's thread split, on random shapes whose sizes are not multiples of the tiles (16 rows,
+32 values of k) and attention over several query blocks and heads split between threads.
 
-Tolerances, against float64: exact rel <= 1e-6 (seen ~3e-7); fast rel <= 2e-5 (seen 4-6e-6: the
-split keeps ~16 bits of each operand). Where the CPU has no AMX, fast must equal exact bit for bit.
+Tolerances, against float64: exact rel <= 1e-6 (seen ~3e-7); fast on AMX rel <= 2e-5 (seen
+4-6e-6: the split keeps ~16 bits of each operand); fast in int16 rel <= 5e-5 (seen 2.1e-5:
+rounding to max|x| / 32767 per 32 values). Where neither runs, fast must equal exact bit for bit.
 A quantised model's S3Gen (the only user of fast) within mel rel 1e-4 of the same model's exact
-products (seen 1.2e-5 at 250 tokens).
+products (seen 1.2e-5 at 250 tokens on AMX).
 """
 
 from __future__ import annotations
@@ -26,23 +29,28 @@ from engine_native import _core, debug
 from tests.models import model_path
 
 AMX = _core.amx_available()
+VNNI = _core.vnni_available() and not AMX  # int16 products for Q4_0 weights only
 
 
 def _rel(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def _check(fast, exact, ref, what):
-    print(f"{what}: exact rel {_rel(exact, ref):.2e}, fast rel {_rel(fast, ref):.2e} (AMX: {AMX})")
+def _check(fast, exact, ref, what, int16=False):
+    """`int16`: the product is one that fast runs in int16 where VNNI is in use (a Q4_0 weight's)."""
+    print(f"{what}: exact rel {_rel(exact, ref):.2e}, fast rel {_rel(fast, ref):.2e} (AMX: {AMX}, VNNI: {VNNI})")
     assert _rel(exact, ref) <= 1e-6
     if AMX:
         assert _rel(fast, ref) <= 2e-5
+    elif VNNI and int16:
+        assert 0 < _rel(fast, ref) <= 5e-5
     else:
         assert np.array_equal(fast, exact)
 
 
 @pytest.mark.parametrize("m,k,n,wtype", [(256, 512, 1000, "f32"), (80, 256, 37, "f32"), (1024, 256, 17, "q4_0"),
-                                         (33, 49, 300, "f32"), (300, 992, 130, "f16"), (17, 96, 1, "f32")])
+                                         (33, 49, 300, "f32"), (300, 992, 130, "f16"), (17, 96, 1, "f32"),
+                                         (83, 96, 301, "q4_0"), (300, 992, 130, "q4_0")])
 def test_linear_product(m, k, n, wtype):
     rng = np.random.default_rng(m + k + n)
     w = (rng.standard_normal((m, k)) * 0.05).astype(np.float32)
@@ -53,7 +61,7 @@ def test_linear_product(m, k, n, wtype):
     w_stored = _core.linear_product(w, np.eye(k, dtype=np.float32), wtype, "exact").T
     ref = x.astype(np.float64) @ w_stored.astype(np.float64).T
     assert fast.shape == exact.shape == (n, m)
-    _check(fast, exact, ref, f"linear m={m} k={k} n={n} {wtype}")
+    _check(fast, exact, ref, f"linear m={m} k={k} n={n} {wtype}", int16=wtype == "q4_0" and n >= 16)
 
 
 @pytest.mark.parametrize("h,tq,tk,d", [(8, 1000, 1000, 64), (3, 300, 77, 64), (2, 17, 500, 32)])
@@ -86,23 +94,24 @@ np.save(sys.argv[3], debug.s3gen_mel(sys.argv[1], speech, None, x0))
 """
 
 
-@pytest.mark.skipif(not AMX, reason="no AMX-BF16 here: a quantised model's S3Gen runs the exact products")
+@pytest.mark.skipif(not (AMX or VNNI), reason="neither AMX-BF16 nor AVX512-VNNI here: a quantised model's S3Gen "
+                    "runs the exact products")
 def test_quantised_s3gen_fast_vs_exact(tmp_path):
-    """The same Q4_0 model's S3Gen mel with its products on AMX (a process of its own, as the
-    engine reads CBS_AMX once) and with CBS_AMX=0 (OpenBLAS)."""
+    """The same Q4_0 model's S3Gen mel with its fast products (AMX tiles, else int16 on VNNI) and
+    with CBS_AMX=0 CBS_VNNI=0 (OpenBLAS), each in a process of its own (the engine reads both once)."""
     path = model_path("turbo", "q4_0")
     n_prompt = int(debug._component(model_path("turbo"), "ModelFile").tensor_f32("voice.prompt_token").size)
     frames = str(2 * (n_prompt + 250))
     mels = {}
     for amx in ("1", "0"):
         out = tmp_path / f"mel{amx}.npy"
-        env = dict(os.environ, CBS_AMX=amx)
+        env = dict(os.environ, CBS_AMX=amx, CBS_VNNI=amx)
         res = subprocess.run([sys.executable, "-c", _MEL, str(path), frames, str(out)], env=env, capture_output=True,
                              text=True, cwd=tmp_path)
         assert res.returncode == 0, res.stderr
         mels[amx] = np.load(out)
     rel = _rel(mels["1"], mels["0"])
-    print(f"Q4_0 S3Gen mel, 250 tokens, AMX vs OpenBLAS: rel {rel:.2e} max_abs "
+    print(f"Q4_0 S3Gen mel, 250 tokens, {'AMX' if AMX else 'int16 VNNI'} vs OpenBLAS: rel {rel:.2e} max_abs "
           f"{np.abs(mels['1'] - mels['0']).max():.2e} ({json.dumps(mels['1'].shape)})")
     assert 0 < rel <= 1e-4
 

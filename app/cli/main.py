@@ -36,7 +36,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
     blas = f"OpenBLAS f32 products ({info['blas_core']} kernels)" if info.get("blas_core") else "OpenBLAS f32 products"
     kernels = [name for name, on in ((blas, info.get("blas")),
                                      ("T3 Q4_0 kernel (AVX-512 VNNI)", info.get("q4_kernel")),
-                                     ("AMX products for quantised models", info.get("amx"))) if on]
+                                     ("AMX products for quantised models", info.get("amx")),
+                                     ("S3Gen Q4_0 products in int16 (AVX-512 VNNI)", info.get("vnni_products")))
+               if on]
     print(f"cpu kernels       {', '.join(kernels) or '(ggml only)'}")
     print(f"default threads   {info['default_threads']}")
     return 0

@@ -11,6 +11,7 @@
 #include "core/system_info.h"
 #include "core/q4_matmul.h"
 #include "core/amx_gemm.h"
+#include "core/vnni_gemm.h"
 
 namespace py = pybind11;
 
@@ -197,10 +198,11 @@ PYBIND11_MODULE(_core, m) {
         d["blas_core"] = cbs::blas_core();
         d["q4_kernel"] = cbs::q4_packed_available();
         d["amx"] = cbs::amx_available();
+        d["vnni_products"] = cbs::vnni_available() && !cbs::amx_available();
         return d;
     }, "ggml version, CPU features and variant, loaded backends and devices, default thread count, whether the "
        "CPU's f32 matrix products use OpenBLAS (and its kernels, blas_core), whether T3's Q4_0 products on the CPU use the engine's own kernel, whether a quantised model's S3Gen products "
-       "run on AMX tiles (amx).");
+       "run on AMX tiles (amx) or, without AMX, its Q4_0 products in int16 on AVX512-VNNI (vnni_products).");
 
     m.def("devices", [] { return devices_list(cbs::list_devices()); },
           "Every device present, the fastest first: [{id, name, backend, description, type, memory_free, "

@@ -1,5 +1,6 @@
 #include "core/ggml_ops.h"
 #include "core/amx_gemm.h"
+#include "core/vnni_gemm.h"
 #include "core/q4_matmul.h"
 
 #include <algorithm>
@@ -427,6 +428,54 @@ static void* amx_tag(CpuProducts how) {
     return how.kind == CpuProducts::fast && amx_available() ? &tag : nullptr;
 }
 
+#ifdef CBS_HAVE_BLAS
+// `fast` without AMX: a Q4_0 weight's products in int16 on AVX512-VNNI (core/vnni_gemm.h),
+// b's rows rounded once per product by a node of their own (vnni_split), then pieces of
+// kVnniRows weight rows taken by whichever thread is free, each unpacked and multiplied by
+// all of b (the split's counter, as amx_weight_matmul).
+static constexpr int64_t kVnniRows = 48;  // 3 groups of 16: one tile wide (core/vnni_gemm.cpp)
+
+static void* vnni_split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
+    const size_t bytes = I16Rows::bytes(b->ne[1], b->ne[0]);
+    return static_cast<char*>(split->data) + kSplitHeader + (i3 * b->ne[2] + i2) * bytes;
+}
+
+static void vnni_split(ggml_tensor* dst, int ith, int nth, void*) {
+    const ggml_tensor* b = dst->src[0];
+    const int64_t K = b->ne[0], N = b->ne[1];
+    if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
+    I16Rows rows;
+    for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
+            rows.view(vnni_split_batch(dst, b, i2, i3), N, K);
+            rows.quantize(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), N * ith / nth, N * (ith + 1) / nth);
+        }
+}
+
+static void vnni_weight_matmul(ggml_tensor* dst, int, int, void*) {
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
+    const int64_t ldc = dst->nb[1] / sizeof(float);
+    thread_local I16Weight wp;
+    I16Rows rows;
+    for (int64_t m0; (m0 = split_counter(split)->fetch_add(kVnniRows)) < M;) {
+        const int64_t m = std::min(kVnniRows, M - m0);
+        wp.unpack_q4_0(static_cast<const char*>(a->data) + m0 * a->nb[1], a->nb[1], m, K);
+        for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
+            for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
+                rows.view(vnni_split_batch(split, b, i2, i3), N, K);
+                vnni_gemm(rows, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+            }
+    }
+}
+
+// Whether a's products with b go to vnni_weight_matmul.
+static bool vnni_weight(const ggml_tensor* a, CpuProducts how) {
+    return how.kind == CpuProducts::fast && !amx_available() && vnni_available() && a->type == GGML_TYPE_Q4_0 &&
+           !q4_is_packed(a) && a->ne[0] % 32 == 0;
+}
+#endif
+
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts how) {
     // T3's Q4_0 weights on the CPU (core/q4_matmul.h): a long prompt's many columns through
     // the AMX tiles or sgemm below (the weights converted and packed per product), a decoding
@@ -445,6 +494,14 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
     if (blas && weight_like && ((a->type != GGML_TYPE_F32 && ggml_get_type_traits(a->type)->to_float &&
                                  blas_quant_enabled()) ||
                                 (a->type == GGML_TYPE_F32 && amx_tag(how)))) {
+        if (vnni_weight(a, how)) {
+            const int64_t bytes = kSplitHeader + static_cast<int64_t>(I16Rows::bytes(b->ne[1], b->ne[0])) *
+                                                     b->ne[2] * b->ne[3];
+            ggml_tensor* args[3] = {a, b, ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &b, 1, vnni_split,
+                                                         GGML_N_TASKS_MAX, nullptr)};
+            return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 3,
+                                  vnni_weight_matmul, GGML_N_TASKS_MAX, nullptr);
+        }
         void* amx = amx_tag(how);
         ggml_tensor* args[3] = {a, b, nullptr};
         if (amx) {
