@@ -199,8 +199,13 @@ float exp_shifted_row(float* row, int64_t n) {
 static constexpr int64_t kBlockQ = 256;
 
 static void amx_attention(ggml_tensor* dst, int ith, int nth);
+static void vnni_attention(ggml_tensor* dst, int ith, int nth);
+
+// The userdata of an attention whose products run in int16 (vnni_attention).
+static int vnni_attention_tag;
 
 static void blas_attention(ggml_tensor* dst, int ith, int nth, void* amx) {
+    if (amx == &vnni_attention_tag) return vnni_attention(dst, ith, nth);
     if (amx) return amx_attention(dst, ith, nth);
     openblas_one_thread();
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
@@ -270,6 +275,55 @@ static void amx_attention(ggml_tensor* dst, int, int) {
     }
 }
 #endif
+
+// The same with both products in int16 on AVX512-VNNI (core/vnni_gemm.h, bounded rounding):
+// each thread's blocks as blas_attention's, a head's keys and values packed once by each thread
+// that takes a block of it; the scores' rows padded to whole blocks of 32 keys (zero weight).
+static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
+    const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], H = q->ne[2], B = q->ne[3];
+    const int64_t Tkp = (Tk + 31) / 32 * 32;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ, jobs = blocks * H * B;
+    thread_local std::vector<float> scores, scaled_q;
+    thread_local I16Rows qs, ps;
+    thread_local I16Weight kp, vp;
+    scores.resize(static_cast<size_t>(kBlockQ * Tkp));
+    scaled_q.resize(static_cast<size_t>(kBlockQ * D));
+    float* S = scores.data();
+    auto at = [](const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
+        return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
+    };
+    const int64_t ldq = q->nb[1] / sizeof(float), ldk = k->nb[1] / sizeof(float), ldv = v->nb[1] / sizeof(float);
+    const int64_t ldo = dst->nb[2] / sizeof(float);
+    const float* packed = nullptr;  // the head whose keys and values kp, vp hold (this call: a graph's data moves)
+    for (int64_t job = ith; job < jobs; job += nth) {
+        const int64_t blk = job % blocks, h = (job / blocks) % H, b = job / (blocks * H);
+        const int64_t t0 = blk * kBlockQ, n = std::min(kBlockQ, Tq - t0);
+        const float *Q = at(q, t0, h, b), *K = at(k, 0, h, b);
+        if (K != packed) {
+            kp.pack(K, ldk, Tk, D, D, false);
+            vp.pack(at(v, 0, h, b), ldv, D, Tkp, Tk, true);
+            packed = K;
+        }
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t d = 0; d < D; ++d) scaled_q[i * D + d] = Q[i * ldq + d] * scale;
+        qs.own(n, D);
+        qs.quantize(scaled_q.data(), D, 0, n, true);
+        vnni_gemm(qs, kp, S, Tkp);  // S = scale Q K^T  [n x Tk]
+        float inv_sum[kBlockQ];
+        for (int64_t i = 0; i < n; ++i) {
+            inv_sum[i] = 1.0f / exp_shifted_row(S + i * Tkp, Tk);
+            std::fill(S + i * Tkp + Tk, S + (i + 1) * Tkp, 0.0f);
+        }
+        ps.own(n, Tkp);
+        ps.quantize(S, Tkp, 0, n, true);
+        float* O = reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + t0 * dst->nb[2] + b * dst->nb[3]);
+        vnni_gemm(ps, vp, O, ldo);  // O = softmax(S) V  [n x D], normalised after the product
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t d = 0; d < D; ++d) O[i * ldo + d] *= inv_sum[i];
+    }
+}
 
 // A work counter (one cache line) zeroed by a node of its own, for an op that takes it as a
 // source and hands its pieces to whichever thread asks next.
@@ -554,9 +608,10 @@ ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_t
 #ifdef CBS_HAVE_BLAS
     if (on_cpu) {
         void* amx = amx_tag(how);
+        const bool vnni = !amx && how.kind == CpuProducts::fast && vnni_available() && q->ne[0] % 32 == 0;
         ggml_tensor* args[4] = {q, k, v, amx ? work_counter(ctx) : nullptr};
         return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[2], q->ne[1], q->ne[3], args, amx ? 4 : 3,
-                              blas_attention, GGML_N_TASKS_MAX, amx);
+                              blas_attention, GGML_N_TASKS_MAX, amx ? amx : vnni ? &vnni_attention_tag : nullptr);
     }
 #endif
     const float scale = 1.0f / std::sqrt(static_cast<float>(q->ne[0]));

@@ -1,6 +1,7 @@
 #include "core/vnni_gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -31,6 +32,44 @@ void I16Rows::view(void* storage, int64_t m, int64_t k) {
     m_ = m, k_ = k;
     scales_ = static_cast<float*>(storage);  // floats first: their alignment holds for the int16 after them
     values_ = reinterpret_cast<int16_t*>(scales_ + m * (k / kBlock));
+}
+
+void I16Rows::own(int64_t m, int64_t k) {
+    own_.resize(bytes(m, k));
+    view(own_.data(), m, k);
+}
+
+// The scale of 32 values with largest magnitude `mx` and Euclidean norm `norm`: the int16 stay
+// within 32767 and, when bounded, their norm within kNormBound.
+static float block_scale(float mx, float norm, bool bounded) {
+    return bounded ? std::max(mx / 32767.0f, norm / kNormBound) : mx / 32767.0f;
+}
+
+void I16Weight::pack(const float* rows, int64_t ld, int64_t n, int64_t k, int64_t k_valid, bool transposed) {
+    n_ = n, k_ = k;
+    const int64_t blocks = k / kBlock;
+    values_.assign(static_cast<size_t>(groups() * kLanes * k), 0);
+    scales_.assign(static_cast<size_t>(groups() * kLanes * blocks), 0.0f);
+    float x[kBlock];
+    for (int64_t r = 0; r < n; ++r) {
+        const int64_t lane = r % kLanes;
+        int16_t* values = values_.data() + (r / kLanes) * kLanes * k;
+        float* scales = scales_.data() + (r / kLanes) * kLanes * blocks;
+        for (int64_t b = 0; b < blocks; ++b) {
+            float mx = 0.0f, sq = 0.0f;
+            for (int64_t i = 0; i < kBlock; ++i) {
+                const int64_t kk = b * kBlock + i;
+                x[i] = kk >= k_valid ? 0.0f : transposed ? rows[kk * ld + r] : rows[r * ld + kk];
+                mx = std::max(mx, std::fabs(x[i])), sq += x[i] * x[i];
+            }
+            const float s = block_scale(mx, std::sqrt(sq), true), inv = s > 0.0f ? 1.0f / s : 0.0f;
+            scales[b * kLanes + lane] = s;
+            for (int64_t i = 0; i < kBlock; ++i) {
+                const int64_t kk = b * kBlock + i;
+                values[(kk / 2) * 2 * kLanes + lane * 2 + kk % 2] = static_cast<int16_t>(std::nearbyint(x[i] * inv));
+            }
+        }
+    }
 }
 
 void I16Weight::unpack_q4_0(const void* rows, size_t row_bytes, int64_t n, int64_t k) {
@@ -64,7 +103,7 @@ void I16Weight::unpack_q4_0(const void* rows, size_t row_bytes, int64_t n, int64
 
 #ifdef CBS_VNNI_X86
 
-VNNI_TARGET void I16Rows::quantize(const float* rows, int64_t ld, int64_t r0, int64_t r1) {
+VNNI_TARGET void I16Rows::quantize(const float* rows, int64_t ld, int64_t r0, int64_t r1, bool bounded) {
     const int64_t blocks = k_ / kBlock;
     for (int64_t i = r0; i < r1; ++i) {
         const float* x = rows + i * ld;
@@ -73,8 +112,9 @@ VNNI_TARGET void I16Rows::quantize(const float* rows, int64_t ld, int64_t r0, in
         for (int64_t b = 0; b < blocks; ++b) {
             const __m512 v0 = _mm512_loadu_ps(x + b * kBlock), v1 = _mm512_loadu_ps(x + b * kBlock + 16);
             const float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-            s[b] = mx / 32767.0f;
-            const __m512 inv = _mm512_set1_ps(mx > 0.0f ? 32767.0f / mx : 0.0f);
+            const float norm = bounded ? std::sqrt(_mm512_reduce_add_ps(_mm512_fmadd_ps(v0, v0, _mm512_mul_ps(v1, v1)))) : 0.0f;
+            s[b] = block_scale(mx, norm, bounded);
+            const __m512 inv = _mm512_set1_ps(s[b] > 0.0f ? 1.0f / s[b] : 0.0f);
             // Round to nearest (the default mode), saturate to int16 (|x * inv| <= 32767 anyway).
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kBlock),
                                 _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv))));
@@ -173,7 +213,7 @@ bool vnni_available() {
 
 #else
 
-void I16Rows::quantize(const float*, int64_t, int64_t, int64_t) {}
+void I16Rows::quantize(const float*, int64_t, int64_t, int64_t, bool) {}
 void vnni_gemm(const I16Rows&, const I16Weight&, float*, int64_t) {}
 bool vnni_available() { return false; }
 

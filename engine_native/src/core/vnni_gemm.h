@@ -7,6 +7,8 @@
 // vpdpwssd multiplies 32 pairs: twice the multiply-adds per cycle of f32 FMAs on these CPUs
 // (both one 512-bit instruction per cycle on Zen 4). Each block's int32 sums (at most
 // 32 * 8 * 32767 < 2^24: exact in f32) are scaled by the two blocks' scales into f32 sums.
+// Attention's two products take the same path with both operands activations, rounded so
+// that no block's sum can overflow (kNormBound; ~3e-5 of each product).
 //
 // C = A B^T with A [m x k] the activations (f32 rows, split once per product) and B [n x k]
 // the weight rows (ggml's block_q4_0, unpacked by the thread that multiplies them); k must be
@@ -29,14 +31,19 @@ class I16Rows {
 public:
     static size_t bytes(int64_t m, int64_t k);
     void view(void* storage, int64_t m, int64_t k);
-    // Rows r0 .. r1-1 of the m rows of k floats at `rows` (row i at rows + i * ld).
-    void quantize(const float* rows, int64_t ld, int64_t r0, int64_t r1);
+    // The same over storage of its own (a thread's buffer, kept between uses).
+    void own(int64_t m, int64_t k);
+    // Rows r0 .. r1-1 of the m rows of k floats at `rows` (row i at rows + i * ld). `bounded`:
+    // each block's int16 also kept within a norm of kNormBound (both operands of a product
+    // rounded so can have no block's int32 sum overflow: attention's scores and values).
+    void quantize(const float* rows, int64_t ld, int64_t r0, int64_t r1, bool bounded = false);
     int64_t rows() const { return m_; }
     int64_t k() const { return k_; }
     const int16_t* values(int64_t i) const { return values_ + i * k_; }
     const float* scales(int64_t i) const { return scales_ + i * (k_ / 32); }
 
 private:
+    std::vector<char> own_;
     int16_t* values_ = nullptr;
     float* scales_ = nullptr;
     int64_t m_ = 0, k_ = 0;
@@ -49,6 +56,10 @@ class I16Weight {
 public:
     // n rows of ggml block_q4_0, k values each, row r at `rows + r * row_bytes`.
     void unpack_q4_0(const void* rows, size_t row_bytes, int64_t n, int64_t k);
+    // n rows of f32 activations rounded as I16Rows' bounded ones: row r's value i at
+    // `rows + r * ld + i` (attention's keys), or with `transposed` at `rows + i * ld + r`
+    // (its values: a row per channel, k the keys); values i >= k_valid are zeros (padding).
+    void pack(const float* rows, int64_t ld, int64_t n, int64_t k, int64_t k_valid, bool transposed);
     int64_t rows() const { return n_; }
     int64_t k() const { return k_; }
     int64_t groups() const { return (n_ + 15) / 16; }
@@ -60,6 +71,10 @@ private:
     std::vector<float> scales_;
     int64_t n_ = 0, k_ = 0;
 };
+
+// Both operands' int16 blocks of a bounded product stay within this Euclidean norm, so by
+// Cauchy-Schwarz every partial int32 sum of a block is below 46300^2 (with rounding) < 2^31.
+constexpr float kNormBound = 46300.0f;
 
 // C[i][j] = sum_k A[i][k] B[j][k] for i < a.rows(), j < b.rows(), row i of C at C + i * ldc.
 // A and B must have the same k. Runs on the calling thread.
