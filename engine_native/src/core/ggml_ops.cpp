@@ -277,15 +277,16 @@ static void amx_attention(ggml_tensor* dst, int, int) {
 #endif
 
 // The same with both products in int16 on AVX512-VNNI (core/vnni_gemm.h, bounded rounding):
-// each thread's blocks as blas_attention's, a head's keys and values packed once by each thread
-// that takes a block of it; the scores' rows padded to whole blocks of 32 keys (zero weight).
+// blas_attention's blocks, a contiguous share per thread, a head's keys (transposed) and values
+// packed once by each thread that takes a block of it; the scores' rows padded to whole blocks
+// of 32 keys (zero weight).
 static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     const int64_t D = q->ne[0], Tq = q->ne[1], Tk = k->ne[1], H = q->ne[2], B = q->ne[3];
     const int64_t Tkp = (Tk + 31) / 32 * 32;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ, jobs = blocks * H * B;
-    thread_local std::vector<float> scores, scaled_q;
+    thread_local std::vector<float> scores, scaled_q, keys_t;
     thread_local I16Rows qs, ps;
     thread_local I16Weight kp, vp;
     scores.resize(static_cast<size_t>(kBlockQ * Tkp));
@@ -297,13 +298,17 @@ static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
     const int64_t ldq = q->nb[1] / sizeof(float), ldk = k->nb[1] / sizeof(float), ldv = v->nb[1] / sizeof(float);
     const int64_t ldo = dst->nb[2] / sizeof(float);
     const float* packed = nullptr;  // the head whose keys and values kp, vp hold (this call: a graph's data moves)
-    for (int64_t job = ith; job < jobs; job += nth) {
+    // A contiguous range of jobs per thread, so that each packs about H * B / nth heads, not all.
+    for (int64_t job = jobs * ith / nth; job < jobs * (ith + 1) / nth; ++job) {
         const int64_t blk = job % blocks, h = (job / blocks) % H, b = job / (blocks * H);
         const int64_t t0 = blk * kBlockQ, n = std::min(kBlockQ, Tq - t0);
         const float *Q = at(q, t0, h, b), *K = at(k, 0, h, b);
         if (K != packed) {
-            kp.pack(K, ldk, Tk, D, D, false);
-            vp.pack(at(v, 0, h, b), ldv, D, Tkp, Tk, true);
+            keys_t.resize(static_cast<size_t>(D * Tk));
+            for (int64_t j = 0; j < Tk; ++j)
+                for (int64_t d = 0; d < D; ++d) keys_t[d * Tk + j] = K[j * ldk + d];
+            kp.pack_columns(keys_t.data(), Tk, Tk, D, D);
+            vp.pack_columns(at(v, 0, h, b), ldv, D, Tkp, Tk);
             packed = K;
         }
         for (int64_t i = 0; i < n; ++i)

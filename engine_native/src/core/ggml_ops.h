@@ -22,7 +22,9 @@ struct CpuProducts {
         ggml,   // ggml's own kernels (any backend; the only choice off the CPU)
         exact,  // OpenBLAS sgemm: f32 arithmetic, the reference mode (f32 models, parity)
         fast,   // AMX tiles in bf16x3 (core/amx_gemm.h: within ~1e-5 of f32) where the CPU has
-                // them, else as exact; for a model whose matrices are quantised or f16 anyway
+                // them; else, on AVX512-VNNI, Q4_0 weights' products and attention in int16
+                // (core/vnni_gemm.h: ~2e-5 and ~7e-5); else as exact. For a model whose
+                // matrices are quantised or f16 anyway
     };
     Kind kind;
     CpuProducts(bool blas) : kind(blas ? exact : ggml) {}  // NOLINT(google-explicit-constructor)
@@ -41,7 +43,8 @@ CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight);
 // A 2-D `a` stored quantised or f16 (a quantised model's S3Gen weights) takes the same path:
 // each thread converts its share of a's rows to f32 first (CBS_BLAS_QUANT=0: ggml's kernel).
 // `fast` with AMX: the same splits, each product on AMX tiles (a 2-D `a` split by its rows
-// between the threads, whatever its type).
+// between the threads, whatever its type); without AMX, on AVX512-VNNI, a Q4_0 `a`'s products
+// in int16 (b's rows rounded once per product, a's rows unpacked by pieces).
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts blas);
 
 // ggml_mul_mat(w, x) for a model weight w, at ggml's default precision; matmul's path for
@@ -87,7 +90,8 @@ ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml
 // T x T tensor per head). On a GPU two f32 products around ggml's softmax (the device's
 // flash attention rounds K and V to f16). On the CPU without OpenBLAS ggml_flash_attn_ext
 // (f32 precision), measured faster there than two tinyBLAS products around the softmax.
-// `fast` with AMX: both products of a block on AMX tiles (K and V packed once per head).
+// `fast` with AMX: both products of a block on AMX tiles (K and V packed once per head); without
+// AMX, on AVX512-VNNI (D a multiple of 32), both in int16 the same way.
 ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, CpuProducts on_cpu);
 
 // row[j] = e^(row[j] - max(row)) (within about one ulp, vectorised); returns their sum.

@@ -45,33 +45,6 @@ static float block_scale(float mx, float norm, bool bounded) {
     return bounded ? std::max(mx / 32767.0f, norm / kNormBound) : mx / 32767.0f;
 }
 
-void I16Weight::pack(const float* rows, int64_t ld, int64_t n, int64_t k, int64_t k_valid, bool transposed) {
-    n_ = n, k_ = k;
-    const int64_t blocks = k / kBlock;
-    values_.assign(static_cast<size_t>(groups() * kLanes * k), 0);
-    scales_.assign(static_cast<size_t>(groups() * kLanes * blocks), 0.0f);
-    float x[kBlock];
-    for (int64_t r = 0; r < n; ++r) {
-        const int64_t lane = r % kLanes;
-        int16_t* values = values_.data() + (r / kLanes) * kLanes * k;
-        float* scales = scales_.data() + (r / kLanes) * kLanes * blocks;
-        for (int64_t b = 0; b < blocks; ++b) {
-            float mx = 0.0f, sq = 0.0f;
-            for (int64_t i = 0; i < kBlock; ++i) {
-                const int64_t kk = b * kBlock + i;
-                x[i] = kk >= k_valid ? 0.0f : transposed ? rows[kk * ld + r] : rows[r * ld + kk];
-                mx = std::max(mx, std::fabs(x[i])), sq += x[i] * x[i];
-            }
-            const float s = block_scale(mx, std::sqrt(sq), true), inv = s > 0.0f ? 1.0f / s : 0.0f;
-            scales[b * kLanes + lane] = s;
-            for (int64_t i = 0; i < kBlock; ++i) {
-                const int64_t kk = b * kBlock + i;
-                values[(kk / 2) * 2 * kLanes + lane * 2 + kk % 2] = static_cast<int16_t>(std::nearbyint(x[i] * inv));
-            }
-        }
-    }
-}
-
 void I16Weight::unpack_q4_0(const void* rows, size_t row_bytes, int64_t n, int64_t k) {
     n_ = n, k_ = k;
     const int64_t blocks = k / kBlock;
@@ -102,6 +75,43 @@ void I16Weight::unpack_q4_0(const void* rows, size_t row_bytes, int64_t n, int64
 }
 
 #ifdef CBS_VNNI_X86
+
+// Sixteen rows at a time, one vector per value of k (row r0 + lane in its lane): each block's
+// per-lane max and norm, then pairs of k rounded and interleaved as the lanes of one vpdpwssd.
+VNNI_TARGET void I16Weight::pack_columns(const float* cols, int64_t ld, int64_t n, int64_t k, int64_t k_valid) {
+    n_ = n, k_ = k;
+    const int64_t blocks = k / kBlock;
+    values_.resize(static_cast<size_t>(groups() * kLanes * k));  // every value and scale written below
+    scales_.resize(static_cast<size_t>(groups() * kLanes * blocks));
+    for (int64_t g = 0; g < groups(); ++g) {
+        const int64_t r0 = g * kLanes, left = n - r0;
+        const __mmask16 lanes = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
+        int16_t* values = values_.data() + g * kLanes * k;
+        float* scales = scales_.data() + g * kLanes * blocks;
+        for (int64_t b = 0; b < blocks; ++b) {
+            __m512 x[kBlock];
+            __m512 mx = _mm512_setzero_ps(), sq = _mm512_setzero_ps();
+            for (int64_t i = 0; i < kBlock; ++i) {
+                const int64_t kk = b * kBlock + i;
+                x[i] = kk < k_valid ? _mm512_maskz_loadu_ps(lanes, cols + kk * ld + r0) : _mm512_setzero_ps();
+                mx = _mm512_max_ps(mx, _mm512_abs_ps(x[i]));
+                sq = _mm512_fmadd_ps(x[i], x[i], sq);
+            }
+            const __m512 scale = _mm512_max_ps(_mm512_div_ps(mx, _mm512_set1_ps(32767.0f)),
+                                               _mm512_div_ps(_mm512_sqrt_ps(sq), _mm512_set1_ps(kNormBound)));
+            _mm512_storeu_ps(scales + b * kLanes, scale);
+            const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(scale, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                                   _mm512_set1_ps(1.0f), scale);
+            const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+            for (int64_t p = 0; p < kBlock / 2; ++p) {
+                const __m512i even = _mm512_cvtps_epi32(_mm512_mul_ps(x[2 * p], inv));
+                const __m512i odd = _mm512_cvtps_epi32(_mm512_mul_ps(x[2 * p + 1], inv));
+                _mm512_storeu_si512(values + (b * kBlock / 2 + p) * 2 * kLanes,
+                                    _mm512_or_si512(_mm512_and_si512(even, low16), _mm512_slli_epi32(odd, 16)));
+            }
+        }
+    }
+}
 
 VNNI_TARGET void I16Rows::quantize(const float* rows, int64_t ld, int64_t r0, int64_t r1, bool bounded) {
     const int64_t blocks = k_ / kBlock;
@@ -214,6 +224,7 @@ bool vnni_available() {
 #else
 
 void I16Rows::quantize(const float*, int64_t, int64_t, int64_t, bool) {}
+void I16Weight::pack_columns(const float*, int64_t, int64_t, int64_t, int64_t) {}
 void vnni_gemm(const I16Rows&, const I16Weight&, float*, int64_t) {}
 bool vnni_available() { return false; }
 
