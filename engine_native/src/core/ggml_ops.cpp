@@ -277,8 +277,8 @@ static void amx_attention(ggml_tensor* dst, int, int) {
 #endif
 
 // The same with both products in int16 on AVX512-VNNI (core/vnni_gemm.h, bounded rounding):
-// blas_attention's blocks, a contiguous share per thread, a head's keys (transposed) and values
-// packed once by each thread that takes a block of it; the scores' rows padded to whole blocks
+// blas_attention's blocks, a contiguous share per thread, a head's keys and values packed once
+// by each thread that takes a block of it; the scores' rows padded to whole blocks
 // of 32 keys (zero weight).
 static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
@@ -286,7 +286,7 @@ static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
     const int64_t Tkp = (Tk + 31) / 32 * 32;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ, jobs = blocks * H * B;
-    thread_local std::vector<float> scores, scaled_q, keys_t;
+    thread_local std::vector<float> scores, scaled_q;
     thread_local I16Rows qs, ps;
     thread_local I16Weight kp, vp;
     scores.resize(static_cast<size_t>(kBlockQ * Tkp));
@@ -304,11 +304,8 @@ static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
         const int64_t t0 = blk * kBlockQ, n = std::min(kBlockQ, Tq - t0);
         const float *Q = at(q, t0, h, b), *K = at(k, 0, h, b);
         if (K != packed) {
-            keys_t.resize(static_cast<size_t>(D * Tk));
-            for (int64_t j = 0; j < Tk; ++j)
-                for (int64_t d = 0; d < D; ++d) keys_t[d * Tk + j] = K[j * ldk + d];
-            kp.pack_columns(keys_t.data(), Tk, Tk, D, D);
-            vp.pack_columns(at(v, 0, h, b), ldv, D, Tkp, Tk);
+            kp.pack(K, 1, ldk, Tk, D, D);                   // a row per key
+            vp.pack(at(v, 0, h, b), ldv, 1, D, Tkp, Tk);   // a row per channel, over the keys
             packed = K;
         }
         for (int64_t i = 0; i < n; ++i)

@@ -76,9 +76,11 @@ void I16Weight::unpack_q4_0(const void* rows, size_t row_bytes, int64_t n, int64
 
 #ifdef CBS_VNNI_X86
 
-// Sixteen rows at a time, one vector per value of k (row r0 + lane in its lane): each block's
-// per-lane max and norm, then pairs of k rounded and interleaved as the lanes of one vpdpwssd.
-VNNI_TARGET void I16Weight::pack_columns(const float* cols, int64_t ld, int64_t n, int64_t k, int64_t k_valid) {
+// Sixteen rows at a time, one vector per value of k (row r0 + lane in its lane; a gather where
+// the rows are not adjacent): each block's per-lane max and norm, then pairs of k rounded and
+// interleaved as the lanes of one vpdpwssd.
+VNNI_TARGET void I16Weight::pack(const float* x0, int64_t k_stride, int64_t row_stride, int64_t n, int64_t k,
+                                 int64_t k_valid) {
     n_ = n, k_ = k;
     const int64_t blocks = k / kBlock;
     values_.resize(static_cast<size_t>(groups() * kLanes * k));  // every value and scale written below
@@ -88,12 +90,17 @@ VNNI_TARGET void I16Weight::pack_columns(const float* cols, int64_t ld, int64_t 
         const __mmask16 lanes = left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
         int16_t* values = values_.data() + g * kLanes * k;
         float* scales = scales_.data() + g * kLanes * blocks;
+        const float* rows = x0 + r0 * row_stride;
+        const __m512i offsets = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                   _mm512_set1_epi32(static_cast<int32_t>(row_stride)));
         for (int64_t b = 0; b < blocks; ++b) {
             __m512 x[kBlock];
             __m512 mx = _mm512_setzero_ps(), sq = _mm512_setzero_ps();
             for (int64_t i = 0; i < kBlock; ++i) {
                 const int64_t kk = b * kBlock + i;
-                x[i] = kk < k_valid ? _mm512_maskz_loadu_ps(lanes, cols + kk * ld + r0) : _mm512_setzero_ps();
+                x[i] = kk >= k_valid  ? _mm512_setzero_ps()
+                       : row_stride == 1 ? _mm512_maskz_loadu_ps(lanes, rows + kk * k_stride)
+                                         : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, offsets, rows + kk * k_stride, 4);
                 mx = _mm512_max_ps(mx, _mm512_abs_ps(x[i]));
                 sq = _mm512_fmadd_ps(x[i], x[i], sq);
             }
@@ -224,7 +231,7 @@ bool vnni_available() {
 #else
 
 void I16Rows::quantize(const float*, int64_t, int64_t, int64_t, bool) {}
-void I16Weight::pack_columns(const float*, int64_t, int64_t, int64_t, int64_t) {}
+void I16Weight::pack(const float*, int64_t, int64_t, int64_t, int64_t, int64_t) {}
 void vnni_gemm(const I16Rows&, const I16Weight&, float*, int64_t) {}
 bool vnni_available() { return false; }
 

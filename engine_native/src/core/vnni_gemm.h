@@ -56,10 +56,10 @@ class I16Weight {
 public:
     // n rows of ggml block_q4_0, k values each, row r at `rows + r * row_bytes`.
     void unpack_q4_0(const void* rows, size_t row_bytes, int64_t n, int64_t k);
-    // n rows of f32 activations rounded as I16Rows' bounded ones, stored by columns: row r's
-    // value i at `cols + i * ld + r` (attention's values: a row per channel, k the keys; its
-    // keys transposed); values i >= k_valid are zeros (padding).
-    void pack_columns(const float* cols, int64_t ld, int64_t n, int64_t k, int64_t k_valid);
+    // n rows of f32 activations rounded as I16Rows' bounded ones: row r's value i at
+    // `x + i * k_stride + r * row_stride` (attention's keys: k_stride 1; its values, a row per
+    // channel and k the keys: row_stride 1); values i >= k_valid are zeros (padding).
+    void pack(const float* x, int64_t k_stride, int64_t row_stride, int64_t n, int64_t k, int64_t k_valid);
     int64_t rows() const { return n_; }
     int64_t k() const { return k_; }
     int64_t groups() const { return (n_ + 15) / 16; }
