@@ -198,6 +198,11 @@ float exp_shifted_row(float* row, int64_t n) {
 // at T_k 2000: 64 15.4, 256 13.9, 512 13.5 (benchmarks/bench_s3gen_quant.py workload).
 static constexpr int64_t kBlockQ = 256;
 
+// Row i1 of batch (i2, i3) of an f32 tensor.
+static const float* row_at(const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
+    return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
+}
+
 static void amx_attention(ggml_tensor* dst, int ith, int nth);
 static void vnni_attention(ggml_tensor* dst, int ith, int nth);
 
@@ -215,13 +220,10 @@ static void blas_attention(ggml_tensor* dst, int ith, int nth, void* amx) {
     thread_local std::vector<float> scores;
     scores.resize(static_cast<size_t>(kBlockQ * Tk));
     float* S = scores.data();
-    auto at = [](const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
-        return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
-    };
     for (int64_t job = ith; job < jobs; job += nth) {
         const int64_t blk = job % blocks, h = (job / blocks) % H, b = job / (blocks * H);
         const int64_t t0 = blk * kBlockQ, n = std::min(kBlockQ, Tq - t0);
-        const float *Q = at(q, t0, h, b), *K = at(k, 0, h, b), *V = at(v, 0, h, b);
+        const float *Q = row_at(q, t0, h, b), *K = row_at(k, 0, h, b), *V = row_at(v, 0, h, b);
         float* O = reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + t0 * dst->nb[2] + b * dst->nb[3]);
         const int ldq = static_cast<int>(q->nb[1] / sizeof(float)), ldk = static_cast<int>(k->nb[1] / sizeof(float));
         const int ldv = static_cast<int>(v->nb[1] / sizeof(float)), ldo = static_cast<int>(dst->nb[2] / sizeof(float));
@@ -250,18 +252,15 @@ static void amx_attention(ggml_tensor* dst, int, int) {
     thread_local AmxPackedB kp, vp;
     scores.resize(static_cast<size_t>(kBlockQ * Tk));
     float* S = scores.data();
-    auto at = [](const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
-        return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
-    };
     const int64_t ldq = q->nb[1] / sizeof(float), ldk = k->nb[1] / sizeof(float), ldv = v->nb[1] / sizeof(float);
     const int64_t ldo = dst->nb[2] / sizeof(float);
     for (int64_t hb; (hb = next->fetch_add(1)) < H * B;) {
         const int64_t h = hb % H, b = hb / H;
-        kp.pack(at(k, 0, h, b), ldk, Tk, D);
-        vp.pack_transposed(at(v, 0, h, b), ldv, D, Tk);
+        kp.pack(row_at(k, 0, h, b), ldk, Tk, D);
+        vp.pack_transposed(row_at(v, 0, h, b), ldv, D, Tk);
         for (int64_t t0 = 0; t0 < Tq; t0 += kBlockQ) {
             const int64_t n = std::min(kBlockQ, Tq - t0);
-            qs.split(at(q, t0, h, b), ldq, n, D, scale);
+            qs.split(row_at(q, t0, h, b), ldq, n, D, scale);
             amx_gemm(qs, kp, S, Tk);  // S = scale Q K^T  [n x Tk]
             float inv_sum[kBlockQ];
             for (int64_t i = 0; i < n; ++i) inv_sum[i] = 1.0f / exp_shifted_row(S + i * Tk, Tk);
@@ -292,9 +291,6 @@ static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
     scores.resize(static_cast<size_t>(kBlockQ * Tkp));
     scaled_q.resize(static_cast<size_t>(kBlockQ * D));
     float* S = scores.data();
-    auto at = [](const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
-        return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
-    };
     const int64_t ldq = q->nb[1] / sizeof(float), ldk = k->nb[1] / sizeof(float), ldv = v->nb[1] / sizeof(float);
     const int64_t ldo = dst->nb[2] / sizeof(float);
     const float* packed = nullptr;  // the head whose keys and values kp, vp hold (this call: a graph's data moves)
@@ -302,10 +298,10 @@ static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
     for (int64_t job = jobs * ith / nth; job < jobs * (ith + 1) / nth; ++job) {
         const int64_t blk = job % blocks, h = (job / blocks) % H, b = job / (blocks * H);
         const int64_t t0 = blk * kBlockQ, n = std::min(kBlockQ, Tq - t0);
-        const float *Q = at(q, t0, h, b), *K = at(k, 0, h, b);
+        const float *Q = row_at(q, t0, h, b), *K = row_at(k, 0, h, b);
         if (K != packed) {
             kp.pack(K, 1, ldk, Tk, D, D);                   // a row per key
-            vp.pack(at(v, 0, h, b), ldv, 1, D, Tkp, Tk);   // a row per channel, over the keys
+            vp.pack(row_at(v, 0, h, b), ldv, 1, D, Tkp, Tk);   // a row per channel, over the keys
             packed = K;
         }
         for (int64_t i = 0; i < n; ++i)
@@ -337,9 +333,6 @@ static void zero_counter(ggml_tensor* dst, int, int, void*) {
 }
 
 #ifdef CBS_HAVE_BLAS
-static const float* row_at(const ggml_tensor* t, int64_t i1, int64_t i2, int64_t i3) {
-    return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3]);
-}
 
 // dst = a x b as ggml_mul_mat: C[N x M] = B[N x K] A[M x K]^T per batch of b, row-major.
 // Work units: b's batches, each cut into enough row blocks for every thread to have one.
@@ -425,9 +418,18 @@ static constexpr int64_t kSplitHeader = 64;
 static std::atomic<int64_t>* split_counter(const ggml_tensor* split) {
     return static_cast<std::atomic<int64_t>*>(split->data);
 }
-static void* split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
-    const size_t bytes = AmxSplitA::bytes(b->ne[1], b->ne[0]);
+// Batch (i2, i3) of b in a split tensor whose batches take `bytes` each (AMX's or int16's form).
+template <class F>
+static void for_each_batch(const ggml_tensor* b, F&& f) {  // f(i2, i3) for each of b's ne[2] x ne[3] batches
+    for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) f(i2, i3);
+}
+
+static void* split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3, size_t bytes) {
     return static_cast<char*>(split->data) + kSplitHeader + (i3 * b->ne[2] + i2) * bytes;
+}
+static void* split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
+    return split_batch(split, b, i2, i3, AmxSplitA::bytes(b->ne[1], b->ne[0]));
 }
 
 // The same on AMX tiles: pieces of kAmxRows weight rows, each taken by whichever thread is
@@ -445,11 +447,10 @@ static void amx_weight_matmul(ggml_tensor* dst) {
         const int64_t m = std::min(kAmxRows, M - m0);
         int64_t ldw = K;
         wp.pack(weight_rows_f32(a, m0, m, w, ldw), ldw, m, K);
-        for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
-            for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
-                bs.view(split_batch(split, b, i2, i3), N, K);
-                amx_gemm(bs, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
-            }
+        for_each_batch(b, [&](int64_t i2, int64_t i3) {
+            bs.view(split_batch(split, b, i2, i3), N, K);
+            amx_gemm(bs, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+        });
     }
 }
 
@@ -460,13 +461,11 @@ static void amx_split(ggml_tensor* dst, int ith, int nth, void*) {
     const int64_t K = b->ne[0], N = b->ne[1];
     if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
     AmxSplitA split;
-    for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
-        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
-            split.view(split_batch(dst, b, i2, i3), N, K);
-            const int64_t blocks = split.row_blocks();
-            split.split_blocks(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), blocks * ith / nth,
-                               blocks * (ith + 1) / nth);
-        }
+    for_each_batch(b, [&](int64_t i2, int64_t i3) {
+        split.view(split_batch(dst, b, i2, i3), N, K);
+        const int64_t blocks = split.row_blocks();
+        split.split_blocks(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), blocks * ith / nth, blocks * (ith + 1) / nth);
+    });
 }
 
 static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benchmarks/bench_s3gen_quant.py)
@@ -492,8 +491,7 @@ static void* amx_tag(CpuProducts how) {
 static constexpr int64_t kVnniRows = 48;  // 3 groups of 16: one tile wide (core/vnni_gemm.cpp)
 
 static void* vnni_split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
-    const size_t bytes = I16Rows::bytes(b->ne[1], b->ne[0]);
-    return static_cast<char*>(split->data) + kSplitHeader + (i3 * b->ne[2] + i2) * bytes;
+    return split_batch(split, b, i2, i3, I16Rows::bytes(b->ne[1], b->ne[0]));
 }
 
 static void vnni_split(ggml_tensor* dst, int ith, int nth, void*) {
@@ -501,11 +499,10 @@ static void vnni_split(ggml_tensor* dst, int ith, int nth, void*) {
     const int64_t K = b->ne[0], N = b->ne[1];
     if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
     I16Rows rows;
-    for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
-        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
-            rows.view(vnni_split_batch(dst, b, i2, i3), N, K);
-            rows.quantize(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), N * ith / nth, N * (ith + 1) / nth);
-        }
+    for_each_batch(b, [&](int64_t i2, int64_t i3) {
+        rows.view(vnni_split_batch(dst, b, i2, i3), N, K);
+        rows.quantize(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), N * ith / nth, N * (ith + 1) / nth);
+    });
 }
 
 static void vnni_weight_matmul(ggml_tensor* dst, int, int, void*) {
@@ -517,11 +514,10 @@ static void vnni_weight_matmul(ggml_tensor* dst, int, int, void*) {
     for (int64_t m0; (m0 = split_counter(split)->fetch_add(kVnniRows)) < M;) {
         const int64_t m = std::min(kVnniRows, M - m0);
         wp.unpack_q4_0(static_cast<const char*>(a->data) + m0 * a->nb[1], a->nb[1], m, K);
-        for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
-            for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
-                rows.view(vnni_split_batch(split, b, i2, i3), N, K);
-                vnni_gemm(rows, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
-            }
+        for_each_batch(b, [&](int64_t i2, int64_t i3) {
+            rows.view(vnni_split_batch(split, b, i2, i3), N, K);
+            vnni_gemm(rows, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+        });
     }
 }
 
