@@ -88,8 +88,8 @@ void bind_products(py::module_& m) {
           "Whether the CPU's fast products run on AMX tiles here (AMX-BF16 present, the tile state granted, "
           "CBS_AMX not 0).");
     m.def("vnni_available", &vnni_available,
-          "Whether the CPU's fast products of Q4_0 weights run in int16 on AVX512-VNNI where there is no AMX "
-          "(AVX-512 F/BW/VL/VNNI present, CBS_VNNI not 0).");
+          "Whether this CPU can run the fast products in int16 (AVX-512 F/BW/VL/VNNI present, CBS_VNNI not 0); "
+          "they do where amx_available() is false.");
     m.def("linear_product", &linear_product, py::arg("w"), py::arg("x"), py::arg("type") = "f32",
           py::arg("products") = "exact", py::arg("threads") = 2,
           "x [N, K] times w [M, K] stored as `type` (f32, f16, q4_0) through the engine's CPU product in mode "

@@ -285,11 +285,10 @@ static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
     const int64_t Tkp = (Tk + 31) / 32 * 32;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ, jobs = blocks * H * B;
-    thread_local std::vector<float> scores, scaled_q;
+    thread_local std::vector<float> scores;
     thread_local I16Rows qs, ps;
     thread_local I16Weight kp, vp;
     scores.resize(static_cast<size_t>(kBlockQ * Tkp));
-    scaled_q.resize(static_cast<size_t>(kBlockQ * D));
     float* S = scores.data();
     const int64_t ldq = q->nb[1] / sizeof(float), ldk = k->nb[1] / sizeof(float), ldv = v->nb[1] / sizeof(float);
     const int64_t ldo = dst->nb[2] / sizeof(float);
@@ -304,10 +303,8 @@ static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
             vp.pack(row_at(v, 0, h, b), ldv, 1, D, Tkp, Tk);   // a row per channel, over the keys
             packed = K;
         }
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t d = 0; d < D; ++d) scaled_q[i * D + d] = Q[i * ldq + d] * scale;
         qs.own(n, D);
-        qs.quantize(scaled_q.data(), D, 0, n, true);
+        qs.quantize(Q, ldq, 0, n, true, scale);
         vnni_gemm(qs, kp, S, Tkp);  // S = scale Q K^T  [n x Tk]
         float inv_sum[kBlockQ];
         for (int64_t i = 0; i < n; ++i) {

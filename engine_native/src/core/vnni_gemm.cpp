@@ -120,7 +120,8 @@ VNNI_TARGET void I16Weight::pack(const float* x0, int64_t k_stride, int64_t row_
     }
 }
 
-VNNI_TARGET void I16Rows::quantize(const float* rows, int64_t ld, int64_t r0, int64_t r1, bool bounded) {
+VNNI_TARGET void I16Rows::quantize(const float* rows, int64_t ld, int64_t r0, int64_t r1, bool bounded,
+                                    float multiplier) {
     const int64_t blocks = k_ / kBlock;
     for (int64_t i = r0; i < r1; ++i) {
         const float* x = rows + i * ld;
@@ -130,8 +131,9 @@ VNNI_TARGET void I16Rows::quantize(const float* rows, int64_t ld, int64_t r0, in
             const __m512 v0 = _mm512_loadu_ps(x + b * kBlock), v1 = _mm512_loadu_ps(x + b * kBlock + 16);
             const float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
             const float norm = bounded ? std::sqrt(_mm512_reduce_add_ps(_mm512_fmadd_ps(v0, v0, _mm512_mul_ps(v1, v1)))) : 0.0f;
-            s[b] = block_scale(mx, norm, bounded);
-            const __m512 inv = _mm512_set1_ps(s[b] > 0.0f ? 1.0f / s[b] : 0.0f);
+            const float scale = block_scale(mx, norm, bounded);
+            const __m512 inv = _mm512_set1_ps(scale > 0.0f ? 1.0f / scale : 0.0f);
+            s[b] = scale * multiplier;
             // Round to nearest (the default mode), saturate to int16 (|x * inv| <= 32767 anyway).
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kBlock),
                                 _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv))));
@@ -230,7 +232,7 @@ bool vnni_available() {
 
 #else
 
-void I16Rows::quantize(const float*, int64_t, int64_t, int64_t, bool) {}
+void I16Rows::quantize(const float*, int64_t, int64_t, int64_t, bool, float) {}
 void I16Weight::pack(const float*, int64_t, int64_t, int64_t, int64_t, int64_t) {}
 void vnni_gemm(const I16Rows&, const I16Weight&, float*, int64_t) {}
 bool vnni_available() { return false; }

@@ -10,9 +10,10 @@
 // Attention's two products take the same path with both operands activations, rounded so
 // that no block's sum can overflow (kNormBound; ~3e-5 of each product).
 //
-// C = A B^T with A [m x k] the activations (f32 rows, split once per product) and B [n x k]
-// the weight rows (ggml's block_q4_0, unpacked by the thread that multiplies them); k must be
-// a multiple of 32. CBS_VNNI=0 turns it off.
+// C = A B^T with A [m x k] the activations (f32 rows, rounded once per product) and B [n x k]
+// the weight rows (ggml's block_q4_0, unpacked by the thread that multiplies them) or, for
+// attention, activations packed the same way; k must be a multiple of 32. CBS_VNNI=0 turns
+// it off.
 #pragma once
 
 #include <cstddef>
@@ -33,10 +34,11 @@ public:
     void view(void* storage, int64_t m, int64_t k);
     // The same over storage of its own (a thread's buffer, kept between uses).
     void own(int64_t m, int64_t k);
-    // Rows r0 .. r1-1 of the m rows of k floats at `rows` (row i at rows + i * ld). `bounded`:
-    // each block's int16 also kept within a norm of kNormBound (both operands of a product
-    // rounded so can have no block's int32 sum overflow: attention's scores and values).
-    void quantize(const float* rows, int64_t ld, int64_t r0, int64_t r1, bool bounded = false);
+    // Rows r0 .. r1-1 of the m rows of k floats at `rows` (row i at rows + i * ld), times
+    // `multiplier` (folded into the scales). `bounded`: each block's int16 also kept within a
+    // norm of kNormBound (both operands of a product rounded so can have no block's int32 sum
+    // overflow: attention's scores and values).
+    void quantize(const float* rows, int64_t ld, int64_t r0, int64_t r1, bool bounded = false, float multiplier = 1.0f);
     int64_t rows() const { return m_; }
     int64_t k() const { return k_; }
     const int16_t* values(int64_t i) const { return values_ + i * k_; }
