@@ -294,29 +294,30 @@ bool amx_available() {
 void AmxPackedB::pack(const float* rows, int64_t ld, int64_t n, int64_t k) {
     n_ = n, k_ = k, k_blocks_ = round_up(k, kTileK) / kTileK;
     const int64_t blocks = (n + kTileRows - 1) / kTileRows;
-    data_.resize(static_cast<size_t>(blocks * k_blocks_ * 2 * kTileElems));
+    uint16_t* out = data_.resize(static_cast<size_t>(blocks * k_blocks_ * 2 * kTileElems));
     for (int64_t rb = 0; rb < blocks; ++rb)
         pack_block(rows + rb * kTileRows * ld, ld, std::min(kTileRows, n - rb * kTileRows), k, k_blocks_,
-                   data_.data() + rb * k_blocks_ * 2 * kTileElems);
+                   out + rb * k_blocks_ * 2 * kTileElems);
 }
 
 void AmxPackedB::pack_transposed(const float* cols, int64_t ld, int64_t n, int64_t k) {
     n_ = n, k_ = k, k_blocks_ = round_up(k, kTileK) / kTileK;
     const int64_t blocks = (n + kTileRows - 1) / kTileRows;
-    data_.resize(static_cast<size_t>(blocks * k_blocks_ * 2 * kTileElems));
+    uint16_t* out = data_.resize(static_cast<size_t>(blocks * k_blocks_ * 2 * kTileElems));
     for (int64_t rb = 0; rb < blocks; ++rb)
         pack_block_transposed(cols + rb * kTileRows, ld, std::min(kTileRows, n - rb * kTileRows), k, k_blocks_,
-                              data_.data() + rb * k_blocks_ * 2 * kTileElems);
+                              out + rb * k_blocks_ * 2 * kTileElems);
 }
 
 size_t AmxSplitA::bytes(int64_t m, int64_t k) {
     return static_cast<size_t>((m + kTileRows - 1) / kTileRows * (round_up(k, kTileK) / kTileK) * 2 * kTileElems) *
-           sizeof(uint16_t);
+               sizeof(uint16_t) +
+           kCacheLine;
 }
 
 void AmxSplitA::view(void* storage, int64_t m, int64_t k) {
     m_ = m, k_ = k, k_blocks_ = round_up(k, kTileK) / kTileK;
-    data_ = static_cast<uint16_t*>(storage);
+    data_ = static_cast<uint16_t*>(align_to_line(storage));
 }
 
 void AmxSplitA::split_blocks(const float* rows, int64_t ld, int64_t rb0, int64_t rb1, float scale) {
@@ -326,8 +327,7 @@ void AmxSplitA::split_blocks(const float* rows, int64_t ld, int64_t rb0, int64_t
 }
 
 void AmxSplitA::split(const float* rows, int64_t ld, int64_t m, int64_t k, float scale) {
-    own_.resize(bytes(m, k) / sizeof(uint16_t));
-    view(own_.data(), m, k);
+    view(own_.resize(bytes(m, k)), m, k);
     split_blocks(rows, ld, 0, row_blocks(), scale);
 }
 

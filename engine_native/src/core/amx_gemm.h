@@ -18,7 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include "core/aligned_buffer.h"
 
 namespace cbs {
 
@@ -42,7 +42,7 @@ public:
     int64_t k_blocks() const { return k_blocks_; }
 
 private:
-    std::vector<uint16_t> data_;
+    AlignedBuffer<uint16_t> data_;
     int64_t n_ = 0, k_ = 0, k_blocks_ = 0;
 };
 
@@ -53,9 +53,9 @@ class AmxSplitA {
 public:
     // scale * the m rows of k floats at `rows` (row i at rows + i * ld), in a buffer of its own.
     void split(const float* rows, int64_t ld, int64_t m, int64_t k, float scale = 1.0f);
-    // Bytes of the split of m rows of k values, and the same form over `storage` of that size
-    // (a graph tensor: one node splits the rows, later nodes read them), its row blocks filled
-    // by split_blocks (each thread a share).
+    // Bytes of the split of m rows of k values (a cache line spare, to align them), and the
+    // same form over `storage` of that size (a graph tensor: one node splits the rows, later
+    // nodes read them), its row blocks filled by split_blocks (each thread a share).
     static size_t bytes(int64_t m, int64_t k);
     void view(void* storage, int64_t m, int64_t k);
     void split_blocks(const float* rows, int64_t ld, int64_t rb0, int64_t rb1, float scale = 1.0f);
@@ -68,7 +68,7 @@ public:
     }
 
 private:
-    std::vector<uint16_t> own_;
+    AlignedBuffer<uint8_t> own_;
     uint16_t* data_ = nullptr;
     int64_t m_ = 0, k_ = 0, k_blocks_ = 0;
 };

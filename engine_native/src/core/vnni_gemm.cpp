@@ -25,19 +25,17 @@ constexpr int64_t kTileGroups = 3;
 }  // namespace
 
 size_t I16Rows::bytes(int64_t m, int64_t k) {
-    return static_cast<size_t>(m * k) * sizeof(int16_t) + static_cast<size_t>(m * (k / kBlock)) * sizeof(float);
+    return static_cast<size_t>(m * k) * sizeof(int16_t) + static_cast<size_t>(m * (k / kBlock)) * sizeof(float) +
+           kCacheLine;
 }
 
 void I16Rows::view(void* storage, int64_t m, int64_t k) {
     m_ = m, k_ = k;
-    scales_ = static_cast<float*>(storage);  // floats first: their alignment holds for the int16 after them
-    values_ = reinterpret_cast<int16_t*>(scales_ + m * (k / kBlock));
+    values_ = static_cast<int16_t*>(align_to_line(storage));  // rows of 64 k bytes: each on a line
+    scales_ = reinterpret_cast<float*>(values_ + m * k);
 }
 
-void I16Rows::own(int64_t m, int64_t k) {
-    own_.resize(bytes(m, k));
-    view(own_.data(), m, k);
-}
+void I16Rows::own(int64_t m, int64_t k) { view(own_.resize(bytes(m, k)), m, k); }
 
 // The scale of 32 values with largest magnitude `mx` and Euclidean norm `norm`: the int16 stay
 // within 32767 and, when bounded, their norm within kNormBound.
@@ -48,7 +46,7 @@ static float block_scale(float mx, float norm, bool bounded) {
 void I16Weight::unpack_q4_0(const void* rows, size_t row_bytes, int64_t n, int64_t k) {
     n_ = n, k_ = k;
     const int64_t blocks = k / kBlock;
-    values_.assign(static_cast<size_t>(groups() * kLanes * k), 0);
+    std::fill_n(values_.resize(static_cast<size_t>(groups() * kLanes * k)), groups() * kLanes * k, int16_t{0});
     scales_.assign(static_cast<size_t>(groups() * kLanes * blocks), 0.0f);
     for (int64_t r = 0; r < n; ++r) {
         const auto* row = static_cast<const uint8_t*>(rows) + r * row_bytes;

@@ -20,13 +20,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/aligned_buffer.h"
+
 namespace cbs {
 
 // AVX-512 F/BW/VL/VNNI on this CPU and CBS_VNNI is not 0.
 bool vnni_available();
 
-// A's rows as int16 with a float scale per 32 values: row i's values at values(i), its
-// k / 32 scales at scales(i). Over storage of bytes(m, k) (a graph tensor: one node rounds
+// A's rows as int16 with a float scale per 32 values: row i's values at values(i) (each row
+// on a cache line), its k / 32 scales at scales(i). Over storage of bytes(m, k) (a graph tensor: one node rounds
 // the rows, later nodes read them), each thread a share of the rows.
 class I16Rows {
 public:
@@ -45,7 +47,7 @@ public:
     const float* scales(int64_t i) const { return scales_ + i * (k_ / 32); }
 
 private:
-    std::vector<char> own_;
+    AlignedBuffer<char> own_;
     int16_t* values_ = nullptr;
     float* scales_ = nullptr;
     int64_t m_ = 0, k_ = 0;
@@ -65,11 +67,11 @@ public:
     int64_t rows() const { return n_; }
     int64_t k() const { return k_; }
     int64_t groups() const { return (n_ + 15) / 16; }
-    const int16_t* group(int64_t g) const { return values_.data() + g * 16 * k_; }
+    const int16_t* group(int64_t g) const { return values_.data() + g * 16 * k_; }  // on a cache line
     const float* group_scales(int64_t g) const { return scales_.data() + g * 16 * (k_ / 32); }
 
 private:
-    std::vector<int16_t> values_;
+    AlignedBuffer<int16_t> values_;
     std::vector<float> scales_;
     int64_t n_ = 0, k_ = 0;
 };
