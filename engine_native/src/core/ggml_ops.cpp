@@ -492,7 +492,8 @@ static void* split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t
 
 // The same on AMX tiles: pieces of kAmxRows weight rows, each taken by whichever thread is
 // free (the split's counter), packed into tiles and multiplied by all of b; so a core slowed
-// by other work on the machine holds up no other.
+// by other work on the machine holds up no other. 128 rows: the activations' split is read
+// from L3 once per piece, half as often as with 64 (10-15 % on the kernel alone; 256 no better).
 static constexpr int64_t kAmxRows = 128;
 static void amx_weight_matmul(ggml_tensor* dst) {
     const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2];
