@@ -27,16 +27,13 @@ public:
     // Room for n elements (the contents are not kept).
     T* resize(size_t n) {
         raw_.resize(n + kCacheLine / sizeof(T));
-        size_ = n;
         return data();
     }
     T* data() { return static_cast<T*>(align_to_line(raw_.data())); }
     const T* data() const { return static_cast<const T*>(align_to_line(const_cast<T*>(raw_.data()))); }
-    size_t size() const { return size_; }
 
 private:
     std::vector<T> raw_;
-    size_t size_ = 0;
 };
 
 }  // namespace cbs
