@@ -1,5 +1,5 @@
 """T3's CPU kernels of our own. Q4_0 matrix products on the CPU through the engine's own kernel (core/q4_matmul.h,
-AVX-512 VNNI; sgemm or AMX on the converted weights from 64 columns) against ggml's Q4_0 kernel
+AVX-512 VNNI or AVX2; sgemm or AMX on the converted weights from 64 columns) against ggml's Q4_0 kernel
 and against the exact product of the dequantised weights (float64), on random shapes that
 include a row count not divisible by 8 (the kernel's row groups) and a block count that is odd and not a multiple
 of 16 (the kernel's tails).
@@ -21,7 +21,7 @@ from engine_native import _core
 from tests.models import model_path
 
 needs_kernel = pytest.mark.skipif(not engine_native.system_info().get("q4_kernel"),
-                                  reason="this CPU has no AVX-512 VNNI: T3 runs on ggml's kernels")
+                                  reason="this CPU has neither AVX-512 VNNI nor AVX2: T3 runs on ggml's kernels")
 
 
 def _rel(a, b):

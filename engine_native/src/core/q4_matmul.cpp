@@ -82,28 +82,11 @@ inline void block_scales(const ActLayout& L, uint8_t* col, int64_t b, float amax
 // Where block b's values 0-15 go in a column (its values 16-31 follow 64 bytes later).
 inline int8_t* block_values(int8_t* q, int64_t b) { return q + (b & ~(kGroup - 1)) * kBlock + (b & (kGroup - 1)) * 16; }
 
-// One column of K floats quantised (ggml's Q8_0 rule) into `col` (ActLayout's bytes).
-#ifdef CBS_Q4_X86
-// Only the kernel's CPUs quantise (AVX-512): the scalar rule below, 16 values at a time
-// (the same products and round-to-nearest-even conversions: the same bytes); a decoding
-// step quantises ~170 K values per thread, which the scalar loop took ~0.3 ms for.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_column(const float* in, uint8_t* col,
-                                                                         const ActLayout& L) {
-    int8_t* q = L.values(col);
-    std::memset(col, 0, static_cast<size_t>(L.bytes));
-    for (int64_t b = 0; b < L.blocks; ++b) {
-        const __m512 x0 = _mm512_loadu_ps(in + b * kBlock), x1 = _mm512_loadu_ps(in + b * kBlock + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-        const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
-        int8_t* v = block_values(q, b);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(v), _mm512_cvtepi32_epi8(q0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(v + 64), _mm512_cvtepi32_epi8(q1));
-        block_scales(L, col, b, amax, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
-    }
-}
-#else
-void quantize_column(const float* in, uint8_t* col, const ActLayout& L) {
+// One column of K floats quantised (ggml's Q8_0 rule) into `col` (ActLayout's bytes): the
+// scalar rule first, then the kernels' vector forms of it (the same products and
+// round-to-nearest-even conversions: the same bytes; a decoding step quantises ~170 K values
+// per thread, which the scalar loop took ~0.3 ms for).
+[[maybe_unused]] void quantize_column_scalar(const float* in, uint8_t* col, const ActLayout& L) {
     int8_t* q = L.values(col);
     std::memset(col, 0, static_cast<size_t>(L.bytes));
     for (int64_t b = 0; b < L.blocks; ++b) {
@@ -121,6 +104,78 @@ void quantize_column(const float* in, uint8_t* col, const ActLayout& L) {
         block_scales(L, col, b, amax, sum);
     }
 }
+
+#ifdef CBS_Q4_X86
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+#define AVX2_TARGET __attribute__((target("avx2,f16c,fma")))
+
+// The AVX-512 kernel where the CPU has AVX-512 F/BW/VL/VNNI; else the AVX2 one (8-lane
+// vectors, maddubs for dpbusd) over the same packed layout.
+bool use_avx512() {
+    static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    return yes;
+}
+
+AVX512_TARGET void quantize_column_avx512(const float* in, uint8_t* col, const ActLayout& L) {
+    int8_t* q = L.values(col);
+    std::memset(col, 0, static_cast<size_t>(L.bytes));
+    for (int64_t b = 0; b < L.blocks; ++b) {
+        const __m512 x0 = _mm512_loadu_ps(in + b * kBlock), x1 = _mm512_loadu_ps(in + b * kBlock + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
+        int8_t* v = block_values(q, b);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(v), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(v + 64), _mm512_cvtepi32_epi8(q1));
+        block_scales(L, col, b, amax, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+    }
+}
+
+AVX2_TARGET inline float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+AVX2_TARGET inline int hsum8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
+}
+
+AVX2_TARGET void quantize_column_avx2(const float* in, uint8_t* col, const ActLayout& L) {
+    int8_t* q = L.values(col);
+    std::memset(col, 0, static_cast<size_t>(L.bytes));
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleave
+    for (int64_t b = 0; b < L.blocks; ++b) {
+        __m256 x[4];
+        __m256 amax8 = _mm256_setzero_ps();
+        for (int j = 0; j < 4; ++j) {
+            x[j] = _mm256_loadu_ps(in + b * kBlock + 8 * j);
+            amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, x[j]));
+        }
+        const float amax = hmax8(amax8);
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        __m256i qi[4];
+        for (int j = 0; j < 4; ++j) qi[j] = _mm256_cvtps_epi32(_mm256_mul_ps(x[j], id));
+        const int sum = hsum8(_mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3])));
+        const __m256i bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])), order);
+        int8_t* v = block_values(q, b);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(v), _mm256_castsi256_si128(bytes));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(v + 64), _mm256_extracti128_si256(bytes, 1));
+        block_scales(L, col, b, amax, sum);
+    }
+}
+
+void quantize_column(const float* in, uint8_t* col, const ActLayout& L) {
+    if (use_avx512()) return quantize_column_avx512(in, col, L);
+    quantize_column_avx2(in, col, L);
+}
+#else
+void quantize_column(const float* in, uint8_t* col, const ActLayout& L) { quantize_column_scalar(in, col, L); }
 #endif
 
 const float* column(const ggml_tensor* x, int64_t c) {
@@ -140,7 +195,7 @@ void quantize_columns(ggml_tensor* dst, int ith, int nth, void*) {
 // 64 bytes (4 blocks) of a row: its low nibbles and its high nibbles go through one dpbusd
 // each into the same lanes (lanes 4j .. 4j+3: block j), then one conversion, one scaled add.
 template <int R>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void dot_rows(
+AVX512_TARGET void dot_rows_avx512(
     const uint8_t* group, int64_t nb, const uint8_t* col, const ActLayout& L, bool prefetch, float* out) {
     const int8_t* a = L.values(col);
     const float *da = L.scales(col), *off = L.offsets(col);
@@ -181,6 +236,79 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"))) void do
         }
     }
     for (int i = 0; i < R; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) - _mm512_reduce_add_ps(offs[i]);
+}
+
+// The same product on AVX2: 32 bytes (2 blocks) of a row a step, maddubs (unsigned nibbles
+// times signed activations, pairs summed in int16: at most 2 * 15 * 127 a pair, two pairs
+// 7620, no saturation) for the low and the high nibbles, their sum widened by madd into
+// lanes 4j .. 4j+3 for block j, then one conversion and one scaled add. With 16 registers
+// a chunk goes row by row (its ~2 KB stay in L1), the rows' sums kept in memory between
+// chunks. A chunk's scales are read through a zeroed copy where it is under 16 blocks (a
+// row group's last): AVX2 has no 16-bit masked load, and the bytes after them are nibbles.
+template <int R>
+AVX2_TARGET void dot_rows_avx2(const uint8_t* group, int64_t nb, const uint8_t* col, const ActLayout& L,
+                               bool prefetch, float* out) {
+    const int8_t* a = L.values(col);
+    const float *da = L.scales(col), *off = L.offsets(col);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[R];
+    for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
+    alignas(32) ggml_fp16_t tail[R * kChunk];
+    for (int64_t b = 0; b < nb; b += kChunk) {
+        const int64_t n = std::min(kChunk, nb - b);
+        const uint8_t* chunk = group + R * b * 18;
+        const ggml_fp16_t* dw = reinterpret_cast<const ggml_fp16_t*>(chunk);
+        int64_t dw_stride = n;
+        if (n < kChunk) {
+            std::memset(tail, 0, sizeof(tail));
+            for (int i = 0; i < R; ++i) std::memcpy(tail + i * kChunk, dw + i * n, static_cast<size_t>(n) * 2);
+            dw = tail;
+            dw_stride = kChunk;
+        }
+        if (prefetch)
+            for (int64_t o = 0; o < R * n * 18; o += 64) _mm_prefetch(reinterpret_cast<const char*>(chunk) + kPrefetch + o, _MM_HINT_T1);
+        const __m256 sa0 = _mm256_loadu_ps(da + b), sa1 = _mm256_loadu_ps(da + b + 8);
+        const __m256 so0 = _mm256_loadu_ps(off + b), so1 = _mm256_loadu_ps(off + b + 8);
+        const uint8_t* nibbles = chunk + R * n * 2;
+        for (int i = 0; i < R; ++i) {
+            const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + i * dw_stride)));
+            const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + i * dw_stride + 8)));
+            const __m256 scale[2] = {_mm256_mul_ps(w0, sa0), _mm256_mul_ps(w1, sa1)};
+            __m256 sum = _mm256_fnmadd_ps(w0, so0, acc[i]);
+            sum = _mm256_fnmadd_ps(w1, so1, sum);
+            for (int64_t p = 0; p < n; p += kGroup) {
+                const int64_t q = std::min(kGroup, n - p);  // blocks in this quad (under 4 at a row's end)
+                const uint8_t* src = nibbles + R * p * 16 + i * q * 16;
+                for (int64_t h = 0; h < q; h += 2) {  // blocks p + h, p + h + 1
+                    const int64_t j = p + h;
+                    const __m256i x = q - h >= 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + h * 16))
+                                                 : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + h * 16)));
+                    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + (b + p) * kBlock + h * 16));
+                    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + (b + p) * kBlock + 64 + h * 16));
+                    const __m256i pairs = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(_mm256_and_si256(x, low4), lo),
+                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x, 4), low4), hi));
+                    const __m256i dot = _mm256_madd_epi16(pairs, ones);
+                    const int k = static_cast<int>(j & 7);
+                    const __m256i idx = _mm256_setr_epi32(k, k, k, k, k + 1, k + 1, k + 1, k + 1);
+                    sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(scale[j >> 3], idx), sum);
+                }
+            }
+            acc[i] = sum;
+        }
+    }
+    for (int i = 0; i < R; ++i) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        out[i] = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+    }
+}
+
+// A row group of G = 1 .. kRows rows times one column, through the CPU's kernel.
+template <int R>
+void dot_rows(const uint8_t* group, int64_t nb, const uint8_t* col, const ActLayout& L, bool prefetch, float* out) {
+    if (use_avx512()) return dot_rows_avx512<R>(group, nb, col, L, prefetch, out);
+    dot_rows_avx2<R>(group, nb, col, L, prefetch, out);
 }
 
 // dot_rows for a group of G = 1 .. kRows rows.
@@ -248,9 +376,7 @@ bool q4_packed_available() {
     static const bool yes = [] {
         const char* v = std::getenv("CBS_Q4_MATMUL");
         if (v && std::strcmp(v, "0") == 0) return false;
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-               __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
     }();
     return yes;
 #else

@@ -1,4 +1,4 @@
-// T3's Q4_0 matrix products on the CPU through a kernel of our own (AVX-512 VNNI).
+// T3's Q4_0 matrix products on the CPU through a kernel of our own (AVX-512 VNNI, or AVX2).
 //
 // Decoding one token reads every T3 weight once, so a step is bound by how fast the
 // weights stream from memory. ggml's repacked Q4_0 gemv (AVX2, 8 rows interleaved) reached
@@ -25,7 +25,8 @@
 
 namespace cbs {
 
-// Whether this CPU runs the kernel (AVX-512 F/BW/VL/VNNI) and CBS_Q4_MATMUL is not 0.
+// Whether this CPU runs the kernel (AVX-512 F/BW/VL/VNNI, else AVX2 with FMA and F16C) and
+// CBS_Q4_MATMUL is not 0.
 bool q4_packed_available();
 
 // Rewrites `src` (n_rows rows of ggml block_q4_0, K values each) into the packed layout at

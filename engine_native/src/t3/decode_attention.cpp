@@ -25,6 +25,15 @@ bool have_avx512() {
 #endif
 }
 
+bool have_avx2() {
+#ifdef CBS_DA_X86
+    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return yes;
+#else
+    return false;
+#endif
+}
+
 template <class T>
 const T* at(const ggml_tensor* t, int64_t i1, int64_t i2) {
     return reinterpret_cast<const T*>(static_cast<const char*>(t->data) + i1 * t->nb[1] + i2 * t->nb[2]);
@@ -33,7 +42,8 @@ const T* at(const ggml_tensor* t, int64_t i1, int64_t i2) {
 // One head's attention over the n positions listed (bias: their mask values): scores into
 // `scores`, then out = the softmax-weighted values summed in f32. The portable loop here;
 // below the AVX-512 one (D = 16 C) with q and the value sums held in registers: each score
-// a 16-lane dot product reduced once, the values summed in position order.
+// a 16-lane dot product reduced once, the values summed in position order; and the same on
+// AVX2 (D = 8 C, 8 lanes).
 void attend_head(const float* qh, const ggml_tensor* k, const ggml_tensor* v, int64_t h, const int32_t* positions,
                  const float* bias, int64_t n, float scale, float* scores, float* out) {
     const int64_t D = k->ne[0];
@@ -98,12 +108,48 @@ __attribute__((target("avx512f,f16c,fma"), optimize("fp-contract=off"))) void at
     const __m512 inv = _mm512_set1_ps(sum > 0.0f ? 1.0f / sum : 0.0f);
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + 16 * c, _mm512_mul_ps(acc[c], inv));
 }
+
+// 8 values of cache row (position i, head h) from value 8 c, as f32.
+__attribute__((target("avx2,f16c"))) inline __m256 row8(const ggml_tensor* t, int64_t i, int64_t h, int c) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at<ggml_fp16_t>(t, i, h) + 8 * c)));
+}
+
+// (prefetch_row counts a row in 16 values, hence (C + 1) / 2.)
+template <int C>
+__attribute__((target("avx2,f16c,fma"), optimize("fp-contract=off"))) void attend_head_avx2(
+    const float* qh, const ggml_tensor* k, const ggml_tensor* v, int64_t h, const int32_t* positions, const float* bias,
+    int64_t n, float scale, float* scores, float* out) {
+    __m256 qv[C], acc[C];
+    for (int c = 0; c < C; ++c) qv[c] = _mm256_loadu_ps(qh + 8 * c);
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t ahead = i + kRowsAhead;
+        if (ahead < n)
+            prefetch_row<(C + 1) / 2>(k, positions[ahead], h);
+        else if (ahead - n < n)
+            prefetch_row<(C + 1) / 2>(v, positions[ahead - n], h);
+        __m256 s = _mm256_setzero_ps();
+        for (int c = 0; c < C; ++c) s = _mm256_fmadd_ps(qv[c], row8(k, positions[i], h, c), s);
+        __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        scores[i] = scale * _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r))) + bias[i];
+    }
+    const float sum = n > 0 ? exp_shifted_row(scores, n) : 0.0f;
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; ++i) {
+        if (i + kRowsAhead < n) prefetch_row<(C + 1) / 2>(v, positions[i + kRowsAhead], h);
+        const __m256 p = _mm256_set1_ps(scores[i]);
+        for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(p, row8(v, positions[i], h, c), acc[c]);
+    }
+    const __m256 inv = _mm256_set1_ps(sum > 0.0f ? 1.0f / sum : 0.0f);
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(acc[c], inv));
+}
 #endif
 
 using HeadKernel = void (*)(const float*, const ggml_tensor*, const ggml_tensor*, int64_t, const int32_t*, const float*,
                             int64_t, float, float*, float*);
 
-// The kernel for head size D: AVX-512 for D = 16 .. 128 in steps of 16, else the loop.
+// The kernel for head size D: AVX-512 for D = 16 .. 128 in steps of 16, AVX2 for the common
+// head sizes (32, 48, 64, 80, 96, 128), else the loop.
 HeadKernel head_kernel(int64_t D) {
 #ifdef CBS_DA_X86
     if (have_avx512() && D % 16 == 0) switch (D / 16) {
@@ -117,12 +163,21 @@ HeadKernel head_kernel(int64_t D) {
             case 8: return attend_head_avx512<8>;
             default: break;
         }
+    if (have_avx2() && D % 8 == 0) switch (D / 8) {
+            case 4: return attend_head_avx2<4>;
+            case 6: return attend_head_avx2<6>;
+            case 8: return attend_head_avx2<8>;
+            case 10: return attend_head_avx2<10>;
+            case 12: return attend_head_avx2<12>;
+            case 16: return attend_head_avx2<16>;
+            default: break;
+        }
 #endif
     return attend_head;
 }
 
 // n floats to f16, rounded to nearest even as ggml_fp32_to_fp16 (and ggml_set_rows) rounds;
-// the CPU's conversion, 16 at a time, where it has AVX-512 (a call per value was ~1% of a step).
+// the CPU's conversion, 16 (AVX-512) or 8 (F16C) at a time (a call per value was ~1% of a step).
 #ifdef CBS_DA_X86
 __attribute__((target("avx512f,f16c"))) void to_f16_avx512(const float* in, ggml_fp16_t* out, int64_t n) {
     int64_t i = 0;
@@ -131,11 +186,20 @@ __attribute__((target("avx512f,f16c"))) void to_f16_avx512(const float* in, ggml
                             _mm512_cvtps_ph(_mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     for (; i < n; ++i) out[i] = ggml_fp32_to_fp16(in[i]);
 }
+
+__attribute__((target("avx2,f16c"))) void to_f16_avx2(const float* in, ggml_fp16_t* out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; ++i) out[i] = ggml_fp32_to_fp16(in[i]);
+}
 #endif
 
 void to_f16(const float* in, ggml_fp16_t* out, int64_t n) {
 #ifdef CBS_DA_X86
     if (have_avx512()) return to_f16_avx512(in, out, n);
+    if (have_avx2()) return to_f16_avx2(in, out, n);
 #endif
     for (int64_t i = 0; i < n; ++i) out[i] = ggml_fp32_to_fp16(in[i]);
 }

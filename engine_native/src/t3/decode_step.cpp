@@ -19,22 +19,41 @@ namespace {
 const float* column(const ggml_tensor* t) { return static_cast<const float*>(t->data); }
 
 #if defined(__x86_64__) || defined(_M_X64)
-// ggml's CPU layer norm (ggml_compute_forward_norm_f32 as its AVX-512 build computes it: the
-// mean a sequential double sum, the variance 16-value float sums added in double), then
-// ggml_mul by w and ggml_add of b, each rounded on its own (no fused multiply-add), so y is
-// bit for bit the three separate operations' result.
-__attribute__((target("avx512f,avx512dq"), optimize("fp-contract=off"))) void layer_norm_column(
+// ggml's CPU layer norm as the ggml build this CPU loads computes it (ggml_compute_forward_norm_f32:
+// the mean a sequential double sum, the variance ggml_vec_cvar_f32's float sums of 16 values
+// on AVX-512 F/DQ, of 8 on AVX2 with FMA, added in double), then ggml_mul by w and ggml_add
+// of b, each rounded on its own (no fused multiply-add), so y is bit for bit the three
+// separate operations' result. W is the vector width in floats, Squares its sum of squares.
+bool have_avx512dq() {
+    static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    return yes;
+}
+
+__attribute__((target("avx512f,avx512dq"))) inline double squares16(const float* x, float mean, float* y) {
+    const __m512 v = _mm512_sub_ps(_mm512_loadu_ps(x), _mm512_set1_ps(mean));
+    _mm512_storeu_ps(y, v);
+    return static_cast<double>(_mm512_reduce_add_ps(_mm512_mul_ps(v, v)));
+}
+
+__attribute__((target("avx2,fma"))) inline double squares8(const float* x, float mean, float* y) {
+    __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x), _mm256_set1_ps(mean));
+    _mm256_storeu_ps(y, v);
+    v = _mm256_mul_ps(v, v);
+    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return static_cast<double>(_mm_cvtss_f32(s));
+}
+
+template <int W, double (*Squares)(const float*, float, float*)>
+[[gnu::always_inline]] __attribute__((optimize("fp-contract=off"))) inline void layer_norm_body(
     const float* x, const float* w, const float* b, float eps, int64_t K, float* y) {
     double sum = 0.0;
     for (int64_t i = 0; i < K; ++i) sum += static_cast<double>(x[i]);
     const float mean = static_cast<float>(sum) / static_cast<float>(K);
     double sq = 0.0;
     int64_t i = 0;
-    for (; i + 15 < K; i += 16) {
-        const __m512 v = _mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(mean));
-        _mm512_storeu_ps(y + i, v);
-        sq += static_cast<double>(_mm512_reduce_add_ps(_mm512_mul_ps(v, v)));
-    }
+    for (; i + W - 1 < K; i += W) sq += Squares(x + i, mean, y + i);
     for (; i < K; ++i) {
         const float v = x[i] - mean;
         y[i] = v;
@@ -47,6 +66,16 @@ __attribute__((target("avx512f,avx512dq"), optimize("fp-contract=off"))) void la
         const float m = n * w[j];
         y[j] = m + b[j];
     }
+}
+
+__attribute__((target("avx512f,avx512dq"), optimize("fp-contract=off"))) void layer_norm_avx512(
+    const float* x, const float* w, const float* b, float eps, int64_t K, float* y) {
+    layer_norm_body<16, squares16>(x, w, b, eps, K, y);
+}
+
+__attribute__((target("avx2,fma"), optimize("fp-contract=off"))) void layer_norm_avx2(
+    const float* x, const float* w, const float* b, float eps, int64_t K, float* y) {
+    layer_norm_body<8, squares8>(x, w, b, eps, K, y);
 }
 #endif
 
@@ -67,7 +96,11 @@ void fused_product(ggml_tensor* dst, int ith, int nth, void* userdata) {
 #if defined(__x86_64__) || defined(_M_X64)
     if (ln_w) {
         normed.resize(static_cast<size_t>(K));
-        layer_norm_column(in, column(ln_w), column(dst->src[5]), *static_cast<const float*>(userdata), K, normed.data());
+        const float eps = *static_cast<const float*>(userdata);
+        if (have_avx512dq())
+            layer_norm_avx512(in, column(ln_w), column(dst->src[5]), eps, K, normed.data());
+        else
+            layer_norm_avx2(in, column(ln_w), column(dst->src[5]), eps, K, normed.data());
         in = normed.data();
     }
 #endif
@@ -102,8 +135,9 @@ bool step_fusion_enabled() {  // read per graph built, so a test can compare bot
 
 bool step_fuses(const ggml_tensor* w, const ggml_tensor* x) {
 #if defined(__x86_64__) || defined(_M_X64)
-    static const bool dq = __builtin_cpu_supports("avx512dq");
-    return dq && step_fusion_enabled() && q4_is_packed(w) && contiguous_f32(x) && ggml_nelements(x) == w->ne[0];
+    // The layer norm's two forms (above) are ggml's AVX-512 and AVX2 ones, which the
+    // packed kernel's CPUs (AVX2 at least) load.
+    return step_fusion_enabled() && q4_is_packed(w) && contiguous_f32(x) && ggml_nelements(x) == w->ne[0];
 #else
     (void)w, (void)x;
     return false;
