@@ -194,7 +194,7 @@ static float exp_shifted_row_portable(float* row, int64_t n) {
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
-#define CBS_EXP_AVX512 1
+#define CBS_EXP_X86 1
 // exp_nonpositive on 16 lanes with 2^n applied by vscalefps (one operation where the bit
 // trick takes four), the same arithmetic otherwise.
 __attribute__((target("avx512f"))) static inline __m512 exp_nonpositive16(__m512 x) {
@@ -236,12 +236,71 @@ __attribute__((target("avx512f"))) static float exp_shifted_row_avx512(float* ro
     }
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
+
+// The same on AVX2 with FMA, 2^n built in the exponent bits as the scalar form does (a
+// CPU without AVX-512, where the portable loop compiled to scalar code: 30 % of the CFM on a
+// Zen 3 host). Tails through masked loads and stores, so every value takes the vector path.
+__attribute__((target("avx2,fma"))) static inline __m256 exp_nonpositive8(__m256 x) {
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504f), magic), magic);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    for (const float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
+}
+
+// The first min(left, 8) lanes set.
+__attribute__((target("avx2"))) static inline __m256i first_lanes8(int64_t left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(std::min<int64_t>(left, 8))),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+__attribute__((target("avx2,fma"))) static float exp_shifted_row_avx2(float* row, int64_t n) {
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(row + j));
+        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(row + j + 8));
+    }
+    for (; j < n; j += 8) {
+        const __m256i m = first_lanes8(n - j);
+        m1 = _mm256_max_ps(m1, _mm256_blendv_ps(m1, _mm256_maskload_ps(row + j, m), _mm256_castsi256_ps(m)));
+    }
+    __m256 m = _mm256_max_ps(m0, m1);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    const __m256 mx = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h))));
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
+    for (j = 0; j + 16 <= n; j += 16) {
+        const __m256 e0 = exp_nonpositive8(_mm256_sub_ps(_mm256_loadu_ps(row + j), mx));
+        const __m256 e1 = exp_nonpositive8(_mm256_sub_ps(_mm256_loadu_ps(row + j + 8), mx));
+        _mm256_storeu_ps(row + j, e0);
+        _mm256_storeu_ps(row + j + 8, e1);
+        s0 = _mm256_add_ps(s0, e0);
+        s1 = _mm256_add_ps(s1, e1);
+    }
+    for (; j < n; j += 8) {
+        const __m256i m = first_lanes8(n - j);
+        const __m256 e = _mm256_and_ps(exp_nonpositive8(_mm256_sub_ps(_mm256_maskload_ps(row + j, m), mx)), _mm256_castsi256_ps(m));
+        _mm256_maskstore_ps(row + j, m, e);
+        s0 = _mm256_add_ps(s0, e);
+    }
+    const __m256 s = _mm256_add_ps(s0, s1);
+    __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
 #endif
 
 float exp_shifted_row(float* row, int64_t n) {
-#ifdef CBS_EXP_AVX512
+#ifdef CBS_EXP_X86
     static const bool avx512 = __builtin_cpu_supports("avx512f");
     if (avx512) return exp_shifted_row_avx512(row, n);
+    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2) return exp_shifted_row_avx2(row, n);
 #endif
     return exp_shifted_row_portable(row, n);
 }
