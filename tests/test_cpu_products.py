@@ -139,12 +139,21 @@ def test_quantised_s3gen_fast_vs_exact(tmp_path):
 
 def test_fast_products_do_not_depend_on_the_threads():
     """Pieces of the products go to whichever thread is free, but each output is summed by one
-    piece in one order: the same bits for any thread count."""
+    piece in one order: the same bits for any thread count. Where an f16 weight's fast product
+    is OpenBLAS's sgemm (no AMX), each thread's sgemm takes a share of the weight's rows, and
+    OpenBLAS's sums depend on an output's place within the call (measured with its Haswell
+    kernels on an AVX2 Zen 3 host: the first and last 8 columns of any piece differ from the
+    whole product's by ~1 ulp), so there the thread counts agree within rel 1e-6 instead."""
     rng = np.random.default_rng(11)
     w = (rng.standard_normal((200, 160)) * 0.05).astype(np.float32)
     x = rng.standard_normal((90, 160)).astype(np.float32)
     q, k, v = (rng.standard_normal((5, 70, 64)).astype(np.float32) for _ in range(3))
     lin = [_core.linear_product(w, x, "f16", "fast", threads=t) for t in (1, 2, 3)]
     att = [_core.attention_product(q, k, v, "fast", threads=t) for t in (1, 2, 3)]
-    assert all(np.array_equal(lin[0], o) for o in lin[1:])
+    if AMX:
+        assert all(np.array_equal(lin[0], o) for o in lin[1:])
+    else:
+        rels = [float(np.linalg.norm(o - lin[0]) / np.linalg.norm(lin[0])) for o in lin[1:]]
+        print(f"f16 weight through sgemm, 2 and 3 threads vs 1: rel {rels[0]:.1e}, {rels[1]:.1e}")
+        assert max(rels) <= 1e-6
     assert all(np.array_equal(att[0], o) for o in att[1:])

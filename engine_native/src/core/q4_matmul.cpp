@@ -110,10 +110,15 @@ inline int8_t* block_values(int8_t* q, int64_t b) { return q + (b & ~(kGroup - 1
 #define AVX2_TARGET __attribute__((target("avx2,f16c,fma")))
 
 // The AVX-512 kernel where the CPU has AVX-512 F/BW/VL/VNNI; else the AVX2 one (8-lane
-// vectors, maddubs for dpbusd) over the same packed layout.
+// vectors, maddubs for dpbusd) over the same packed layout. CBS_Q4_KERNEL=avx2 takes the
+// AVX2 one anyway (so that an AVX-512 machine's tests cover it too).
 bool use_avx512() {
-    static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    static const bool yes = [] {
+        const char* v = std::getenv("CBS_Q4_KERNEL");
+        if (v && std::strcmp(v, "avx2") == 0) return false;
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    }();
     return yes;
 }
 
