@@ -143,12 +143,15 @@ def test_hift_matches_reference(model, ref):
 
 
 def test_guidance_batched_or_not_agree(model):
-    """One batch-of-two evaluation per step or two evaluations: the same mel."""
+    """One batch-of-two evaluation per step or two evaluations: the same mel within rel 3e-6.
+    The same arithmetic in other product shapes: OpenBLAS's sums depend on an output's place
+    within a call (its Haswell kernels, on an AVX2 Zen 3 host: ~1 ulp at the edges of a piece),
+    so the two differ by rounding: rel 1.1e-6 seen there, under 1e-6 on the AVX-512 hosts."""
     one = debug.s3gen_mel(model, SPEECH_B, None, X0_B, steps=2, guidance_batched=True)
     two = debug.s3gen_mel(model, SPEECH_B, None, X0_B, steps=2, guidance_batched=False)
     rel, max_abs = _rel(one, two)
     print(f"batched vs two evaluations: rel {rel:.2e} max_abs {max_abs:.2e}")
-    assert rel <= 1e-6
+    assert rel <= 3e-6
 
 
 @pytest.mark.parametrize("kind", ["speech_only", "channels", "one_frame_more"])

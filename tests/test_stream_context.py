@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine_native import Engine
+from engine_native import Engine, _core
 from engine_native import engine as engine_module
 from tests.models import model_path
 
@@ -78,7 +78,18 @@ def test_t3_worker_samples_beside_s3gen_and_leaves_the_audio_unchanged(engine, m
         engine._overlap = True
     assert started == [True]
     assert len(overlapped) == len(serial) > 2
-    assert all(np.array_equal(a, b) for a, b in zip(overlapped, serial))
+    if _core.amx_available() or _core.vnni_available():
+        assert all(np.array_equal(a, b) for a, b in zip(overlapped, serial))
+    else:
+        # S3Gen beside the worker has one thread fewer, and without AMX or VNNI its products are
+        # OpenBLAS's sgemm split by thread, whose sums depend on an output's place in a call
+        # (tests/test_cpu_products.py): the same tokens and chunk sizes, samples within rounding
+        # (seen rel 1.2e-7 on an AVX2 Zen 3 host).
+        assert all(a.size == b.size for a, b in zip(overlapped, serial))
+        a, b = np.concatenate(overlapped), np.concatenate(serial)
+        rel = float(np.linalg.norm(a - b) / np.linalg.norm(b))
+        print(f"overlapped vs serial: rel {rel:.1e}")
+        assert rel <= 1e-5
 
     it = engine.stream(TEXT, **{**opts, "max_tokens": 200})
     next(it)                                   # the worker is sampling now
