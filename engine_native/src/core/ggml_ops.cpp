@@ -1,5 +1,6 @@
 #include "core/ggml_ops.h"
 #include "core/amx_gemm.h"
+#include "core/avx2_reduce.h"
 #include "core/vnni_gemm.h"
 #include "core/q4_matmul.h"
 
@@ -269,10 +270,7 @@ __attribute__((target("avx2,fma"))) static float exp_shifted_row_avx2(float* row
         const __m256i m = first_lanes8(n - j);
         m1 = _mm256_max_ps(m1, _mm256_blendv_ps(m1, _mm256_maskload_ps(row + j, m), _mm256_castsi256_ps(m)));
     }
-    __m256 m = _mm256_max_ps(m0, m1);
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    const __m256 mx = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h))));
+    const __m256 mx = _mm256_set1_ps(hmax8(_mm256_max_ps(m0, m1)));
     __m256 s0 = _mm256_setzero_ps(), s1 = s0;
     for (j = 0; j + 16 <= n; j += 16) {
         const __m256 e0 = exp_nonpositive8(_mm256_sub_ps(_mm256_loadu_ps(row + j), mx));
@@ -288,10 +286,7 @@ __attribute__((target("avx2,fma"))) static float exp_shifted_row_avx2(float* row
         _mm256_maskstore_ps(row + j, m, e);
         s0 = _mm256_add_ps(s0, e);
     }
-    const __m256 s = _mm256_add_ps(s0, s1);
-    __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+    return hsum8(_mm256_add_ps(s0, s1));
 }
 #endif
 

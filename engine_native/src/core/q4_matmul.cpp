@@ -1,5 +1,7 @@
 #include "core/q4_matmul.h"
 
+#include "core/avx2_reduce.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -83,28 +85,9 @@ inline void block_scales(const ActLayout& L, uint8_t* col, int64_t b, float amax
 inline int8_t* block_values(int8_t* q, int64_t b) { return q + (b & ~(kGroup - 1)) * kBlock + (b & (kGroup - 1)) * 16; }
 
 // One column of K floats quantised (ggml's Q8_0 rule) into `col` (ActLayout's bytes): the
-// scalar rule first, then the kernels' vector forms of it (the same products and
+// kernels' vector forms of the scalar rule at the #else below (the same products and
 // round-to-nearest-even conversions: the same bytes; a decoding step quantises ~170 K values
 // per thread, which the scalar loop took ~0.3 ms for).
-[[maybe_unused]] void quantize_column_scalar(const float* in, uint8_t* col, const ActLayout& L) {
-    int8_t* q = L.values(col);
-    std::memset(col, 0, static_cast<size_t>(L.bytes));
-    for (int64_t b = 0; b < L.blocks; ++b) {
-        const float* v = in + b * kBlock;
-        float amax = 0.0f;
-        for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        int8_t* out = block_values(q, b);
-        int sum = 0;
-        for (int64_t j = 0; j < kBlock; ++j) {
-            const int v8 = static_cast<int>(std::nearbyint(v[j] * id));
-            out[(j < 16 ? 0 : 64) + (j & 15)] = static_cast<int8_t>(v8);
-            sum += v8;
-        }
-        block_scales(L, col, b, amax, sum);
-    }
-}
-
 #ifdef CBS_Q4_X86
 #define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
 #define AVX2_TARGET __attribute__((target("avx2,f16c,fma")))
@@ -135,18 +118,6 @@ AVX512_TARGET void quantize_column_avx512(const float* in, uint8_t* col, const A
         _mm_storeu_si128(reinterpret_cast<__m128i*>(v + 64), _mm512_cvtepi32_epi8(q1));
         block_scales(L, col, b, amax, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
     }
-}
-
-AVX2_TARGET inline float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-
-AVX2_TARGET inline int hsum8(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 
 AVX2_TARGET void quantize_column_avx2(const float* in, uint8_t* col, const ActLayout& L) {
@@ -180,7 +151,25 @@ void quantize_column(const float* in, uint8_t* col, const ActLayout& L) {
     quantize_column_avx2(in, col, L);
 }
 #else
-void quantize_column(const float* in, uint8_t* col, const ActLayout& L) { quantize_column_scalar(in, col, L); }
+void quantize_column(const float* in, uint8_t* col, const ActLayout& L) {
+    int8_t* q = L.values(col);
+    std::memset(col, 0, static_cast<size_t>(L.bytes));
+    for (int64_t b = 0; b < L.blocks; ++b) {
+        const float* v = in + b * kBlock;
+        float amax = 0.0f;
+        for (int64_t j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int8_t* out = block_values(q, b);
+        int sum = 0;
+        for (int64_t j = 0; j < kBlock; ++j) {
+            const int v8 = static_cast<int>(std::nearbyint(v[j] * id));
+            out[(j < 16 ? 0 : 64) + (j & 15)] = static_cast<int8_t>(v8);
+            sum += v8;
+        }
+        block_scales(L, col, b, amax, sum);
+    }
+}
+
 #endif
 
 const float* column(const ggml_tensor* x, int64_t c) {
@@ -302,11 +291,7 @@ AVX2_TARGET void dot_rows_avx2(const uint8_t* group, int64_t nb, const uint8_t* 
             acc[i] = sum;
         }
     }
-    for (int i = 0; i < R; ++i) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
-        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        out[i] = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-    }
+    for (int i = 0; i < R; ++i) out[i] = hsum8(acc[i]);
 }
 
 // A row group of G = 1 .. kRows rows times one column, through the CPU's kernel.

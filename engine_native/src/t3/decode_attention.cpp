@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/avx2_reduce.h"
 #include "core/ggml_ops.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -129,9 +130,7 @@ __attribute__((target("avx2,f16c,fma"), optimize("fp-contract=off"))) void atten
             prefetch_row<(C + 1) / 2>(v, positions[ahead - n], h);
         __m256 s = _mm256_setzero_ps();
         for (int c = 0; c < C; ++c) s = _mm256_fmadd_ps(qv[c], row8(k, positions[i], h, c), s);
-        __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-        scores[i] = scale * _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r))) + bias[i];
+        scores[i] = scale * hsum8(s) + bias[i];
     }
     const float sum = n > 0 ? exp_shifted_row(scores, n) : 0.0f;
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/avx2_reduce.h"
 #include "core/ggml_ops.h"
 #include "core/q4_matmul.h"
 
@@ -36,13 +37,9 @@ __attribute__((target("avx512f,avx512dq"))) inline double squares16(const float*
 }
 
 __attribute__((target("avx2,fma"))) inline double squares8(const float* x, float mean, float* y) {
-    __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x), _mm256_set1_ps(mean));
+    const __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x), _mm256_set1_ps(mean));
     _mm256_storeu_ps(y, v);
-    v = _mm256_mul_ps(v, v);
-    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return static_cast<double>(_mm_cvtss_f32(s));
+    return static_cast<double>(hsum8(_mm256_mul_ps(v, v)));
 }
 
 template <int W, double (*Squares)(const float*, float, float*)>
