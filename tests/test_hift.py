@@ -151,8 +151,9 @@ np.save(sys.argv[3], Engine(sys.argv[1], threads=2)._hift.inference(mel, 0))
 
 
 def test_avx512_products_equal_the_8_lane_build(tmp_path):
-    """The FFT convolutions' per-bin products with 16 lanes (AVX-512) give each output the same
-    multiply-adds in the same order as the 8-lane build (CBS_HIFT_AVX512=0): equal bit for bit.
+    """The FFT convolutions' per-bin products and the rgemm products with 16 lanes (AVX-512)
+    give each output the same multiply-adds in the same order as the 8-lane build
+    (CBS_HIFT_AVX512=0): equal bit for bit.
     Each build in a process of its own (the engine reads the switch once)."""
     import os
     import subprocess

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <thread>
 
+#include <unistd.h>
+
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -13,6 +15,18 @@ int default_thread_count() {
     unsigned n = std::thread::hardware_concurrency();
     if (n == 0) n = 1;
     return static_cast<int>(std::min(n, 16u));
+}
+
+long l2_cache_bytes() {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    static const long bytes = [] {
+        const long n = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        return n > 0 ? n : 512L * 1024;
+    }();
+    return bytes;
+#else
+    return 512L * 1024;
+#endif
 }
 
 // A backend registry may expose "ggml_backend_get_features": a null-terminated

@@ -25,4 +25,8 @@ SystemInfo system_info();
 // (beyond that ggml's CPU matmuls stop scaling for batch-1 decoding).
 int default_thread_count();
 
+// One core's L2 cache in bytes (512 KB where the system does not say): kernels size the
+// blocks they keep in cache from it.
+long l2_cache_bytes();
+
 }  // namespace cbs

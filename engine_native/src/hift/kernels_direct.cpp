@@ -50,6 +50,53 @@ CBS_INL void finish_body(ggml_tensor* dst, const FinishOp& p) {
         for (int64_t t = t0; t < t1; ++t) finish_row<Vec<kWide>>(out + t * C, yd + t * C, p, a, t, C);
 }
 
+#ifdef CBS_HIFT_X86
+// rgemm's R rows x 16 P columns at (t, co) on AVX-512: R P accumulators, one panel's row
+// of 16 weights per register, the products in the 8-lane build's order.
+template <int R, int P>
+__attribute__((target("avx512f"), always_inline)) inline void rgemm16_block(float* y, const float* a, const float* b,
+                                                                           int64_t n, int64_t kc, int64_t as, int64_t t,
+                                                                           int64_t co) {
+    v16 c[R][P] = {};
+    const float* panel[P];
+    for (int q = 0; q < P; ++q) panel[q] = b + (co + 16 * q) * kc;
+    const float* row = a + t * as;
+    for (int64_t j = 0; j < kc; ++j) {
+        v16 w[P];
+        for (int q = 0; q < P; ++q) w[q] = vload<v16>(panel[q] + j * 16);
+        for (int i = 0; i < R; ++i) {
+            const float s = row[i * as + j];
+            for (int q = 0; q < P; ++q) c[i][q] += w[q] * s;
+        }
+    }
+    for (int i = 0; i < R; ++i)
+        for (int q = 0; q < P; ++q) vstore(y + (t + i) * n + co + 16 * q, c[i][q]);
+}
+
+// Rows r0..r1: 6 rows x 32 columns a step (12 accumulators; two of the 8-lane build's
+// 6 x 16 steps in one, the weights read half as often per product).
+template <int P>
+__attribute__((target("avx512f"))) void rgemm16_cols(float* y, const float* a, const float* b, int64_t n, int64_t kc,
+                                                     int64_t as, int64_t r0, int64_t r1, int64_t co) {
+    int64_t t = r0;
+    for (; t + 6 <= r1; t += 6) rgemm16_block<6, P>(y, a, b, n, kc, as, t, co);
+    switch (r1 - t) {
+        case 5: return rgemm16_block<5, P>(y, a, b, n, kc, as, t, co);
+        case 4: return rgemm16_block<4, P>(y, a, b, n, kc, as, t, co);
+        case 3: return rgemm16_block<3, P>(y, a, b, n, kc, as, t, co);
+        case 2: return rgemm16_block<2, P>(y, a, b, n, kc, as, t, co);
+        case 1: return rgemm16_block<1, P>(y, a, b, n, kc, as, t, co);
+        default: return;
+    }
+}
+
+void rgemm16(float* y, const float* a, const float* b, int64_t n, int64_t kc, int64_t as, int64_t r0, int64_t r1) {
+    int64_t co = 0;
+    for (; co + 32 <= n; co += 32) rgemm16_cols<2>(y, a, b, n, kc, as, r0, r1, co);
+    if (co < n) rgemm16_cols<1>(y, a, b, n, kc, as, r0, r1, co);
+}
+#endif
+
 template <bool kWide>
 CBS_INL void rgemm_body(ggml_tensor* dst, const RgemmOp& p) {
     using V = Vec<kWide>;
@@ -57,6 +104,12 @@ CBS_INL void rgemm_body(ggml_tensor* dst, const RgemmOp& p) {
     const float* b = data_f32(dst->src[1]);
     const int64_t n = dst->ne[0], rows = dst->ne[1], kc = p.kc, as = p.a_step;
     float* y = static_cast<float*>(dst->data);
+#ifdef CBS_HIFT_X86
+    if (kWide && use_avx512()) {
+        for (int64_t r0, r1; p.work->take(rows, 48, r0, r1);) rgemm16(y, a, b, n, kc, as, r0, r1);
+        return;
+    }
+#endif
     for (int64_t r0, r1; p.work->take(rows, 48, r0, r1);)
         for (int64_t co = 0; co < n; co += 16) {
             const float* panel = b + co * kc;

@@ -103,19 +103,27 @@ CBS_INL void weight_bin(float* wf, const float* wt, int64_t C, int K, int f, con
         cs[k] = fft.w_re(m) * scale;
         sn[k] = -fft.w_im(m) * scale;
     }
-    // tap by tap, reading the weight in order (its taps lie C^2 floats apart)
+    // Per input channel the K taps summed in registers, in tap order (the taps lie C^2
+    // floats apart): each W_f value written once (summed in place, tap by tap, the bin's
+    // buffer went through L2 K times: a third of cgemm's own time).
     for (int64_t co = 0; co < C; co += 16) {
         float* o = wf + co * C * 2;
-        for (int k = 0; k < K; ++k)
-            for (int64_t ci = 0; ci < C; ++ci) {
+        for (int64_t ci = 0; ci < C; ++ci) {
+            V r0{}, r1{}, i0{}, i1{};
+            for (int k = 0; k < K; ++k) {
                 const float* w = wt + (k * C + ci) * C + co;
                 const V w0 = vload<V>(w), w1 = vload<V>(w + 8);
-                float* oc = o + ci * 32;
-                vstore(oc, (k ? vload<V>(oc) : V{}) + w0 * cs[k]);
-                vstore(oc + 8, (k ? vload<V>(oc + 8) : V{}) + w1 * cs[k]);
-                vstore(oc + 16, (k ? vload<V>(oc + 16) : V{}) + w0 * sn[k]);
-                vstore(oc + 24, (k ? vload<V>(oc + 24) : V{}) + w1 * sn[k]);
+                r0 = r0 + w0 * cs[k];
+                r1 = r1 + w1 * cs[k];
+                i0 = i0 + w0 * sn[k];
+                i1 = i1 + w1 * sn[k];
             }
+            float* oc = o + ci * 32;
+            vstore(oc, r0);
+            vstore(oc + 8, r1);
+            vstore(oc + 16, i0);
+            vstore(oc + 24, i1);
+        }
     }
 }
 
@@ -124,13 +132,6 @@ CBS_INL void weight_bin(float* wf, const float* wt, int64_t C, int K, int f, con
 // register, 6 tiles a step (12 accumulators of the 32 registers). Each output element gets
 // the same multiply-adds in the same order as in the 8-lane build, so the result is the same
 // bit for bit; only twice the lanes per instruction.
-using v16 = float __attribute__((vector_size(64)));
-
-inline bool use_avx512() {  // CBS_HIFT_AVX512=0: the 8-lane build everywhere (a comparison)
-    static const bool yes = __builtin_cpu_supports("avx512f") &&
-                            !(std::getenv("CBS_HIFT_AVX512") && std::strcmp(std::getenv("CBS_HIFT_AVX512"), "0") == 0);
-    return yes;
-}
 
 __attribute__((target("avx512f"))) void cmul_bin16(float* y, const float* x, const float* wf, int64_t C, int64_t n_t,
                                                     bool real, int64_t co_begin, int64_t co_end) {
@@ -161,10 +162,14 @@ __attribute__((target("avx512f"))) void cmul_bin16(float* y, const float* x, con
                         }
                     }
                 };
-                if (m == kT)
-                    complex_tile(std::integral_constant<int64_t, kT>{});
-                else
-                    complex_tile(m);
+                switch (m) {  // the tile count a constant: the accumulators stay in registers
+                    case 1: complex_tile(std::integral_constant<int64_t, 1>{}); break;
+                    case 2: complex_tile(std::integral_constant<int64_t, 2>{}); break;
+                    case 3: complex_tile(std::integral_constant<int64_t, 3>{}); break;
+                    case 4: complex_tile(std::integral_constant<int64_t, 4>{}); break;
+                    case 5: complex_tile(std::integral_constant<int64_t, 5>{}); break;
+                    default: complex_tile(std::integral_constant<int64_t, kT>{}); break;
+                }
             }
             for (int64_t j = 0; j < m; ++j) {
                 vstore(y + (t + j) * ts + co, r[j]);

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -222,6 +223,15 @@ CBS_INL void finish_row(float* o, const float* y, const FinishOp& p, const Finis
 #ifdef CBS_HIFT_X86
 inline bool has_avx2_fma() {
     static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return yes;
+}
+// The products' 16-lane forms (cmul_bin16, rgemm16) where the CPU has AVX-512; each output
+// gets the same multiply-adds in the same order as in the 8-lane build, so the result is the
+// same bit for bit. CBS_HIFT_AVX512=0: the 8-lane build everywhere (a comparison).
+using v16 = float __attribute__((vector_size(64)));
+inline bool use_avx512() {
+    static const bool yes = __builtin_cpu_supports("avx512f") &&
+                            !(std::getenv("CBS_HIFT_AVX512") && std::strcmp(std::getenv("CBS_HIFT_AVX512"), "0") == 0);
     return yes;
 }
 #define CBS_KERNEL(name, Op)                                                                                \
