@@ -219,11 +219,13 @@ Hift::Conv Hift::conv(const ModelFile& mf, const std::string& name, int stride, 
     if (allow_fft && fft_conv(K, cin, cout, stride, pad, dil, kFftTile)) c.fft = &tile_fft_;
     std::vector<float> src = mf.read_f32(w);
     if (c.fft) {
-        // ne [Cout, Cin, K], output channel fastest (cgemm_kernel's layout)
+        // Panels of 16 output channels, [Cout / 16][Cin][K][16] (weight_bin's reading order:
+        // one panel a contiguous stream)
         std::vector<float> dst(src.size());
         for (int64_t oc = 0; oc < cout; ++oc)
             for (int64_t ci = 0; ci < cin; ++ci)
-                for (int64_t k = 0; k < K; ++k) dst[(k * cin + ci) * cout + oc] = src[(oc * cin + ci) * K + k];
+                for (int64_t k = 0; k < K; ++k)
+                    dst[((oc / 16 * cin + ci) * K + k) * 16 + oc % 16] = src[(oc * cin + ci) * K + k];
         c.w = upload(std::move(dst), cout, cin * K);
     } else if (cout % 16 == 0 && dil == 1) {
         // rgemm's panels of the weight [K * Cin][Cout] (row k Cin + ci)

@@ -110,10 +110,10 @@ struct FftInOp {
     Work* work;  // fft_in_kernel's; unused inside fconv
 };
 
-// cgemm: the per-bin products of all tiles' spectra with W_f, from the conv weight wt
-// ne [C (out), C (in), K], chunked spectra in and out. A thread takes whole bins: W_f is
-// made once into a buffer, then each chunk's block of the bin is read once for all
-// output channels. src: X, wt.
+// cgemm: the per-bin products of all tiles' spectra with W_f, from the conv weight wt in
+// panels of 16 output channels ([C / 16][C][K][16]), chunked spectra in and out. A thread
+// takes whole bins: W_f is made once into a buffer, then each chunk's block of the bin is
+// read once for all output channels. src: X, wt.
 struct CgemmOp {
     const TileFft* fft;
     int K;
