@@ -152,8 +152,6 @@ private:
         size_t step;
         size_t next = 0;
         ggml_cgraph* graph = nullptr;  // Record: the copies are expanded into it
-        GraphInputs* in = nullptr;     // Use: the graph's inputs (rows, the prefix's row indices)
-        ggml_tensor* rows = nullptr;
         ggml_tensor* take(ggml_type type, int64_t ne0, int64_t ne1);
     };
     // kv [A, T, 1] -> Use: [A, P + T, 1] (the prefix's first); otherwise kv (recorded).
