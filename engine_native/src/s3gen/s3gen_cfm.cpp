@@ -411,6 +411,8 @@ std::function<CfmEstimator::StepVelocity(ggml_context*, GraphInputs&)> CfmEstima
 std::shared_ptr<CfmPrefix> CfmEstimator::record_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
                                                        const std::vector<float>& spks, const std::vector<float>& cond,
                                                        int P, const std::vector<float>& ts) {
+    // (a pass reads the prefix through a CPU custom op: prefix_then_rows)
+    if (!backend_is_cpu(runner_.backend())) throw EngineError("a cached stream prefix runs on the CPU only");
     if (!meanflow_) throw EngineError("a cached stream prefix needs a meanflow CFM (this model's is guided)");
     check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), P);
     const int n_steps = static_cast<int>(ts.size()) - 1;
