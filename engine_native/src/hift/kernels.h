@@ -92,7 +92,8 @@ struct FftGeom {
 // chunk's tiles side by side, padded by 16 floats so that the bins of one tile do not
 // all fall in the same cache set. A chunk (a few hundred KB for N = 64) is one
 // contiguous piece of memory.
-inline int64_t chunk_tiles(int64_t C) { return 6 * std::max<int64_t>(1, 192 / C); }  // cgemm takes 6 (AVX-512) or 3 at a time
+// (cmul_bin takes 6 tiles at a time on AVX-512, 3 otherwise)
+inline int64_t chunk_tiles(int64_t C) { return 6 * std::max<int64_t>(1, 192 / C); }
 inline int64_t spec_block(int64_t C) { return chunk_tiles(C) * 2 * C + 16; }
 inline int64_t spec_tile_offset(int64_t tile, int64_t C, int n_bins) {
     const int64_t ct = chunk_tiles(C);

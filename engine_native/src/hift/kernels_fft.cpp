@@ -119,7 +119,7 @@ CBS_INL void weight_bin(float* wf, const float* wt, int64_t C, int K, int f, con
     }
     // Per input channel the K taps summed in registers, in tap order, each W_f value written
     // once; a panel is read as one stream (every bin reads the whole weight: laid out
-    // [C (out)][C (in)][K], the taps C^2 floats apart, it was a third of cgemm's time).
+    // [C (out)][C (in)][K], the taps C^2 floats apart, its loads were most of cgemm's own time).
     for (int64_t co = 0; co < C; co += 16) {
         float* o = wf + co * C * 2;
         const float* panel = wt + co * C * K;
@@ -147,7 +147,6 @@ CBS_INL void weight_bin(float* wf, const float* wt, int64_t C, int K, int f, con
 // register, 6 tiles a step (12 accumulators of the 32 registers). Each output element gets
 // the same multiply-adds in the same order as in the 8-lane build, so the result is the same
 // bit for bit; only twice the lanes per instruction.
-
 __attribute__((target("avx512f"))) void cmul_bin16(float* y, const float* x, const float* wf, int64_t C, int64_t n_t,
                                                     bool real, int64_t co_begin, int64_t co_end) {
     constexpr int64_t kT = 6;
