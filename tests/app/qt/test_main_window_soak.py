@@ -1,7 +1,7 @@
 """A GUI soak (issue 18): one scripted session of 166 actions (150 after a 16-action warm-up; more with CBS_SOAK_ACTIONS) on the real window.
 
 The real window, the real engine on the small random Nano model and the real audio stack
-(sounddevice -> PortAudio -> ALSA's null device), as in tests/test_gui.py. The session plays,
+(sounddevice -> PortAudio -> ALSA's null device), as in tests/app/qt/test_main_window.py. The session plays,
 stops mid-chunk, regenerates a sentence, replays, switches the voice (built-in, a voice cloned
 through the Voice Lab, voices saved into the library folder) and the model (Nano q4_0 <-> f32),
 types live, exports takes (wav/flac/ogg/mp3), opens and closes the Voice Lab with a dropped
@@ -41,7 +41,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from tests import audio_fixtures  # noqa: E402
 
 from app.qt.gui import qt_problem  # noqa: E402
-from tests.test_gui import STALL_LIMIT_S, TimerProbe, drop_file  # noqa: E402
+from tests.app.qt.test_main_window import STALL_LIMIT_S, TimerProbe, drop_file  # noqa: E402
 
 if qt_problem():
     pytest.fail(qt_problem(), pytrace=False)
@@ -85,7 +85,7 @@ def rss_mb(trim: bool = False) -> float:
 
 
 class StallProbe(TimerProbe):
-    """test_gui's probe; CBS_SOAK_TRACE arms a C watchdog that dumps every thread's stack when
+    """test_main_window's probe; CBS_SOAK_TRACE arms a C watchdog that dumps every thread's stack when
     the next tick is late."""
 
     def _tick(self):
@@ -464,7 +464,7 @@ IN_CHILD = os.environ.get("CBS_SOAK_CHILD") == "1"
 def test_gui_soak_in_a_process_of_its_own():
     if IN_CHILD:
         pytest.skip("the wrapper of the soak, in the soak's own process")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
                         f"{os.path.abspath(__file__)}::test_gui_soak"],
                        cwd=root, env={**os.environ, "CBS_SOAK_CHILD": "1"})

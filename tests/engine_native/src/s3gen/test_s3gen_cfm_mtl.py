@@ -24,7 +24,7 @@ from engine_native import debug
 from tests.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
-from tests.test_hift import _mel as _log_mel   # a smooth log-mel-like [80, T]
+from tests.engine_native.src.hift.test_hift import _mel as _log_mel   # a smooth log-mel-like [80, T]
 
 SIZE = os.environ.get("CBS_MTL_SIZE", "small")
 N_PROMPT = 250                                     # the snapshot's built-in voice: prompt tokens
@@ -131,7 +131,7 @@ def test_mel_matches_reference(model, ref, case):
 
 def test_hift_matches_reference(model, ref):
     """HiFT (the same module as Turbo's) on the Multilingual weights: f0 rel <= 1e-5 and
-    decode from the reference's excitation rel <= 1e-4, as tests/test_hift.py measures Turbo."""
+    decode from the reference's excitation rel <= 1e-4, as tests/engine_native/src/hift/test_hift.py measures Turbo."""
     inputs, r = CASES["hift"][1], ref["hift"]
     f0 = debug.hift_f0(model, inputs["mel"])
     wav = debug.hift_decode(model, inputs["mel"], r["source"])

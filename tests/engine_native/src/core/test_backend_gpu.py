@@ -1,7 +1,7 @@
 """The engine on a GPU (CUDA, Vulkan) against the same engine on the CPU.
 
-The CPU engine is itself proven stage by stage against the PyTorch reference (test_t3,
-test_s3gen, test_cfm, test_hift, ...), so a device stage that matches the CPU stage on the
+The CPU engine is itself proven stage by stage against the PyTorch reference (test_t3_gpt2,
+test_s3gen_encoder, test_s3gen_cfm, test_hift, ...), so a device stage that matches the CPU stage on the
 same weights and inputs matches the reference within the sum of both tolerances.
 
 Tests marked `gpu` need a GPU device (`engine_native.devices()`; CBS_TEST_DEVICE names one,

@@ -8,9 +8,6 @@ the test prints how many of its values lie within 1e-4 of a boundary to explain 
 
 from __future__ import annotations
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
@@ -20,8 +17,7 @@ from tests.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 
-sys.path.insert(0, os.path.dirname(__file__))
-import audio_fixtures as af  # noqa: E402
+from tests import audio_fixtures as af  # noqa: E402
 
 SR = 16000
 # tanh(p) * 0.999 rounds across +-0.5 at p = +-atanh(0.5 / 0.999).

@@ -24,7 +24,7 @@ import pytest
 from engine_native.convert import filterbanks, torch_pickle
 from tests.reference import refenv
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _ref_python() -> str:

@@ -15,8 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-import audio_fixtures as af  # noqa: E402
+from tests import audio_fixtures as af  # noqa: E402
 
 import voice_lab  # noqa: E402
 from voice_lab import (  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESOURCES = ROOT / "resources"
 PACKAGING = ROOT / "packaging"
 SIZES = (16, 32, 48, 64, 128, 256, 512)

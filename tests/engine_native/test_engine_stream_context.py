@@ -83,7 +83,7 @@ def test_t3_worker_samples_beside_s3gen_and_leaves_the_audio_unchanged(engine, m
     else:
         # S3Gen beside the worker has one thread fewer, and without AMX or VNNI its products are
         # OpenBLAS's sgemm split by thread, whose sums depend on an output's place in a call
-        # (tests/test_cpu_products.py): the same tokens and chunk sizes, samples within rounding
+        # (tests/engine_native/src/core/test_ggml_ops.py): the same tokens and chunk sizes, samples within rounding
         # (seen rel 1.2e-7 on an AVX2 Zen 3 host).
         assert all(a.size == b.size for a, b in zip(overlapped, serial))
         a, b = np.concatenate(overlapped), np.concatenate(serial)

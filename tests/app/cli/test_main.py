@@ -81,7 +81,7 @@ def test_layering_contracts_hold():
     """import-linter: only app imports Qt; app -> voice_lab -> engine_native; no torch."""
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     assert exe
-    out = subprocess.run([exe], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run([exe], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[3])
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0 broken" in out.stdout
 

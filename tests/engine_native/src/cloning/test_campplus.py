@@ -2,7 +2,7 @@
 
 Tolerance: cosine >= 0.99999 and rel <= 1e-5 (the port is exact up to float32
 rounding; measured rel ~3e-7, 4e-6 for the chirp, whose near-empty fbank bins already
-differ by 6e-5 rel through the reference's float32 FFT, see test_features). Nano is not tested separately: its snapshot shares
+differ by 6e-5 rel through the reference's float32 FFT, see test_audio_features). Nano is not tested separately: its snapshot shares
 Turbo's S3Gen bytes (tests/reference/build.py derives the S3Gen seed from the base
 seed only), so its campplus.* tensors are identical.
 """

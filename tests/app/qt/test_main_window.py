@@ -21,7 +21,7 @@ from PySide6.QtGui import QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from tests import audio_fixtures  # noqa: E402
-from tests.test_voice_lab_speakers import dialogue  # noqa: E402, F401 - a fixture: two voices taking turns
+from tests.voice_lab.test_speakers import dialogue  # noqa: E402, F401 - a fixture: two voices taking turns
 
 from app.qt.gui import qt_problem  # noqa: E402
 
@@ -284,7 +284,7 @@ def test_voice_lab_shows_two_speakers_and_takes_the_window_from_the_one_picked(s
     w.lab.speaker_combo.setCurrentIndex(1)
     w.lab.speaker_combo.activated.emit(1)
     # speaker 2, as picked: the window lies on the speech the clustering gave speaker 2 (how well
-    # random weights cluster is tests/test_voice_lab_speakers.py's matter)
+    # random weights cluster is tests/voice_lab/test_speakers.py's matter)
     theirs = [(s.start, s.end) for s in w.lab.speakers.spans_of(1)]
     assert all(any(a - 1e-6 <= s < e <= b + 1e-6 for a, b in theirs) for s, e in w.lab.spans()), \
         (w.lab.spans(), theirs)

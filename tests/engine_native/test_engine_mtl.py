@@ -41,7 +41,7 @@ from tests.models import model_path
 from tests.mtl_corpus import BASE
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
-from tests.test_voice import check_voice_matches
+from tests.engine_native.test_voice import check_voice_matches
 
 SNAPSHOT = dict(size="small")
 N_TOKENS = 24
@@ -221,7 +221,7 @@ def samples_per_token(engine) -> int:
 
 
 # Audio tests run S3Gen many times: 2 guided CFM steps over the last 2 s of the voice's
-# prompt keep them to a few seconds each on two cores (the CFM itself: tests/test_mtl_cfm.py).
+# prompt keep them to a few seconds each on two cores (the CFM itself: tests/engine_native/src/s3gen/test_s3gen_cfm_mtl.py).
 FAST = dict(cfm_steps=2, prompt_seconds=2.0)
 
 
