@@ -37,11 +37,11 @@ from engine_native.engine import _CancelToken
 from engine_native.text import Sentence
 from engine_native.voice import save_clip
 from tests import audio_fixtures as af
+from tests.helpers.parity import check_voice_matches
 from tests.models import model_path
 from tests.mtl_corpus import BASE
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
-from tests.engine_native.test_voice import check_voice_matches
 
 SNAPSHOT = dict(size="small")
 N_TOKENS = 24

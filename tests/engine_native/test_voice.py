@@ -19,20 +19,12 @@ from engine_native import (Engine, IncompatibleVoiceError, SilentAudioError, Voi
                            VoiceTooShortError)
 from engine_native.audio import resample_sinc, resample_soxr
 from tests import audio_fixtures as af
+from tests.helpers.parity import check_voice_matches, rel
 from tests.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 
 TENSORS = ("speaker_emb", "cond_prompt_speech_tokens", "embedding", "prompt_token", "prompt_feat")
-
-
-def rel(got, ref) -> float:
-    return float(np.linalg.norm(np.asarray(got, np.float64) - ref) / np.linalg.norm(ref))
-
-
-def cosine(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
 
 @pytest.fixture(scope="module")
@@ -91,27 +83,6 @@ def test_voice_from_audio_matches_prepare_conditionals(name, cloned, reference):
     voice, ref = cloned[0][name], reference[name]
     check_voice_matches(voice, ref, [f"{name}: clone {cloned[1][name]:.2f} s native vs {float(ref['seconds']):.2f} s "
                                      "reference"])
-
-
-def check_voice_matches(voice, ref: dict, lines: list[str]) -> None:
-    """A voice against `prepare_conditionals`' tensors (`ref`: name -> array) at this file's
-    tolerances; prints the figures (also used by the Multilingual engine test)."""
-    for t in ("speaker_emb", "embedding"):
-        c = cosine(getattr(voice, t), ref[t])
-        lines.append(f"  {t:<26} cosine {c:.8f} rel {rel(getattr(voice, t), ref[t]):.2e}")
-        assert c >= 0.99999, lines
-    for t in ("cond_prompt_speech_tokens", "prompt_token"):
-        got, want = getattr(voice, t), ref[t]
-        assert got.shape == want.shape, (t, got.shape, want.shape)
-        agree = float(np.mean(got == want))
-        lines.append(f"  {t:<26} {int(np.sum(got == want))}/{want.size} = {agree:.2%}")
-        assert agree >= 0.98, lines
-    got, want = voice.prompt_feat, ref["prompt_feat"]
-    assert got.shape == want.shape
-    r = rel(got, want)
-    lines.append(f"  prompt_feat {got.shape} rel {r:.2e} max_abs {np.abs(got - want).max():.2e}")
-    print("\n".join(lines))
-    assert r <= 1e-5, lines
 
 
 def test_resamplers_match_librosa_and_torchaudio():

@@ -15,7 +15,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 
 from tests import audio_fixtures  # noqa: E402
-from tests.app.qt.test_main_window import _close, _make_window, _wait, load_and_wait  # noqa: E402
+from tests.helpers.main_window import _close, _make_window, _wait, load_and_wait  # noqa: E402
 
 MAX_TOKENS = 30
 

@@ -41,7 +41,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from tests import audio_fixtures  # noqa: E402
 
 from app.qt.gui import qt_problem  # noqa: E402
-from tests.app.qt.test_main_window import STALL_LIMIT_S, TimerProbe, drop_file  # noqa: E402
+from tests.helpers.main_window import STALL_LIMIT_S, TimerProbe, drop_file  # noqa: E402
 
 if qt_problem():
     pytest.fail(qt_problem(), pytrace=False)

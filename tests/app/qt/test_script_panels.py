@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("pytestqt")
 from PySide6.QtWidgets import QApplication
 
-from tests.app.qt.test_main_window import STREAM, _close, _make_window, _wait
+from tests.helpers.main_window import STREAM, _close, _make_window, _wait
 
 MAX_TOKENS = 20
 

@@ -24,7 +24,7 @@ from engine_native import debug
 from tests.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
-from tests.engine_native.src.hift.test_hift import _mel as _log_mel   # a smooth log-mel-like [80, T]
+from tests.helpers.signals import _mel as _log_mel   # a smooth log-mel-like [80, T]
 
 SIZE = os.environ.get("CBS_MTL_SIZE", "small")
 N_PROMPT = 250                                     # the snapshot's built-in voice: prompt tokens
