@@ -21,7 +21,7 @@ import soundfile as sf
 
 from engine_native import (EmptyTextError, Engine, EngineError, ModelError, ParameterError, Voice, split_text)
 from engine_native.engine import _StreamVocoder
-from tests.models import model_path
+from tests.helpers.models import model_path
 
 TEXT = "Hello there. This is a test!"
 N = 12  # speech tokens per sentence

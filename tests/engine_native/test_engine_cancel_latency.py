@@ -16,7 +16,7 @@ import pytest
 
 from engine_native import Engine
 from engine_native.bench import cancel_in, stream_cfm_seconds
-from tests.models import model_path
+from tests.helpers.models import model_path
 
 LONG_TEXT = ("This is a long sentence for the cancellation test, and it keeps going with many more words so "
              "that the text prompt of the speech model takes a while to compute, then it goes on a little "

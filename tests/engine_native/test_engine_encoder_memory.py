@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from engine_native import Engine
-from tests import audio_fixtures as af
-from tests.models import model_path
+from tests.helpers import audio_fixtures as af
+from tests.helpers.models import model_path
 
 TENSORS = ("speaker_emb", "cond_prompt_speech_tokens", "embedding", "prompt_token", "prompt_feat")
 

@@ -36,10 +36,10 @@ from engine_native.audio import resample_soxr
 from engine_native.engine import _CancelToken
 from engine_native.text import Sentence
 from engine_native.voice import save_clip
-from tests import audio_fixtures as af
+from tests.helpers import audio_fixtures as af
+from tests.helpers.models import model_path
+from tests.helpers.mtl_corpus import BASE
 from tests.helpers.parity import check_voice_matches
-from tests.models import model_path
-from tests.mtl_corpus import BASE
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 

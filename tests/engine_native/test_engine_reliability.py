@@ -20,7 +20,7 @@ import soundfile as sf
 
 from engine_native import EmptyTextError, Engine, ParameterError, SilentAudioError, Voice, VoiceError
 from engine_native.text import MAX_TEXT_CHARS, split_text
-from tests.models import model_path
+from tests.helpers.models import model_path
 
 N = 6  # speech tokens per sentence
 
@@ -292,7 +292,7 @@ def test_noise_without_speech_is_refused_on_every_cloning_path(engine, model, tm
 
 
 def test_channels_first_arrays_are_recognised(engine):
-    from tests import audio_fixtures as af
+    from tests.helpers import audio_fixtures as af
 
     if not af.tools_available():
         pytest.skip("espeak-ng not installed")

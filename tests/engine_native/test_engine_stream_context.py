@@ -13,7 +13,7 @@ import pytest
 
 from engine_native import Engine, _core
 from engine_native import engine as engine_module
-from tests.models import model_path
+from tests.helpers.models import model_path
 
 TEXT = "A long sentence that goes on and on for the streaming window test."
 N = 130  # speech tokens: chunks of 10, 25, 35, 60 (each at least the tokens so far), the later ones windowed

@@ -24,7 +24,7 @@ import soundfile as sf
 from engine_native import Engine, ParameterError
 from engine_native.lexicon import Lexicon, LexiconError
 from engine_native.script import Pause, chapters, parse_script, pieces, render_all, speaker_names
-from tests.models import model_path
+from tests.helpers.models import model_path
 
 N = 4   # speech tokens per piece
 
@@ -163,7 +163,7 @@ def test_lexicon_rules_and_files(tmp_path):
 # ------------------------------------------------------------------ cast, likeness, best-of
 @pytest.fixture(scope="module")
 def two_voices(engine, tmp_path_factory):
-    from tests import audio_fixtures as af
+    from tests.helpers import audio_fixtures as af
 
     if not af.tools_available():
         pytest.skip("needs espeak-ng and ffmpeg")

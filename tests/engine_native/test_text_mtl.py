@@ -3,7 +3,7 @@
 Seams: `debug.punc_norm(text, variant="mtl")` <-> `mtl_tts.punc_norm`;
 `debug.mtl_normalize` <-> lower + NFKD + language step; `debug.mtl_tokenize(model, text, lang)`
 <-> `MTLTokenizer.text_to_tokens(text, language_id=lang)`: every one of the 23 languages plus
-no language, >= 20 strings each (tests/mtl_corpus.py), Japanese with and without pykakasi.
+no language, >= 20 strings each (tests/helpers/mtl_corpus.py), Japanese with and without pykakasi.
 
 The snapshot is the reduced MTL one by default (the tokenizer and Cangjie table are the same
 at every size); `CBS_MTL_SIZE=full` runs the same tests on the full-size snapshot.
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from engine_native import _core, debug
-from tests.mtl_corpus import PUNC_NORM_CASES, corpus, flat
-from tests.models import model_path
+from tests.helpers.mtl_corpus import PUNC_NORM_CASES, corpus, flat
+from tests.helpers.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 

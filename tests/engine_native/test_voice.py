@@ -18,9 +18,9 @@ import soundfile as sf
 from engine_native import (Engine, IncompatibleVoiceError, SilentAudioError, Voice, VoiceError,
                            VoiceTooShortError)
 from engine_native.audio import resample_sinc, resample_soxr
-from tests import audio_fixtures as af
+from tests.helpers import audio_fixtures as af
+from tests.helpers.models import model_path
 from tests.helpers.parity import check_voice_matches, rel
-from tests.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 

@@ -134,7 +134,7 @@ def built_app(tmp_path_factory):
 def test_frozen_app_opens_its_window_and_its_selftest_writes_a_playable_wav(built_app, tmp_path):
     import soundfile as sf
 
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     model = model_path("nano", "q4_0")
     res = subprocess.run(["bash", str(PACKAGING / "smoke_test.sh"), "--app", str(built_app),

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests import audio_fixtures as af  # noqa: E402
+from tests.helpers import audio_fixtures as af  # noqa: E402
 
 import voice_lab  # noqa: E402
 from voice_lab import (  # noqa: E402

@@ -15,7 +15,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.models import model_path
+from tests.helpers.models import model_path
 
 pytestmark = pytest.mark.skipif(not (shutil.which("espeak-ng") and shutil.which("ffmpeg")),
                                 reason="needs espeak-ng and ffmpeg")

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import QSettings, Qt  # noqa: E402
 
-from tests import audio_fixtures  # noqa: E402
+from tests.helpers import audio_fixtures  # noqa: E402
 from tests.helpers.main_window import (STREAM, TimerProbe, _close, _make_window, _wait,  # noqa: E402
                                        drop_file, load_and_wait)
 
@@ -31,7 +31,7 @@ MAX_TOKENS = 40  # 1.6 s of speech at most per sentence
 
 @pytest.fixture(scope="module")
 def model():
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     return str(model_path("nano", "q4_0"))
 

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("pytestqt")
 from PySide6.QtCore import Qt  # noqa: E402
 
-from tests import audio_fixtures  # noqa: E402
+from tests.helpers import audio_fixtures  # noqa: E402
 from tests.helpers.main_window import _close, _make_window, _wait, load_and_wait  # noqa: E402
 
 MAX_TOKENS = 30
@@ -22,7 +22,7 @@ MAX_TOKENS = 30
 
 @pytest.fixture(scope="module")
 def mtl_model():
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     return str(model_path("mtl", "f32", size="small"))
 
@@ -95,7 +95,7 @@ def test_a_voice_of_another_variant_is_remade_from_its_recording(window, qtbot, 
     if not audio_fixtures.tools_available():
         pytest.skip("the recording fixture needs its tools")
     from engine_native import Engine
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     w = window
     rec = audio_fixtures.build_recording(str(tmp_path), layout=(0.5, 7.0, 0.5))
@@ -119,7 +119,7 @@ def test_a_voice_of_another_variant_is_remade_from_its_recording(window, qtbot, 
 
 
 def test_a_turbo_family_model_hides_the_picker_and_its_options(window, qtbot):
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     w = window
     load_and_wait(w, str(model_path("nano", "q4_0")))

@@ -38,7 +38,7 @@ from PySide6.QtCore import QSettings, Qt  # noqa: E402
 from PySide6.QtGui import QTextCursor  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from tests import audio_fixtures  # noqa: E402
+from tests.helpers import audio_fixtures  # noqa: E402
 
 from app.qt.gui import qt_problem  # noqa: E402
 from tests.helpers.main_window import STALL_LIMIT_S, TimerProbe, drop_file  # noqa: E402
@@ -431,7 +431,7 @@ def models(tmp_path_factory):
     replaces the cached files, and the session must not lose its models halfway."""
     import shutil
 
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     folder = tmp_path_factory.mktemp("soak_models")
     out = []

@@ -46,7 +46,7 @@ def test_typing_a_bracket_completes_a_tag(editor, qtbot):
 
 def test_tags_of_a_model_file_are_read_from_its_metadata():
     from engine_native.tags import model_expression_tags
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     tags = model_expression_tags(model_path("nano", "q4_0"))
     assert len(tags) == 19 and tags[0] == "[laugh]" and "[pause]" in tags

@@ -21,7 +21,7 @@ MAX_TOKENS = 20
 
 @pytest.fixture(scope="module")
 def win(qapp, tmp_path_factory):
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     folder = tmp_path_factory.mktemp("script_gui2")
     w = _make_window(folder)

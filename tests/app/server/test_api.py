@@ -24,7 +24,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from engine_native import Engine  # noqa: E402
-from tests.models import model_path  # noqa: E402
+from tests.helpers.models import model_path  # noqa: E402
 
 KEY = "test-key"
 N = 8  # speech tokens per sentence

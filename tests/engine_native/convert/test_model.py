@@ -20,7 +20,7 @@ from safetensors.numpy import load_file
 
 import engine_native
 from engine_native.convert import ConvertError, convert, inspect_model, requantize, storage_type
-from tests.models import model_path, run_cli_without_torch
+from tests.helpers.models import model_path, run_cli_without_torch
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 

@@ -18,7 +18,7 @@ from safetensors.numpy import load_file
 
 from engine_native.convert import ConvertError, convert, storage_type
 from engine_native.convert.torch_pickle import load_pt
-from tests.models import model_path
+from tests.helpers.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 

@@ -13,11 +13,10 @@ import pytest
 
 import engine_native
 from engine_native import debug
-from tests.models import model_path
+from tests.helpers import audio_fixtures as af
+from tests.helpers.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
-
-from tests import audio_fixtures as af  # noqa: E402
 
 SR = 16000
 # tanh(p) * 0.999 rounds across +-0.5 at p = +-atanh(0.5 / 0.999).

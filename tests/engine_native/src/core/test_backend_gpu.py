@@ -53,7 +53,7 @@ def model_file():
     path = os.environ.get("CBS_TEST_MODEL")
     if path:
         return path
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     return str(model_path("turbo", "f32"))
 

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from engine_native import _core, debug
-from tests.models import model_path
+from tests.helpers.models import model_path
 
 AMX = _core.amx_available()
 VNNI = _core.vnni_available() and not AMX  # int16 products for Q4_0 weights only

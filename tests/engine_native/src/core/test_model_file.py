@@ -13,7 +13,7 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFReader
 
 from engine_native import Engine, ModelError, _core
-from tests.models import model_path
+from tests.helpers.models import model_path
 
 TEXT = "Hello there."
 

@@ -23,7 +23,7 @@ import pytest
 
 import engine_native
 from engine_native import _core
-from tests.models import model_path
+from tests.helpers.models import model_path
 
 needs_kernel = pytest.mark.skipif(not engine_native.system_info().get("q4_kernel"),
                                   reason="this CPU has neither AVX-512 VNNI nor AVX2: T3 runs on ggml's kernels")

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from engine_native import debug
+from tests.helpers.models import model_path
 from tests.helpers.signals import _mel
-from tests.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 

@@ -12,7 +12,7 @@ import pytest
 
 import engine_native
 from engine_native import debug
-from tests.models import model_path
+from tests.helpers.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 

@@ -21,7 +21,7 @@ import pytest
 
 import engine_native
 from engine_native import debug
-from tests.models import model_path
+from tests.helpers.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 from tests.helpers.signals import _mel as _log_mel   # a smooth log-mel-like [80, T]

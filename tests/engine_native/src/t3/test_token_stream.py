@@ -12,7 +12,7 @@ import pytest
 
 import engine_native
 from engine_native import _core
-from tests.models import model_path
+from tests.helpers.models import model_path
 
 TEXT = list(range(100, 120))
 

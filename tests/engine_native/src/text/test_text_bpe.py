@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine_native import EngineError, _core, debug
-from tests.models import model_path
+from tests.helpers.models import model_path
 from tests.reference.cache import snapshot_dir
 from tests.reference.runner import run_stage
 
