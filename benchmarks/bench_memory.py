@@ -1,5 +1,5 @@
 """Memory of a session: peak RSS synthesising with the built-in voice, then cloning a 10 s
-recording (espeak-ng speech, tests/audio_fixtures.py), then after the cloning encoders are
+recording (espeak-ng speech, tests/helpers/audio_fixtures.py), then after the cloning encoders are
 released (Engine.release_voice_encoders, what the idle timer does), and a second clone
 (the encoders load again). Each figure from /proc/self/status (VmRSS, VmHWM) of one process.
 
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=150)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
-    from tests.audio_fixtures import ESPEAK_RATE, speech_stream
+    from tests.helpers.audio_fixtures import ESPEAK_RATE, speech_stream
 
     e = Engine(a.model, threads=a.threads)
     row = lambda name: print(f"  {name:<34} RSS {_status_mb('VmRSS'):7.0f} MB   peak {_status_mb('VmHWM'):7.0f} MB",

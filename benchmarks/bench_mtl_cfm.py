@@ -22,7 +22,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests.* (the oracle
 import numpy as np  # noqa: E402
 
 from engine_native import _core  # noqa: E402
-from tests.models import model_path  # noqa: E402
+from tests.helpers.models import model_path  # noqa: E402
 from tests.reference.cache import snapshot_dir  # noqa: E402
 from tests.reference.runner import run_stage  # noqa: E402
 

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # for tests.models, after site-packages
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # for tests.helpers.models, after site-packages
 
 import numpy as np  # noqa: E402
 
@@ -28,7 +28,7 @@ START_SPEECH = 6561
 def child(variant: str, quant: str, tokens: int, threads: int, out: str) -> None:
     import engine_native
     import engine_native.debug as debug
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     rng = np.random.default_rng(3)
     speech = np.r_[START_SPEECH, rng.integers(0, 6561, 39)].astype(np.int32)

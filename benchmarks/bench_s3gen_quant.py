@@ -67,7 +67,7 @@ def main() -> int:
         return 0
 
     sys.path.append(str(ROOT))
-    from tests.models import model_path
+    from tests.helpers.models import model_path
 
     import numpy as np
 

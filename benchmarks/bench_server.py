@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # for tests.models, after site-packages
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # for tests.helpers.models, after site-packages
 
 import openai  # noqa: E402
 
@@ -76,7 +76,7 @@ def main() -> int:
 
         model = args.model
         if model is None:
-            from tests.models import model_path
+            from tests.helpers.models import model_path
 
             model = str(model_path("nano", "q4_0"))
         handle = ServerHandle(ServerConfig(model=model, port=0, api_key=args.api_key, threads=args.threads,

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 
 import engine_native  # noqa: E402
 import engine_native.debug  # noqa: E402
-from tests.models import model_path  # noqa: E402
+from tests.helpers.models import model_path  # noqa: E402
 from tests.reference.cache import snapshot_dir  # noqa: E402
 from tests.reference.runner import run_stage  # noqa: E402
 

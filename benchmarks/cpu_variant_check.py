@@ -56,7 +56,7 @@ def main() -> int:
         model = sys.argv[2]
     else:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from tests.models import model_path
+        from tests.helpers.models import model_path
         model = str(model_path("turbo", "f32"))
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     import numpy as np

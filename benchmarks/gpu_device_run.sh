@@ -130,7 +130,7 @@ if [[ " $stages " == *" tests "* ]]; then
   if [ -n "${TESTS_K:-}" ]; then sels=("$TESTS_K"); else sels=("not greedy" "greedy"); fi
   for round in $(seq ${TESTS_REPEAT:-1}); do
     for sel in "${sels[@]}"; do
-      CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/test_gpu.py -k "$sel" \
+      CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/engine_native/src/core/test_backend_gpu.py -k "$sel" \
         >> "$OUT/tests.log" 2>&1
       log "tests -k '$sel' (round $round): exit $? $(tail -1 "$OUT/tests.log")"
     done

@@ -57,7 +57,7 @@ def _import_core() -> None:
 
 # ggml-cuda's CUDA graphs (a graph that repeats, T3's step above all, replayed from one
 # capture: T3 ~0.9 ms/token faster on CUDA). On by default since the seventh GPU session
-# (docs/GPU.md: tests/test_gpu.py whole, repeated, with many graphs in turn); an abort seen
+# (docs/GPU.md: tests/engine_native/src/core/test_backend_gpu.py whole, repeated, with many graphs in turn); an abort seen
 # with them in the third session was not seen since. CBS_CUDA_GRAPHS=0 turns them off.
 if os.environ.get("CBS_CUDA_GRAPHS") == "0":
     os.environ.setdefault("GGML_CUDA_DISABLE_GRAPHS", "1")

@@ -82,7 +82,7 @@ _CHUNK_GROWTH = 1.0
 # prompt's frames attend only to themselves, the chunk-causal mask of CosyVoice2's streaming
 # mode with the prompt as its first chunk (the U-Net's convolutions are causal already), so
 # the prompt's trajectory is integrated once per voice and step count and a pass computes
-# only its own frames (tests/test_cfm.py checks that against the reference under that mask).
+# only its own frames (tests/engine_native/src/s3gen/test_s3gen_cfm.py checks that against the reference under that mask).
 # The price: the audio departs from the batch synthesis, whose prompt frames also attend to
 # the speech (docs/CPU.md gives the figures). False: every pass runs the reference's
 # full-context CFM over the prompt again (benchmarks/bench_stream_context.py compares).

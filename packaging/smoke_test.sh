@@ -7,7 +7,7 @@
 #   bash packaging/smoke_test.sh [--app DIR | --rebuild] [--model MODEL.gguf] [--keep DIR]
 # --app DIR     test this built app folder (default: dist/chatterbox-studio, built when missing)
 # --rebuild     build it again first (packaging/build.sh)
-# --model PATH  the model (default: the tests' random Nano Q4_0, tests/models.py, made when missing)
+# --model PATH  the model (default: the tests' random Nano Q4_0, tests/helpers/models.py, made when missing)
 # Prints how long each step took; exits non-zero with the failing step's output.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,7 +40,7 @@ exe="$app_dir/chatterbox-studio"
 echo "smoke_test.sh: app $app_dir ($(du -sh "$app_dir" | cut -f1))"
 
 if [ -z "$model" ]; then
-  model=$(cd /tmp && "$python" -c "import sys; sys.path.append(sys.argv[1]); from tests.models import model_path; \
+  model=$(cd /tmp && "$python" -c "import sys; sys.path.append(sys.argv[1]); from tests.helpers.models import model_path; \
 print(model_path('nano', 'q4_0'))" "$root") || fail "could not make the random test model"
 fi
 [ -f "$model" ] || fail "no model at $model"

@@ -19,7 +19,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
 import gc  # noqa: E402
+import subprocess  # noqa: E402
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
@@ -38,3 +40,40 @@ def _release_memory_after_each_module():
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+TURNS = [("en+m3", 90, "the quick brown fox jumps over the lazy dog and keeps on running far away"),
+         ("en+f4", 99, "she sells sea shells by the sea shore while the gulls circle overhead"),
+         ("en+m3", 90, "a journey of a thousand miles begins with one small step forward today"),
+         ("en+f4", 99, "every voice has a colour of its own that listeners recognise at once"),
+         ("en+m3", 90, "the lighthouse keeper climbed the spiral stairs one last time tonight")]
+
+
+def _say(folder, i, voice, pitch, text):
+    import soundfile as sf
+
+    path = os.path.join(folder, f"turn{i}.wav")
+    subprocess.run(["espeak-ng", "-v", voice, "-p", str(pitch), "-s", "150", "-w", path, text],
+                   check=True, capture_output=True)
+    x, sr = sf.read(path, dtype="float32")
+    return x / np.max(np.abs(x)) * 0.5, sr
+
+
+@pytest.fixture(scope="module")
+def dialogue(tmp_path_factory):
+    """(path, [(start, end, voice)]) of a recording of two voices taking turns, 0.8 s apart."""
+    import soundfile as sf
+
+    folder = str(tmp_path_factory.mktemp("speakers"))
+    parts, turns, t = [], [], 0.5
+    rate = None
+    for i, (voice, pitch, text) in enumerate(TURNS):
+        x, rate = _say(folder, i, voice, pitch, text)
+        if not parts:
+            parts.append(np.zeros(int(0.5 * rate), np.float32))
+        parts += [x, np.zeros(int(0.8 * rate), np.float32)]
+        turns.append((t, t + x.size / rate, voice))
+        t += x.size / rate + 0.8
+    path = os.path.join(folder, "dialogue.wav")
+    sf.write(path, np.concatenate(parts), rate)
+    return path, turns

@@ -3,7 +3,7 @@
 Dimensions are read from the tensors themselves; what shapes cannot tell (head
 counts, eps values, special token ids, sample rates, the reference `generate()`
 defaults) is the reference implementation's constant, copied from `chatterbox-tts`
-0.1.7 and checked against the reference modules by tests/test_convert.py.
+0.1.7 and checked against the reference modules by tests/engine_native/convert/test_model.py.
 """
 
 from __future__ import annotations

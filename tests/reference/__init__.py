@@ -12,7 +12,7 @@ Command line (from the repo root, any python):
     python -m tests.reference snapshot --variant turbo --seed 0 --out DIR
     python -m tests.reference snapshot --variant mtl [--size small] --out DIR
         (Multilingual; small = 14 layers x FFN 1536 for CI. Full-size MTL parity:
-         CBS_MTL_SIZE=full pytest tests/test_mtl_text.py tests/test_mtl_convert.py)
+         CBS_MTL_SIZE=full pytest tests/engine_native/test_text_mtl.py tests/engine_native/convert/test_mtl.py)
     python -m tests.reference run STAGE --snapshot DIR --in IN.npz --out OUT.npz
     python -m tests.reference stages
 """

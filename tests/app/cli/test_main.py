@@ -1,0 +1,104 @@
+"""The package builds, exposes the engine's build facts, and the CLI answers."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import engine_native
+
+PINNED_GGML = "0.20.2"
+
+
+def test_ggml_version_is_the_pinned_one():
+    assert engine_native.ggml_version() == PINNED_GGML
+
+
+def test_system_info_describes_the_cpu_backend():
+    info = engine_native.system_info()
+    assert info["ggml_version"] == PINNED_GGML
+    assert "CPU" in info["backends"]
+    assert any(d["name"] == "CPU" for d in info["devices"])
+    assert info["default_threads"] >= 1
+    # Built for the native ISA: on x86-64 at least SSE3 is always reported.
+    assert info["cpu_features"], "the CPU backend reported no features"
+
+
+def _blas_core_in_a_new_process(**env):
+    """(the engine's OpenBLAS kernels, OPENBLAS_CORETYPE after the import) in a fresh process."""
+    code = ("import json, os, engine_native; "
+            "print(json.dumps([engine_native.system_info()['blas_core'], os.environ.get('OPENBLAS_CORETYPE')]))")
+    full = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "CBS_OPENBLAS_CORETYPE")}
+    out = subprocess.run([sys.executable, "-c", code], env={**full, **env}, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_the_engines_openblas_kernels_are_its_own_choice():
+    if not engine_native.system_info()["blas"]:
+        pytest.skip("built without OpenBLAS")
+    # An inherited OPENBLAS_CORETYPE is back in the environment after the import; it gives way
+    # to the engine's choice where the engine has one, else it applies.
+    core, after = _blas_core_in_a_new_process(OPENBLAS_CORETYPE="Haswell")
+    assert after == "Haswell"
+    wanted = engine_native._engine_openblas_core()
+    assert core.lower() == (wanted or "Haswell").lower()
+    # CBS_OPENBLAS_CORETYPE steers the engine's, and leaves the environment as it was.
+    assert _blas_core_in_a_new_process(CBS_OPENBLAS_CORETYPE="Haswell") == ["Haswell", None]
+
+
+def _cli():
+    exe = shutil.which("chatterbox-studio", path=str(Path(sys.executable).parent))
+    assert exe, "the chatterbox-studio console script is not installed beside this python"
+    return exe
+
+
+def test_cli_version():
+    from app import __version__
+
+    out = subprocess.run([_cli(), "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == f"chatterbox-studio {__version__}"
+
+
+def test_cli_info_prints_ggml_version_and_cpu_features():
+    out = subprocess.run([_cli(), "info"], capture_output=True, text=True, check=True).stdout
+    assert f"ggml              {PINNED_GGML}" in out
+    features = engine_native.system_info()["cpu_features"]
+    assert " ".join(features) in out
+    assert "default threads" in out
+
+
+def test_cli_rejects_unknown_command():
+    out = subprocess.run([_cli(), "no-such-command"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "invalid choice" in out.stderr
+
+
+def test_layering_contracts_hold():
+    """import-linter: only app imports Qt; app -> voice_lab -> engine_native; no torch."""
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert exe
+    out = subprocess.run([exe], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[3])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
+
+
+def test_cli_without_arguments_opens_the_app(tmp_path):
+    """No arguments: the desktop app starts (offscreen, fresh settings: the first-run model
+    dialog) and keeps running until it is closed."""
+    import os
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path),
+           "XDG_DATA_HOME": str(tmp_path)}
+    p = subprocess.Popen([_cli()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        p.wait(timeout=15)
+        raise AssertionError(f"the app exited with {p.returncode}: {p.stderr.read().decode()[-2000:]}")
+    except subprocess.TimeoutExpired:
+        pass
+    p.terminate()
+    _, err = p.communicate(timeout=30)
+    assert b"Traceback" not in err, err.decode()[-2000:]

@@ -1,0 +1,159 @@
+"""The CPU's matrix products in their modes (core/ggml_ops matmul and attention; core/amx_gemm.h,
+core/vnni_gemm.h).
+
+`exact` is OpenBLAS sgemm (f32). `fast` is, where the CPU has AMX-BF16, the AMX tiles in bf16x3
+(each f32 operand split into two bf16 parts, three tile products); without AMX, where it has
+AVX512-VNNI, a Q4_0 weight's products (the activations rounded to int16 per 32 values) and
+attention's two products in int16, the rest exact; elsewhere exact. All go through a real graph on the CPU backend with
+the engine's thread split, on random shapes whose sizes are not multiples of the tiles (16 rows,
+32 values of k) and attention over several query blocks and heads split between threads.
+
+Tolerances, against float64: exact rel <= 1e-6 (seen ~3e-7); fast on AMX rel <= 2e-5 (seen
+4-6e-6: the split keeps ~16 bits of each operand); fast in int16: a Q4_0 weight's product rel
+<= 5e-5 (seen 2.1e-5: rounding to max|x| / 32767 per 32 values), attention rel <= 1.5e-4 (seen
+7e-5 on these peaked random heads: both products' operands rounded, within a norm bound).
+Where neither runs, fast must equal exact bit for bit.
+A quantised model's S3Gen (the only user of fast) within mel rel 1e-4 of the same model's exact
+products (seen 1.2e-5 at 250 tokens on AMX, 2.9e-5 in int16 on Zen 4).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from engine_native import _core, debug
+from tests.helpers.models import model_path
+
+AMX = _core.amx_available()
+VNNI = _core.vnni_available() and not AMX  # int16 products for Q4_0 weights only
+
+
+def _rel(a, b) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def _check(fast, exact, ref, what, int16=0.0):
+    """`int16`: the bound where fast runs the product in int16 (VNNI in use); 0: it does not."""
+    print(f"{what}: exact rel {_rel(exact, ref):.2e}, fast rel {_rel(fast, ref):.2e} (AMX: {AMX}, VNNI: {VNNI})")
+    assert _rel(exact, ref) <= 1e-6
+    if AMX:
+        assert _rel(fast, ref) <= 2e-5
+    elif VNNI and int16:
+        assert 0 < _rel(fast, ref) <= int16
+    else:
+        assert np.array_equal(fast, exact)
+
+
+@pytest.mark.parametrize("m,k,n,wtype", [(256, 512, 1000, "f32"), (80, 256, 37, "f32"), (1024, 256, 17, "q4_0"),
+                                         (33, 49, 300, "f32"), (300, 992, 130, "f16"), (17, 96, 1, "f32"),
+                                         (83, 96, 301, "q4_0"), (300, 992, 130, "q4_0")])
+def test_linear_product(m, k, n, wtype):
+    rng = np.random.default_rng(m + k + n)
+    w = (rng.standard_normal((m, k)) * 0.05).astype(np.float32)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    exact = _core.linear_product(w, x, wtype, "exact")
+    fast = _core.linear_product(w, x, wtype, "fast")
+    # The weights as stored (f16, q4_0 rounded), back as f32: their product with the identity.
+    w_stored = _core.linear_product(w, np.eye(k, dtype=np.float32), wtype, "exact").T
+    ref = x.astype(np.float64) @ w_stored.astype(np.float64).T
+    assert fast.shape == exact.shape == (n, m)
+    _check(fast, exact, ref, f"linear m={m} k={k} n={n} {wtype}", int16=5e-5 if wtype == "q4_0" and n >= 16 else 0.0)
+
+
+@pytest.mark.parametrize("h,tq,tk,d", [(8, 1000, 1000, 64), (3, 300, 77, 64), (2, 17, 500, 32)])
+def test_attention_product(h, tq, tk, d):
+    rng = np.random.default_rng(h + tq + tk)
+    q = rng.standard_normal((h, tq, d)).astype(np.float32)
+    k = rng.standard_normal((h, tk, d)).astype(np.float32)
+    v = rng.standard_normal((h, tk, d)).astype(np.float32)
+    s = np.einsum("htd,hsd->hts", q.astype(np.float64), k) / np.sqrt(d)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("hts,hsd->thd", p / p.sum(-1, keepdims=True), v)
+    exact = _core.attention_product(q, k, v, "exact")
+    fast = _core.attention_product(q, k, v, "fast")
+    _check(fast, exact, ref, f"attention H={h} Tq={tq} Tk={tk} D={d}", int16=1.5e-4)
+
+
+def test_q4_0_products_with_zero_and_large_blocks():
+    """Rows and 32-value blocks of zeros (scale 0: exact zeros, no NaN) and blocks of very
+    different magnitudes (each rounded against its own max) in a Q4_0 weight's product."""
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((96, 128)) * 0.05).astype(np.float32)
+    x = rng.standard_normal((40, 128)).astype(np.float32)
+    x[3] = 0.0
+    x[5, 32:64] = 0.0
+    x[7, :32] *= 1e4
+    x[9, 96:] *= 1e-4
+    exact = _core.linear_product(w, x, "q4_0", "exact")
+    fast = _core.linear_product(w, x, "q4_0", "fast")
+    w_stored = _core.linear_product(w, np.eye(128, dtype=np.float32), "q4_0", "exact").T
+    ref = x.astype(np.float64) @ w_stored.astype(np.float64).T
+    assert np.isfinite(fast).all()
+    assert not fast[3].any()
+    _check(fast, exact, ref, "linear q4_0 with zero and large blocks", int16=5e-5)
+
+
+def test_bad_mode_raises():
+    from engine_native import ParameterError
+
+    with pytest.raises(ParameterError, match="exact"):
+        _core.linear_product(np.zeros((2, 4), np.float32), np.zeros((2, 4), np.float32), "f32", "turbo")
+
+
+_MEL = """
+import json, sys, numpy as np
+from engine_native import debug
+speech = np.random.default_rng(5).integers(0, 6561, 250).astype(np.int32)
+x0 = np.random.default_rng(5).standard_normal((80, int(sys.argv[2])), dtype=np.float32)
+np.save(sys.argv[3], debug.s3gen_mel(sys.argv[1], speech, None, x0))
+"""
+
+
+@pytest.mark.skipif(not (AMX or VNNI), reason="neither AMX-BF16 nor AVX512-VNNI here: a quantised model's S3Gen "
+                    "runs the exact products")
+def test_quantised_s3gen_fast_vs_exact(tmp_path):
+    """The same Q4_0 model's S3Gen mel with its fast products (AMX tiles, else int16 on VNNI) and
+    with CBS_AMX=0 CBS_VNNI=0 (OpenBLAS), each in a process of its own (the engine reads both once)."""
+    path = model_path("turbo", "q4_0")
+    n_prompt = int(debug._component(model_path("turbo"), "ModelFile").tensor_f32("voice.prompt_token").size)
+    frames = str(2 * (n_prompt + 250))
+    mels = {}
+    for amx in ("1", "0"):
+        out = tmp_path / f"mel{amx}.npy"
+        env = dict(os.environ, CBS_AMX=amx, CBS_VNNI=amx)
+        res = subprocess.run([sys.executable, "-c", _MEL, str(path), frames, str(out)], env=env, capture_output=True,
+                             text=True, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        mels[amx] = np.load(out)
+    rel = _rel(mels["1"], mels["0"])
+    print(f"Q4_0 S3Gen mel, 250 tokens, {'AMX' if AMX else 'int16 VNNI'} vs OpenBLAS: rel {rel:.2e} max_abs "
+          f"{np.abs(mels['1'] - mels['0']).max():.2e} ({json.dumps(mels['1'].shape)})")
+    assert 0 < rel <= 1e-4
+
+
+def test_fast_products_do_not_depend_on_the_threads():
+    """Pieces of the products go to whichever thread is free, but each output is summed by one
+    piece in one order: the same bits for any thread count. Where an f16 weight's fast product
+    is OpenBLAS's sgemm (no AMX), each thread's sgemm takes a share of the weight's rows, and
+    OpenBLAS's sums depend on an output's place within the call (measured with its Haswell
+    kernels on an AVX2 Zen 3 host: the first and last 8 columns of any piece differ from the
+    whole product's by ~1 ulp), so there the thread counts agree within rel 1e-6 instead."""
+    rng = np.random.default_rng(11)
+    w = (rng.standard_normal((200, 160)) * 0.05).astype(np.float32)
+    x = rng.standard_normal((90, 160)).astype(np.float32)
+    q, k, v = (rng.standard_normal((5, 70, 64)).astype(np.float32) for _ in range(3))
+    lin = [_core.linear_product(w, x, "f16", "fast", threads=t) for t in (1, 2, 3)]
+    att = [_core.attention_product(q, k, v, "fast", threads=t) for t in (1, 2, 3)]
+    if AMX:
+        assert all(np.array_equal(lin[0], o) for o in lin[1:])
+    else:
+        rels = [float(np.linalg.norm(o - lin[0]) / np.linalg.norm(lin[0])) for o in lin[1:]]
+        print(f"f16 weight through sgemm, 2 and 3 threads vs 1: rel {rels[0]:.1e}, {rels[1]:.1e}")
+        assert max(rels) <= 1e-6
+    assert all(np.array_equal(att[0], o) for o in att[1:])

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests (imported by test modules; no test module imports another)."""
