@@ -164,7 +164,8 @@ class _Walker:
         inner = _Walker()
         inner.children(el)
         inner.flush()
-        self.doc.notes += [b.text for b in inner.doc.blocks if not _MARKER.match(b.text)] + inner.doc.notes
+        self.doc.notes += [b.text for b in inner.doc.blocks if not b.level and not _MARKER.match(b.text)] \
+            + inner.doc.notes
 
 
 def _secure_xml_parser() -> etree.XMLParser:

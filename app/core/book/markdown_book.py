@@ -1,6 +1,7 @@
 """A Markdown file -> a Book, parsed by markdown-it-py (CommonMark): chapters at its headings
 (app.core.book.outline); images, code blocks and raw HTML tags are not read; footnote
-references (`[^1]`) are left out and their definitions kept as notes. A YAML front-matter
+references (`[^1]`) are left out and their definitions kept as notes; pandoc's line blocks (`| verse`)
+are read as lines. A YAML front-matter
 block's simple `title`, `author`, `date` and `lang` keys (and pandoc's `creator` list) give
 the metadata."""
 
@@ -20,6 +21,8 @@ _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(?P<body>.*?)\n(?:---|\.\.\.)[ \t]*\n"
 _FOOTNOTE_DEF = re.compile(r"(?m)^\[\^[^\]\s]+\]:[ \t]*(?P<text>.*(?:\n(?:[ \t]+.*|))*)")
 _FOOTNOTE_REF = re.compile(r"\[\^[^\]\s]+\]")
 _TAG = re.compile(r"<[^<>]*>")
+# A pandoc line block (verse: "| line"), not a table row (which ends in "|").
+_LINE_BLOCK = re.compile(r"(?m)^\|[ \t](?=.*[^|\s][ \t]*$)")
 
 
 def front_matter(text: str) -> tuple[dict[str, str], str]:
@@ -59,7 +62,7 @@ def _inline_text(token) -> str:
 
 def blocks_of(text: str) -> tuple[list[Block], list[str]]:
     notes = [" ".join(m.group("text").split()) for m in _FOOTNOTE_DEF.finditer(text)]
-    text = _FOOTNOTE_DEF.sub("", text)
+    text = _LINE_BLOCK.sub("", _FOOTNOTE_DEF.sub("", text))
     tokens = MarkdownIt("commonmark").parse(text)
     blocks: list[Block] = []
     level = 0

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 
 KINDS = ("body", "front", "back", "notes")
+# Soft hyphens, zero-width spaces, byte-order marks and control characters (an etext's ^Z).
+_INVISIBLE = re.compile("[\u00ad\u200b\ufeff\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 class BookError(Exception):
@@ -130,9 +132,9 @@ def parse_selection(spec: str, n: int, chapters: list[Chapter] | None = None) ->
 
 
 def clean_paragraph(text: str) -> str:
-    """Whitespace runs (line breaks, non-breaking and zero-width spaces, soft hyphens) as one
-    space, the ends trimmed."""
-    text = text.replace("\u00ad", "").replace("\u200b", "").replace("\ufeff", "")
+    """Whitespace runs (line breaks, non-breaking spaces) as one space, invisible characters
+    (soft hyphens, zero-width spaces, control characters) removed, the ends trimmed."""
+    text = _INVISIBLE.sub("", text)
     return " ".join(text.split())
 
 
