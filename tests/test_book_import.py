@@ -167,7 +167,7 @@ def test_an_empty_chapter_is_skipped_with_a_note(tmp_path):
 def test_a_10_mb_chapter_imports_and_parses_in_bounded_memory(tmp_path):
     sentence = "The long chapter goes on and on, as long chapters do. "
     paragraph = sentence * 40
-    paras = [paragraph] * (10_000_000 // len(paragraph) + 1)
+    paras = [paragraph] * (10_000_000 // (len(paragraph) - 1) + 1)
     path = write_epub(tmp_path / "long.epub", [("Long", chapter_body("Long", paras))])
     assert zipfile.ZipFile(path).getinfo("OEBPS/c1.xhtml").file_size > 10_000_000
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
