@@ -243,8 +243,8 @@ def _summary(result, report, plan) -> None:
     cached = sum(c.cached for c in result.chapters)
     log(f"wrote     {report.path}: {format_eta(report.seconds)} ({report.seconds:.1f} s), {report.chapters} chapters"
         + (f" in {len(report.files)} files" if len(report.files) > 1 else ""))
-    log(f"text      {result.characters:,} characters, {result.pieces:,} sentences: {result.rendered:,} rendered now, "
-        f"{result.pieces - result.rendered:,} from earlier runs ({cached} chapters finished before)")
+    log(f"text      {result.characters:,} characters; {result.rendered:,} sentences rendered now, "
+        f"{result.pieces - result.rendered:,} taken from earlier runs, {cached} chapters finished before")
     log(f"retakes   {result.regenerated} sentences regenerated for an implausible length, {result.implausible} still "
         f"implausible, {len(result.failed)} refused by the engine")
     for f in result.failed[:10]:

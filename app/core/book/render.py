@@ -196,7 +196,7 @@ class _Renderer:
     def chapter(self, k: int, number: int, chapter: Chapter) -> None:
         import soundfile as sf
 
-        from engine_native.files import atomic_write
+        from engine_native.files import WriteFailed, atomic_write
 
         key = chapter_key(chapter, number, self.s, self.cache.model_id)
         path = self.folder / "chapters" / f"{number:03d}-{key}.wav"
@@ -212,14 +212,25 @@ class _Renderer:
         path.parent.mkdir(parents=True, exist_ok=True)
         frames = 0
 
-        def write(tmp) -> None:
-            nonlocal frames
-            with sf.SoundFile(str(tmp), "w", self.rate, 1, "FLOAT", format="RF64") as f:
-                for samples in self.chapter_audio(k, number, chapter):
-                    f.write(samples)
-                    frames += samples.size
+        cancelled = False
 
-        atomic_write(path, write)
+        def write(tmp) -> None:
+            nonlocal frames, cancelled
+            with sf.SoundFile(str(tmp), "w", self.rate, 1, "FLOAT", format="RF64") as f:
+                try:
+                    for samples in self.chapter_audio(k, number, chapter):
+                        f.write(samples)
+                        frames += samples.size
+                except Cancelled:
+                    cancelled = True
+                    raise
+
+        try:
+            atomic_write(path, write)      # a cancelled chapter leaves no file, only its finished pieces
+        except WriteFailed:
+            if cancelled:
+                raise Cancelled() from None
+            raise
         self.result.chapters.append(ChapterAudio(number, chapter.title, str(path), frames))
         self.event("chapter-done", k, chapter, str(path))
 
