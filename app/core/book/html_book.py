@@ -8,8 +8,9 @@ import os
 import re
 
 from app.core.book.html_text import parse_markup, read_document
-from app.core.book.model import Book, BookError, NoTextError
+from app.core.book.model import Book, NoTextError
 from app.core.book.outline import add_chapters, book_title, chapter_level
+from app.core.book.plain import read_book_file
 
 MAX_HTML_BYTES = 256 * 2**20
 
@@ -25,13 +26,7 @@ def _meta(root, *names: str) -> str:
 def import_html(path: str, data: bytes | None = None) -> Book:
     name = os.path.basename(path)
     if data is None:
-        try:
-            if os.path.getsize(path) > MAX_HTML_BYTES:
-                raise BookError(f"{name} is more than {MAX_HTML_BYTES // 2**20} MB: too large to read as one page")
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise BookError(f"cannot read {path}: {e.strerror or e}") from None
+        data = read_book_file(path, MAX_HTML_BYTES)
     try:
         root = parse_markup(data, xml_first=False)
     except ValueError as e:

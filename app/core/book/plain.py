@@ -37,17 +37,22 @@ _LANGUAGES = {"english": "en", "french": "fr", "german": "de", "spanish": "es", 
               "arabic": "ar", "turkish": "tr", "korean": "ko", "hindi": "hi"}
 
 
+def read_book_file(path: str, limit: int = MAX_TEXT_BYTES) -> bytes:
+    """The bytes of a one-file book, at most `limit` of them; BookError otherwise."""
+    try:
+        if os.path.getsize(path) > limit:
+            raise BookError(f"{os.path.basename(path)} is more than {limit // 2**20} MB: too large to read as one book")
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise BookError(f"cannot read {path}: {e.strerror or e}") from None
+
+
 def read_text_file(path: str) -> tuple[str, list[str]]:
     """The file's text (UTF-8, with or without a BOM; else Windows-1252, said in a note) with
     Unix line ends, and the notes."""
     name = os.path.basename(path)
-    try:
-        if os.path.getsize(path) > MAX_TEXT_BYTES:
-            raise BookError(f"{name} is more than {MAX_TEXT_BYTES // 2**20} MB: too large to read as one book")
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise BookError(f"cannot read {path}: {e.strerror or e}") from None
+    data = read_book_file(path)
     notes = []
     try:
         text = data.decode("utf-8-sig")
