@@ -173,7 +173,7 @@ def loudness_plan(paths: list[str], rate: int, *, target: float = LOUDNESS_TARGE
     if lufs is None:                           # silence, or shorter than one 400 ms block
         return LoudnessPlan(lufs, peak, 0.0, False, target, ceiling)
     plan = LoudnessPlan(lufs, peak, target - lufs, False, target, ceiling)
-    if peak is not None and peak + plan.gain_db > ceiling:
+    if peak is not None and peak + plan.gain_db > ceiling - LIMITER_MARGIN_DB:     # AAC adds overshoot
         plan.limiter = True
         for _ in range(LIMITER_PASSES):      # the limiter takes some loudness: measure it and make up for it
             limited, _ = measure_chapters(paths, rate, plan.filters())
