@@ -219,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.cli.bench import add_parser as add_bench_parser
 
     add_bench_parser(sub)
+    from app.cli.book import add_parser as add_book_parser
+
+    add_book_parser(sub)
     from app.cli.serve import add_parser as add_serve_parser
 
     add_serve_parser(sub)

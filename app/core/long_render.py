@@ -117,12 +117,13 @@ def chapter_files(output: str, n: int) -> list[str]:
     return [f"{stem}-{i + 1:0{width}d}{ext}" for i in range(n)]
 
 
-def ffmetadata(chapters: list[tuple[str, int, int]], rate: int) -> str:
-    """An ffmpeg FFMETADATA1 file with chapter marks: (title, start sample, end sample)."""
+def ffmetadata(chapters: list[tuple[str, int, int]], rate: int, tags: dict[str, str] | None = None) -> str:
+    """An ffmpeg FFMETADATA1 file with chapter marks: (title, start sample, end sample), and
+    the file's own tags (title, artist, ...) when given."""
     def esc(s: str) -> str:
         return "".join("\\" + c if c in "=;#\\\n" else c for c in s)
 
-    lines = [";FFMETADATA1"]
+    lines = [";FFMETADATA1"] + [f"{esc(k)}={esc(str(v))}" for k, v in (tags or {}).items() if v not in (None, "")]
     for title, a, b in chapters:
         lines += ["[CHAPTER]", "TIMEBASE=1/1000", f"START={a * 1000 // rate}", f"END={b * 1000 // rate}",
                   f"title={esc(title)}"]
