@@ -21,7 +21,7 @@ The covers are plain images drawn by ffmpeg. Run it again with:
 
     pip download --no-deps --no-binary :all: brotli==1.2.1 -d /tmp/brotli
     tar xzf /tmp/brotli/brotli-1.2.1.tar.gz -C /tmp/brotli
-    python tests/books/make_books.py /tmp/brotli/brotli-1.2.1/tests/testdata
+    python tests/helpers/books/make_books.py /tmp/brotli/brotli-1.2.1/tests/testdata
 """
 
 from __future__ import annotations

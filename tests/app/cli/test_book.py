@@ -17,8 +17,8 @@ import soundfile as sf
 from app.core.book import import_book
 from app.core.book.render import BookSettings, Cancelled, render_book
 from engine_native import Engine
-from tests.book_files import SHORT_BOOK, write_epub
-from tests.models import model_path
+from tests.helpers.book_files import SHORT_BOOK, write_epub
+from tests.helpers.models import model_path
 
 N = 2   # speech tokens per sentence
 

@@ -1,6 +1,6 @@
 """Book importers (app.core.book) on real books, and on the bad books people have.
 
-The real books are in tests/books/ (made by tests/books/make_books.py from two Project
+The real books are in tests/helpers/books/ (made by tests/helpers/books/make_books.py from two Project
 Gutenberg etexts with pandoc's EPUB writer): Alice's Adventures in Wonderland as EPUB 3,
 Markdown, HTML and the plain etext; Paradise Lost as EPUB 2.
 """
@@ -26,9 +26,9 @@ from app.core.book import (
 )
 from app.core.book.render import chapter_items, chapter_script
 from engine_native.script import Piece
-from tests.book_files import SHORT_BOOK, chapter_body, write_epub
+from tests.helpers.book_files import SHORT_BOOK, chapter_body, write_epub
 
-BOOKS = Path(__file__).parent / "books"
+BOOKS = Path(__file__).resolve().parents[3] / "helpers" / "books"
 ALICE = ["Chapter I. Down the Rabbit-Hole", "Chapter II. The Pool of Tears",
          "Chapter III. A Caucus-Race and a Long Tale", "Chapter IV. The Rabbit Sends in a Little Bill",
          "Chapter V. Advice from a Caterpillar", "Chapter VI. Pig and Pepper", "Chapter VII. A Mad Tea-Party",

@@ -29,7 +29,7 @@ from voice_lab.decode import decode
 from voice_lab.loudness import measure
 
 RATE = 24000
-BOOKS = Path(__file__).parent / "books"
+BOOKS = Path(__file__).resolve().parents[3] / "helpers" / "books"
 TITLES = ["Chapter I. Down the Rabbit-Hole", "Chapter II. The Pool of Tears", "Chapter III. A Caucus-Race"]
 
 
