@@ -130,6 +130,13 @@ class VoiceStore:
             save_clip(path, *clip)
         return path
 
+    def add_file(self, path: str) -> str:
+        """A .voice.gguf from elsewhere into the library (a copy, under its own name)."""
+        from engine_native import Voice
+
+        voice = Voice.load(path)
+        return self.add(voice, voice.name)
+
     def rename(self, path: str, new_name: str) -> str:
         from engine_native import Voice
         from engine_native.voice import clip_path

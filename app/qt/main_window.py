@@ -8,7 +8,8 @@ Lab page, and wires its parts together, each a module of what the user sees:
 - app.qt.script_actions: playing the script, regenerating, cast, lexicon, best-of, export
 - app.qt.take_actions: the transport, the take history and exporting a take
 
-Here besides: the error banner, drops of audio files, the theme, and closing.
+Here besides: the error banner (app.qt.error_banner), drops of recordings (app.qt.drops), the
+theme, and closing.
 """
 
 from __future__ import annotations
@@ -16,26 +17,16 @@ from __future__ import annotations
 import gc
 import os
 
-from PySide6.QtCore import QEvent, QObject, QStandardPaths, Qt
+from PySide6.QtCore import QStandardPaths, Qt
 from PySide6.QtGui import QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import (
-    QApplication,
-    QFrame,
-    QHBoxLayout,
-    QLabel,
-    QMainWindow,
-    QPushButton,
-    QSplitter,
-    QStackedWidget,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QStackedWidget, QVBoxLayout, QWidget
 
 from app.core.player import Player
 from app.core.voice_library import VARIANT_NAMES, VoiceStore
 from app.qt import theme
+from app.qt.drops import DropFilter, dropped_media
 from app.qt.engine_client import EngineClient
+from app.qt.error_banner import ErrorBanner
 from app.qt.language_picker import LanguagePicker
 from app.qt.model_actions import ModelActions
 from app.qt.playback import PlaybackController
@@ -47,7 +38,7 @@ from app.qt.settings import Settings
 from app.qt.take_actions import TakeActions
 from app.qt.toolbar import MainToolbar
 from app.qt.transport import Transport
-from app.qt.voice_actions import AUDIO_EXTENSIONS, VoiceActions
+from app.qt.voice_actions import VoiceActions
 from app.qt.voice_lab_view import VoiceLabView
 from app.qt.voice_library import VoiceLibraryPanel
 from app.qt.waveform import WaveformView
@@ -60,81 +51,6 @@ APP_ICON = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.
 def default_data_dir() -> str:
     return QStandardPaths.writableLocation(QStandardPaths.AppDataLocation) or os.path.expanduser(
         "~/.local/share/chatterbox-studio")
-
-
-def dropped_media(mime) -> str | None:
-    """The first local audio/video file in a drag's data, if any."""
-    if not mime.hasUrls():
-        return None
-    for url in mime.urls():
-        if url.isLocalFile():
-            path = url.toLocalFile()
-            if os.path.splitext(path)[1].lower() in AUDIO_EXTENSIONS and os.path.isfile(path):
-                return path
-    return None
-
-
-class _DropFilter(QObject):
-    """Catches audio/video drops on the window's widgets that take drops themselves (the editor
-    would insert the path). Installed on those widgets only, never on the application: an
-    application-wide Python filter sees every event of the app (paints, timers), measured as a
-    quarter of the GUI thread's CPU time. Drops elsewhere reach MainWindow.dropEvent."""
-
-    def __init__(self, window):
-        super().__init__(window)
-        self.window = window
-        for w in window.findChildren(QWidget):
-            if w.acceptDrops():
-                w.installEventFilter(self)
-
-    def eventFilter(self, obj, e):
-        t = e.type()
-        if t in (QEvent.DragEnter, QEvent.DragMove, QEvent.Drop) and isinstance(obj, QWidget) \
-                and obj.window() is self.window:
-            path = dropped_media(e.mimeData())
-            if path:
-                e.acceptProposedAction()
-                if t == QEvent.Drop:
-                    self.window.open_voice_lab(path)
-                return True
-        return False
-
-
-class ErrorBanner(QFrame):
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.setObjectName("Card")
-        lay = QHBoxLayout(self)
-        lay.setContentsMargins(12, 8, 8, 8)
-        self.label = QLabel("")
-        self.label.setWordWrap(True)
-        self.label.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        lay.addWidget(self.label, 1)
-        self.action = QPushButton()
-        self.action.hide()
-        lay.addWidget(self.action)
-        close = QToolButton()
-        close.setText("✕")
-        close.setAutoRaise(True)
-        close.clicked.connect(self.hide)
-        lay.addWidget(close)
-        self._slot = None
-        self.hide()
-
-    def show_message(self, text: str, action: tuple[str, object] | None = None) -> None:
-        self.label.setStyleSheet(f"color: {theme.colors().error};")
-        self.label.setText(text)
-        if self._slot is not None:
-            self.action.clicked.disconnect(self._slot)
-            self._slot = None
-        if action:
-            self.action.setText(action[0])
-            self._slot = action[1]
-            self.action.clicked.connect(self._slot)
-            self.action.show()
-        else:
-            self.action.hide()
-        self.show()
 
 
 def freeze_heap() -> None:
@@ -171,7 +87,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.models.status_label, 1)
         self.statusBar().addPermanentWidget(self.status_engine)
         self.api_server = ServerPanel(self)  # the local API server: status-bar button, preferences
-        self._drop_filter = _DropFilter(self)  # after _build: it filters the widgets built there
+        self._drop_filter = DropFilter(self)  # after _build: it filters the widgets built there
         if not self.settings.geometry.isEmpty():
             self.restoreGeometry(self.settings.geometry)
         else:

@@ -94,17 +94,11 @@ class VoiceActions(QObject):
 
     def add_voice_file(self, path: str) -> BackgroundOp:
         """A .voice.gguf into the library (a copy, under its own name), in the background."""
-        store = self.w.store
-
-        def add(_report):
-            from engine_native import Voice
-
-            voice = Voice.load(path)
-            return store.add(voice, voice.name)
-
-        return BackgroundOp(add, success=lambda added: self.library.reload(select=added),
-                            failure=lambda e: self.w.show_error(f"Cannot add {os.path.basename(path)} to the library: "
-                                                                f"{error_text(e)}")).start()
+        store, name = self.w.store, os.path.basename(path)
+        return BackgroundOp(lambda _report: store.add_file(path),
+                            success=lambda added: self.library.reload(select=added),
+                            failure=lambda e: self.w.show_error(f"Cannot add {name} to the library: {error_text(e)}")
+                            ).start()
 
     def play_sample(self, path: str) -> None:
         self.w.editor.live_button.setChecked(False)
