@@ -94,7 +94,7 @@ def test_a_voice_of_another_variant_is_remade_from_its_recording(window, qtbot, 
     says which model it was made with."""
     if not audio_fixtures.tools_available():
         pytest.skip("the recording fixture needs its tools")
-    from app.qt.voice_library import subtitle
+    from app.qt.library_panel import subtitle
     from engine_native import Engine
     from tests.models import model_path
 

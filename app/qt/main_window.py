@@ -40,7 +40,7 @@ from app.qt.toolbar import MainToolbar
 from app.qt.transport import Transport
 from app.qt.voice_actions import VoiceActions
 from app.qt.voice_lab_view import VoiceLabView
-from app.qt.voice_library import VoiceLibraryPanel
+from app.qt.library_panel import VoiceLibraryPanel
 from app.qt.waveform import WaveformView
 
 # resources/ sits beside the app package (site-packages or the frozen app's folder): app/qt/ -> two levels up.

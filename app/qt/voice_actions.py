@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.qt.background import BackgroundOp, error_text
 from app.qt.icons import icon
-from app.qt.voice_library import BUILTIN
+from app.qt.library_panel import BUILTIN
 
 AUDIO_EXTENSIONS = {".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".wma", ".aiff", ".aif", ".mp4",
                     ".mkv", ".mov", ".webm", ".avi", ".m4v", ".caf", ".ac3", ".amr"}
