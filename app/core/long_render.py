@@ -63,17 +63,17 @@ class PartsCache:
 
     def seed(self, requested: int | None) -> int:
         """The render's seed: `requested`, else the one an interrupted render of this output
-        used (kept beside its pieces), else a new random one. Kept with the pieces, so that
+        drew (kept beside its pieces), else a new random one, kept with the pieces so that
         rendering again without a seed resumes instead of starting over."""
-        if requested is None or requested < 0:
-            try:
-                requested = int((self.folder / SEED_FILE).read_text().strip())
-            except (OSError, ValueError):
-                from engine_native.options import random_seed
+        if requested is not None and requested >= 0:
+            return int(requested)
+        try:
+            return int((self.folder / SEED_FILE).read_text().strip())
+        except (OSError, ValueError):
+            from engine_native.options import random_seed
 
-                requested = random_seed()
-        self._seed = int(requested)
-        return self._seed
+            self._seed = random_seed()  # written with the first piece
+            return self._seed
 
     def key(self, text: str, voice, seed: int, options: dict, best_of: int) -> str:
         vid = self._voices.get(id(voice))
@@ -108,7 +108,7 @@ class PartsCache:
         from engine_native.files import atomic_write
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        if self._seed is not None and not (self.folder / SEED_FILE).is_file():
+        if self._seed is not None and not (self.folder / SEED_FILE).is_file():  # a drawn seed
             atomic_write(self.folder / SEED_FILE, lambda tmp: Path(tmp).write_text(f"{self._seed}\n"))
         x = np.asarray(samples, np.float32).reshape(-1)
         atomic_write(self._path(key), lambda tmp: sf.write(str(tmp), x, self.rate, format="WAV", subtype="FLOAT"))
