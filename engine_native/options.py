@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import secrets
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -117,3 +118,8 @@ def option(name: str) -> Option:
 
 def check(name: str, value, *, upper: float | None = None):
     return option(name).check(value, upper=upper)
+
+
+def random_seed() -> int:
+    """A take's seed when none is given: the one place that chooses it (engine, app, server, CLI)."""
+    return secrets.randbelow(2**31)

@@ -61,7 +61,7 @@ def main() -> int:
     settings = Settings(QSettings(os.path.join(work, "settings.ini"), QSettings.IniFormat))
     theme.apply(app, "dark")
     w = MainWindow(settings, os.path.join(work, "data"))
-    w.lexicon_path = os.path.join(work, "lexicon.json")
+    w.script.lexicon_path = os.path.join(work, "lexicon.json")
     w.resize(1360, 820)
     w.move(0, 0)
     w.show()
@@ -79,14 +79,13 @@ def main() -> int:
         w.client.submit(lambda wk, _j, p=path, n=name: wk.engine.builtin_voice.save(p, n), success=done.append)
         pump(app, 60, lambda d=done: d)
         cast[name] = path
-    w.library.reload()
-    w._sync_voice_combo()
-    w.library.select(cast["Narrator"])
+    w.library.reload(select=cast["Narrator"])  # read in the background; the voice picker follows
+    pump(app, 60, lambda: not w.library.busy)
     save_cast(settings, SCRIPT, cast)
     w.controller.stream_options = {"first_chunk_tokens": 50, "chunk_tokens": 50}
-    w.preset_combo.setCurrentText("Low latency")
+    w.toolbar.preset_combo.setCurrentText("Low latency")
     w.sampling_panel.spins["max_tokens"].setValue(args.max_tokens)
-    w.sampling_button.setChecked(False)
+    w.toolbar.sampling_button.setChecked(False)
     w.sampling_panel.seed_random.setChecked(False)   # a seed the small test model speaks with
     w.sampling_panel.seed_spin.setValue(args.seed)
     # takes for the history (short lines the small random-weight test model speaks with these seeds)
@@ -100,7 +99,7 @@ def main() -> int:
                                (w.editor.history.item(i).data(0x0100) for i in range(w.editor.history.count()))))
     w.controller.stop()
     w.editor.tags.menu.setFocus()
-    dlg = w.edit_cast()
+    dlg = w.script.edit_cast()
     pump(app, 0.5)
     g = w.frameGeometry()
     dlg.move(g.x() + g.width() - dlg.width() - 60, g.y() + 150)

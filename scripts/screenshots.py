@@ -98,31 +98,33 @@ def main() -> int:
         pump(app, 120, lambda: not op.running)
         w.lab.name_edit.setText(name)
         w.lab.clone()
-        pump(app, 600, lambda: w.lab.busy == "" and (w.lab.voice is not None or "failed" in w.lab.clone_status.text()))
-        if w.lab.voice is None:
+        pump(app, 600, lambda: w.lab.session.busy == "" and (w.lab.session.voice is not None
+                                                              or "failed" in w.lab.clone_status.text()))
+        if w.lab.session.voice is None:
             print(f"cloning is not available: {w.lab.clone_status.text()}", file=sys.stderr)
             break
         w.lab.save_to_library()
+        pump(app, 60, lambda: w.lab.session.busy == "" and not w.library.busy)
     w.show_studio()
     w.library.select("")
 
     # a short take, then the script; grab while the second sentence is being heard
     c = w.controller
     c.stream_options = {"first_chunk_tokens": 50, "chunk_tokens": 50}  # few chunks: quicker on slow machines
-    w.preset_combo.setCurrentText("Low latency")
+    w.toolbar.preset_combo.setCurrentText("Low latency")
     w.sampling_panel.spins["max_tokens"].setValue(args.max_tokens)
-    w.sampling_button.setChecked(False)
+    w.toolbar.sampling_button.setChecked(False)
     w.editor.set_text("Testing, one two three.")
     w.editor.request_play()
     pump(app, 600, lambda: c.state == "idle")
-    w.preset_combo.setCurrentText("Quality")
+    w.toolbar.preset_combo.setCurrentText("Quality")
     w.editor.set_text(SCRIPT)
     w.editor.request_play()
     pump(app, 1800, lambda: c.state == "idle")
-    if w.current_take is None or w.current_take.frames == 0:
+    if w.takes.current is None or w.takes.current.frames == 0:
         print(f"no audio: {w.last_error}", file=sys.stderr)
         return 1
-    take = w.current_take
+    take = w.takes.current
     c.replay(take)
     second = take.sentence_ranges()[1][0] / take.sample_rate if len(take.sentences) > 1 else 0.2
     pump(app, second + 0.6)
@@ -140,7 +142,7 @@ def main() -> int:
     pump(app, 120, lambda: not op.running)
     w.lab.name_edit.setText("Harbour Narrator")
     w.lab.ensure_clip(lambda _c: None)
-    pump(app, 120, lambda: w.lab.busy == "")
+    pump(app, 120, lambda: w.lab.session.busy == "")
     steps = [st.kind for st in w.lab.chain_editor.chain.steps]
     w.lab.chain_editor.list.setCurrentRow(steps.index("loudnorm") if "loudnorm" in steps else 0)
     pump(app, 0.3)

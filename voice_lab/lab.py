@@ -1,4 +1,9 @@
-"""The Voice Lab pipeline: recording in, 24 kHz mono float32 clip + report out."""
+"""The Voice Lab pipeline: recording in, 24 kHz mono float32 clip + report out.
+
+The steps are the app's too: `read_recording` / `analyse` (decode, silences, speech regions,
+a suggested window and chain), `render_window` (a window through a chain, with loudness
+before and after); `prepare_clip` runs them in one go for the command line.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from voice_lab import CLONING_MIN_SECONDS, OUTPUT_RATE
-from voice_lab.chain import Chain, render, resolve
+from voice_lab.chain import Chain, choose_preset, render, resolve
 from voice_lab.decode import decode, probe, resample
 from voice_lab.errors import NoSpeechError, VoiceLabError
 from voice_lab.loudness import measure
@@ -36,12 +41,74 @@ class LabResult:
         return self.samples.shape[0] / self.rate
 
 
-def _cut(mono: np.ndarray, rate: int, spans) -> np.ndarray:
+@dataclass
+class Analysis:
+    """A recording as the lab sees it: decoded (mono, at most MAX_WORK_RATE), its silences and
+    speech regions; `analyse` adds the suggested window, chain and the source's loudness."""
+
+    path: str
+    probe: object
+    mono: np.ndarray
+    rate: int
+    channels: int
+    silences: list
+    regions: list
+    digital_silence: bool = False  # every sample of every channel is zero
+    window: list = field(default_factory=list)  # [(start, end)] in seconds
+    window_note: str = ""
+    chain_name: str = "clean"
+    chain_reason: str = ""
+    source_loudness: dict = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return self.mono.size / self.rate
+
+
+@dataclass
+class WindowClip:
+    """A window of a recording at OUTPUT_RATE, as recorded and through the chain."""
+
+    original: np.ndarray
+    processed: np.ndarray
+    graph: str  # the ffmpeg filter graph that made `processed`
+    before: dict  # loudness.measure of `original`
+    after: dict  # ... of `processed`
+
+
+def read_recording(path, noise_db: float = DEFAULT_NOISE_DB, min_silence: float = DEFAULT_MIN_SILENCE) -> Analysis:
+    """Probe and decode `path` and find its silences and speech regions."""
+    path = os.fspath(path)
+    info = probe(path)
+    x, rate = decode(path, rate=min(info.sample_rate, MAX_WORK_RATE) or None, info=info)
+    mono = (x.mean(axis=1) if x.shape[1] > 1 else x[:, 0]).astype(np.float32)
+    silences = detect_silence(x, rate, noise_db, min_silence)
+    regions = speech_regions(silences, x.shape[0] / rate)
+    return Analysis(path, info, mono, rate, int(x.shape[1]), silences, regions, digital_silence=not np.any(x))
+
+
+def analyse(path, target: float = DEFAULT_TARGET_SECONDS) -> Analysis:
+    """The recording, plus what the app suggests for it: a window of `target` seconds (or why
+    there is none), a chain from its codec and bitrate, and its loudness."""
+    a = read_recording(path)
+    try:
+        w = choose_window(a.regions, max(target, MIN_CLIP_SECONDS), CLONING_MIN_SECONDS)
+        a.window = [(s.start, s.end) for s in w.spans]
+        a.window_note = "one continuous stretch" if w.method == "continuous" else f"{len(w.spans)} pieces joined"
+    except VoiceLabError as e:
+        a.window_note = str(e)
+    a.chain_name, a.chain_reason = choose_preset(a.probe)
+    a.source_loudness = measure(a.mono, a.rate)
+    return a
+
+
+def cut(mono: np.ndarray, rate: int, spans) -> np.ndarray:
+    """The window's pieces, (start, end) in seconds, joined; each with 5 ms fades so the joins
+    do not click."""
     pieces = []
     fade = max(1, int(FADE_SECONDS * rate))
-    for s in spans:
-        a, b = int(round(s.start * rate)), int(round(s.end * rate))
-        p = mono[a:b].astype(np.float32, copy=True)
+    for start, end in spans:
+        p = mono[int(round(start * rate)):int(round(end * rate))].astype(np.float32, copy=True)
         n = min(fade, p.shape[0] // 2)
         if n > 0:
             ramp = np.linspace(0.0, 1.0, n, endpoint=False, dtype=np.float32)
@@ -49,6 +116,15 @@ def _cut(mono: np.ndarray, rate: int, spans) -> np.ndarray:
             p[-n:] *= ramp[::-1]
         pieces.append(p)
     return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+
+
+def render_window(mono: np.ndarray, rate: int, spans, chain: Chain) -> WindowClip:
+    """The window at OUTPUT_RATE, as recorded and through `chain`, with the loudness of both."""
+    raw = cut(mono, rate, spans)
+    original = resample(raw, rate, OUTPUT_RATE).astype(np.float32)
+    processed, graph = render(raw, rate, chain, OUTPUT_RATE)
+    processed = np.ascontiguousarray(processed, dtype=np.float32)
+    return WindowClip(original, processed, graph, measure(original, OUTPUT_RATE), measure(processed, OUTPUT_RATE))
 
 
 def prepare_clip(path, target: float = DEFAULT_TARGET_SECONDS, chain="auto",
@@ -67,24 +143,19 @@ def prepare_clip(path, target: float = DEFAULT_TARGET_SECONDS, chain="auto",
     path = os.fspath(path)
     if not target or target <= 0 or not np.isfinite(target):
         raise VoiceLabError(f"the target length must be a positive number of seconds, got {target!r}")
-    info = probe(path)
-    x, rate = decode(path, rate=min(info.sample_rate, MAX_WORK_RATE) or None, info=info)
-    duration = x.shape[0] / rate
-    if not np.any(x):
+    a = read_recording(path, noise_db, min_silence)
+    if a.digital_silence:
         raise NoSpeechError(f"{path}: no speech found: the recording is digital silence")
-    silences = detect_silence(x, rate, noise_db, min_silence)
-    regions = speech_regions(silences, duration)
-    if not regions:
+    if not a.regions:
         raise NoSpeechError(f"{path}: no speech found: nothing is louder than {noise_db:g} dBFS "
                             f"for more than {min_silence:g} s")
     effective = max(float(target), MIN_CLIP_SECONDS)
-    mono = x.mean(axis=1) if x.shape[1] > 1 else x[:, 0]
     speakers_report = None
-    window_regions = regions
+    window_regions = a.regions
     if embed is not None:
         from voice_lab.speakers import find_speakers
 
-        found = find_speakers(mono, rate, regions, embed)
+        found = find_speakers(a.mono, a.rate, a.regions, embed)
         chosen = 0 if speaker is None else int(speaker)
         if found.count and not 0 <= chosen < found.count:
             raise VoiceLabError(f"{path}: speaker {chosen + 1} asked for; the recording has {found.count}")
@@ -95,31 +166,27 @@ def prepare_clip(path, target: float = DEFAULT_TARGET_SECONDS, chain="auto",
         window = choose_window(window_regions, effective, CLONING_MIN_SECONDS)
     except VoiceLabError as e:
         raise type(e)(f"{path}: {e}") from None
-    chain_obj, chain_reason = resolve(chain, info)
-
-    raw = _cut(mono, rate, window.spans)
-    before = measure(resample(raw, rate, OUTPUT_RATE), OUTPUT_RATE)
-    out, graph = render(raw, rate, chain_obj, OUTPUT_RATE)
-    out = np.ascontiguousarray(out, dtype=np.float32)
-    after = measure(out, OUTPUT_RATE)
+    chain_obj, chain_reason = resolve(chain, a.probe)
+    clip = render_window(a.mono, a.rate, [(s.start, s.end) for s in window.spans], chain_obj)
+    out = clip.processed
 
     report = {
-        "source": info.to_dict(),
+        "source": a.probe.to_dict(),
         "analysis": {
-            "decoded_rate": rate,
-            "decoded_channels": int(x.shape[1]),
-            "duration": round(duration, 4),
+            "decoded_rate": a.rate,
+            "decoded_channels": a.channels,
+            "duration": round(a.duration, 4),
             "noise_db": noise_db,
             "min_silence": min_silence,
-            "silences": [s.to_list() for s in silences],
-            "speech_regions": [r.to_list() for r in regions],
-            "speech_seconds": round(sum(r.duration for r in regions), 4),
+            "silences": [s.to_list() for s in a.silences],
+            "speech_regions": [r.to_list() for r in a.regions],
+            "speech_seconds": round(sum(r.duration for r in a.regions), 4),
         },
         "window": {**window.to_dict(), "target_requested": float(target)},
         "chain": chain_obj.to_dict(),
         "chain_reason": chain_reason,
-        "ffmpeg_filter": graph,
-        "loudness": {"before": before, "after": after},
+        "ffmpeg_filter": clip.graph,
+        "loudness": {"before": clip.before, "after": clip.after},
         "output": {
             "rate": OUTPUT_RATE,
             "channels": 1,

@@ -152,7 +152,7 @@ def add_parser(sub) -> None:
                    help="also time the PyTorch reference on this snapshot (the model's source weights)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: all cores)")
     p.add_argument("--tokens", type=int, default=250, help="speech tokens (default 250 = 10 s)")
-    from app.cli.speak import add_device_argument, add_multilingual_arguments
+    from app.cli.common import add_device_argument, add_multilingual_arguments
 
     add_device_argument(p)
     add_multilingual_arguments(p)  # the reference runs generate()'s settings (guidance 0.5, 10 CFM steps)

@@ -124,7 +124,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
     embed = None
     if args.model:   # the engine's speaker encoder tells the speakers apart
-        from app.cli.speak import load_engine
+        from app.cli.common import load_engine
         from engine_native import EngineError
 
         try:
@@ -167,7 +167,7 @@ def _bake_clip(args: argparse.Namespace, result) -> int:
     """The lab's clip -> a voice, with the lab's report (source, spans, chain) in its metadata."""
     import json
 
-    from app.cli.speak import load_engine
+    from app.cli.common import load_engine
     from engine_native import EngineError
 
     out = args.voice_output or args.output[: -len(".wav")] + ".voice.gguf"
@@ -242,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the voice's name")
     p.add_argument("--voice-output", metavar="V.voice.gguf", help="where --bake writes (default: beside the clip)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for --bake (default: all cores)")
-    from app.cli.speak import add_device_argument
+    from app.cli.common import add_device_argument
 
     add_device_argument(p)
     p.set_defaults(func=_cmd_lab)

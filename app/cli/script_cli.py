@@ -28,33 +28,21 @@ import time
 
 import numpy as np
 
-from app.cli.speak import (
+from app.cli.common import (
     Output,
     UserError,
-    _guarded,
-    _read_text,
+    check_output_target,
+    guarded,
     load_engine,
     log,
+    read_text,
     resolve_voice,
     stream_options,
 )
-from app.core.paths import app_data_dir, global_lexicon_path  # noqa: F401
+from app.core.paths import global_lexicon_path
+from engine_native.options import random_seed
 
 STREAM_ONLY = ("first_chunk_tokens", "chunk_tokens")
-
-
-def check_output_target(target: str | None) -> None:
-    """A file target's format and folder are checked before any synthesis."""
-    if target in (None, "-"):
-        return
-    from app.core import take
-
-    if not hasattr(take, "check_export_path"):   # an older app.core: the export checks at the end
-        return
-    try:
-        take.check_export_path(target)
-    except take.ExportError as e:
-        raise UserError(str(e)) from None
 
 
 def project_lexicon_path(script_file: str | None) -> str | None:
@@ -103,23 +91,15 @@ def parse_cast(specs: list[str]) -> dict[str, str]:
 
 
 def library_voices(folder: str | None = None) -> dict[str, str]:
-    """casefolded name and file stem -> path, for the voices of the app's library."""
-    from app.server.config import library_dir
-    from engine_native import EngineError, Voice
+    """casefolded file stem and name -> path, for the voices of the app's library."""
+    from app.core.paths import library_dir
+    from app.core.voice_library import VoiceFolder
 
-    folder = folder or library_dir()
     out: dict[str, str] = {}
-    if not os.path.isdir(folder):
-        return out
-    for fn in sorted(os.listdir(folder)):
-        if not fn.endswith(".voice.gguf"):
-            continue
-        path = os.path.join(folder, fn)
-        out.setdefault(fn[: -len(".voice.gguf")].casefold(), path)
-        try:
-            out.setdefault(Voice.load(path).name.casefold(), path)
-        except EngineError:
-            pass
+    for f in VoiceFolder(folder or library_dir()).scan():
+        out.setdefault(f.stem.casefold(), f.path)
+        if not f.error:
+            out.setdefault(f.name.casefold(), f.path)
     return out
 
 
@@ -231,10 +211,6 @@ class ProgressReport:
         self.stream.flush()
 
 
-def _random_seed() -> int:
-    return int.from_bytes(os.urandom(4), "little") >> 1
-
-
 def cmd_say(args) -> int:
     """`say` over engine_native.script: pauses, cast, lexicon, best-of, progress, resume, chapters."""
 
@@ -242,7 +218,7 @@ def cmd_say(args) -> int:
         from app.core.long_render import PartsCache, parts_dir_for
         from engine_native.script import Piece, Progress, chapter_of, chapters
 
-        text = _read_text(args)
+        text = read_text(args)
         if not text.strip():
             raise UserError("nothing to say: give TEXT or -f FILE with some text")
         check_output_target(args.output)
@@ -253,13 +229,14 @@ def cmd_say(args) -> int:
         voice = resolve_voice(engine, args)
         setup = ScriptSetup(args, engine, voice)
         items = setup.parse(text)
-        seed = args.seed if args.seed is not None else _random_seed()
         cache = None
         if file_out and not args.no_resume:
             cache = PartsCache(parts_dir_for(args.output), model_path=args.model, stream_options=setup.stream,
                                rate=engine.sample_rate)
             if cache.count():
                 log(f"resume    {cache.count()} finished pieces in {cache.folder}")
+        # a render kept for resuming keeps its seed with its pieces (PartsCache.seed)
+        seed = cache.seed(args.seed) if cache is not None else (args.seed if args.seed is not None else random_seed())
         out = Output(args.output, engine.sample_rate)   # a file target: kept in memory, written at the end
         progress = Progress(items)
         report = ProgressReport(args.progress if file_out else "none")
@@ -300,7 +277,7 @@ def cmd_say(args) -> int:
             f"RTF {wall / max(audio_s, 1e-9):.2f}), seed {seed}")
         return 0
 
-    return _guarded(body)
+    return guarded(body)
 
 
 def _write_chapter_files(output: str, kept: list, bounds, chs, rate: int) -> None:
@@ -337,7 +314,7 @@ class ScriptStream:
     def __init__(self, setup: ScriptSetup, engine, text: str, seed):
         self._cancel = threading.Event()
         items = setup.parse(text, require_words=False)
-        self._gen = setup.render(engine, items, _random_seed() if seed is None else seed, cancel=self._cancel)
+        self._gen = setup.render(engine, items, random_seed() if seed is None else seed, cancel=self._cancel)
 
     def __iter__(self):
         return self._gen

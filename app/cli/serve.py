@@ -5,14 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import time
 
+from app.cli.common import log
 from app.server.config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_QUEUE, MAX_INPUT_CHARS, ServerConfig, library_dir
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

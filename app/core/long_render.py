@@ -11,7 +11,9 @@ pieces. Running the same command again serves the pieces already there, renders 
 and assembles the output (pauses are exact zeros and cost nothing); float32 WAV keeps the
 samples bit for bit, so a resumed render equals an uninterrupted one. The folder is
 removed once the output is written (unless asked to keep it). Editing the script only
-re-renders the pieces whose text (or seed: a piece's seed is seed + its index) changed.
+re-renders the pieces whose text (or seed: a piece's seed is seed + its index) changed. A
+render asked for no seed keeps the random one it drew in the folder too (`seed`), so running
+it again finds its pieces.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 PARTS_SUFFIX = ".parts"
+SEED_FILE = "seed"  # the seed of a render without one, kept beside its pieces
 
 
 def parts_dir_for(output: str | os.PathLike) -> Path:
@@ -56,6 +59,21 @@ class PartsCache:
         self.hits = 0
         self.written = 0
         self._voices: dict[int, str] = {}
+        self._seed: int | None = None
+
+    def seed(self, requested: int | None) -> int:
+        """The render's seed: `requested`, else the one an interrupted render of this output
+        drew (kept beside its pieces), else a new random one, kept with the pieces so that
+        rendering again without a seed resumes instead of starting over."""
+        if requested is not None and requested >= 0:
+            return int(requested)
+        try:
+            return int((self.folder / SEED_FILE).read_text().strip())
+        except (OSError, ValueError):
+            from engine_native.options import random_seed
+
+            self._seed = random_seed()  # written with the first piece
+            return self._seed
 
     def key(self, text: str, voice, seed: int, options: dict, best_of: int) -> str:
         vid = self._voices.get(id(voice))
@@ -90,6 +108,8 @@ class PartsCache:
         from engine_native.files import atomic_write
 
         self.folder.mkdir(parents=True, exist_ok=True)
+        if self._seed is not None and not (self.folder / SEED_FILE).is_file():  # a drawn seed
+            atomic_write(self.folder / SEED_FILE, lambda tmp: Path(tmp).write_text(f"{self._seed}\n"))
         x = np.asarray(samples, np.float32).reshape(-1)
         atomic_write(self._path(key), lambda tmp: sf.write(str(tmp), x, self.rate, format="WAV", subtype="FLOAT"))
         self.written += 1
@@ -99,6 +119,39 @@ class PartsCache:
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def render_script_file(engine, text: str, path: str, *, voices: dict, seed: int | None, options: dict,
+                       lexicon=None, best_of: int = 1, speakers=None, model_path: str = "", cancel=None,
+                       progress=None) -> dict:
+    """Render a script into `path` through a PartsCache (an interrupted render resumes: see the
+    module). `voices`: speaker name (None: the narrator) -> Voice; `options`: synthesis and
+    stream options; `progress(fraction, eta_s, done, total)` after each finished piece;
+    `cancel` (anything with `is_set()`) stops between chunks and raises Cancelled."""
+    from app.core.take import export_audio
+    from engine_native.errors import Cancelled
+    from engine_native.script import Progress, parse_script, render
+
+    items = parse_script(text, speakers=speakers or None)
+    opts = dict(options)
+    stream = {k: opts.pop(k) for k in ("first_chunk_tokens", "chunk_tokens") if k in opts}
+    opts.pop("seed", None)
+    cache = PartsCache(parts_dir_for(path), model_path=model_path, stream_options=stream, rate=engine.sample_rate)
+    seed = cache.seed(seed)
+    done = Progress(items)
+    audio = []
+    for part in render(engine, items, voices=voices, seed=seed, lexicon=lexicon, best_of=best_of, options=opts,
+                       stream_options=stream, cache=cache, cancel=cancel):
+        audio.append(part.samples)
+        done.update(part)
+        if part.final and progress is not None:
+            progress(done.fraction, done.eta_s, done.done, done.total)
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("export cancelled")
+    samples = np.concatenate(audio) if audio else np.zeros(0, np.float32)
+    export_audio(samples, engine.sample_rate, path)
+    cache.remove()
+    return {"path": path, "seconds": samples.size / engine.sample_rate, "resumed": cache.hits, "seed": seed}
 
 
 def format_eta(seconds: float | None) -> str:

@@ -196,6 +196,12 @@ class Player:
         self.stop()
         self.device = name or None
 
+    def take_error(self) -> str | None:
+        """The audio device's last error, if any, once: it is cleared as it is read."""
+        with self._lock:
+            error, self._error = self._error, None
+        return error
+
     def snapshot(self) -> PlayerState:
         with self._lock:
             buffered = len(self.buffer)

@@ -1,4 +1,5 @@
-"""A take: the audio of one synthesis, sentence by sentence, and its export to WAV/FLAC/OGG/MP3.
+"""A take: the audio of one synthesis, sentence by sentence, and its export to WAV/FLAC/OGG/MP3
+(and to raw 16-bit PCM, the CLI's `-o -` and the speech server's pcm/wav/flac).
 
 Audio is kept per sentence so that one sentence can be regenerated and swapped in alone.
 """
@@ -111,6 +112,14 @@ class Take:
         words = " ".join(self.text.split())
         short = words if len(words) <= 48 else words[:47] + "…"
         return f"{time.strftime('%H:%M:%S', time.localtime(self.created))}  {short}"
+
+
+def to_s16le(samples: np.ndarray) -> bytes:
+    """Raw 16-bit little-endian PCM: clipped to [-1, 1], scaled by 32767 (symmetric: +-1.0 map
+    to +-32767) and rounded half to even. Every raw PCM the project writes goes through here;
+    libsndfile's WAV/FLAC files (export_audio) scale by 32768: at most two steps apart."""
+    x = np.clip(np.asarray(samples, np.float32).reshape(-1), -1.0, 1.0)
+    return np.rint(x * np.float32(32767)).astype("<i2").tobytes()
 
 
 def check_export_path(path: str) -> str:

@@ -4,7 +4,8 @@
     BackgroundOp(lambda report: decode(path), success=show, failure=show_error).start()
 
 `op(report)` receives `report(value)` to send progress (any object) to `progress`.
-Engine work does not go here: it goes through the EngineWorker (one thread owns the engine).
+Engine work does not go here: it goes through EngineClient's operations (one thread owns the
+engine). Files are read and written here, never on the GUI thread.
 """
 
 from __future__ import annotations
@@ -43,11 +44,12 @@ class BackgroundOp:
                  progress: Callable | None = None):
         self.op = op
         self.signals = _Signals()  # created on the GUI thread: its slots run there
-        self.signals.done.connect(lambda r: self._finish(success, r))
-        self.signals.failed.connect(lambda e: self._finish(failure, e))
+        self.signals.done.connect(lambda r: self._finish(success, r, "result"))
+        self.signals.failed.connect(lambda e: self._finish(failure, e, "error"))
         if progress:
             self.signals.progress.connect(progress)
         self.running = False
+        self.result = self.error = None  # what the op returned or raised, once it has finished
 
     def start(self, pool: QThreadPool | None = None) -> BackgroundOp:
         _live.add(self)
@@ -55,8 +57,9 @@ class BackgroundOp:
         (pool or QThreadPool.globalInstance()).start(_Runnable(self.op, self.signals))
         return self
 
-    def _finish(self, callback, value):
+    def _finish(self, callback, value, outcome: str):
         self.running = False
+        setattr(self, outcome, value)
         _live.discard(self)
         if callback:
             callback(value)

@@ -62,17 +62,9 @@ def create_main_window(settings=None, data_dir: str | None = None):
 def open_files(window, files) -> None:
     """Files given on the command line (the desktop entry's %F): a .voice.gguf joins the
     library, any other file opens in the Voice Lab."""
-    from engine_native import EngineError, Voice
-
     for path in files:
         if path.endswith(".voice.gguf"):
-            try:
-                voice = Voice.load(path)
-                added = window.store.add(voice, voice.name)
-            except (EngineError, OSError) as e:
-                window.show_error(f"Cannot add {os.path.basename(path)} to the library: {e}")
-                continue
-            window.library.reload(select=added)
+            window.voices.add_voice_file(path)
         else:
             window.open_voice_lab(path)
 

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.core.models import convert_snapshot, download_model
 from app.qt import theme
 from app.qt.background import BackgroundOp, error_text
 from app.qt.icons import icon
@@ -133,38 +134,18 @@ class ModelDialog(QDialog):
         self.model_path = path
         self.accept()
 
-    def _out_path(self, variant: str) -> str:
-        os.makedirs(self.models_dir, exist_ok=True)
-        return os.path.join(self.models_dir, f"chatterbox-{variant}-{self._quant()}.gguf")
-
     def convert_folder(self, folder: str | None = None) -> BackgroundOp | None:
         if folder is None:
             folder = QFileDialog.getExistingDirectory(self, "Hugging Face snapshot folder", os.path.expanduser("~"))
             if not folder:
                 return None
-        quant = self._quant()
-
-        def op(report):
-            from engine_native.convert import convert, detect_variant
-
-            out = self._out_path(detect_variant(folder))
-            convert(folder, out, quant=quant, log=report)
-            return out
-
-        return self._run(op, f"Converting {folder}…")
+        quant, models_dir = self._quant(), self.models_dir
+        return self._run(lambda report: convert_snapshot(folder, models_dir, quant, log=report),
+                         f"Converting {folder}…")
 
     def download(self) -> BackgroundOp:
-        repo, quant = self.repo_combo.currentText().strip(), self._quant()
-        variant = "nano" if "nano" in repo.lower() else "turbo"
-        out = self._out_path(variant)
-
-        def op(report):
-            from engine_native.convert import download_and_convert
-
-            download_and_convert(repo, out, quant=quant, log=report)
-            return out
-
-        return self._run(op, f"Downloading {repo}…")
+        repo, quant, models_dir = self.repo_combo.currentText().strip(), self._quant(), self.models_dir
+        return self._run(lambda report: download_model(repo, models_dir, quant, log=report), f"Downloading {repo}…")
 
     def _run(self, op, title: str) -> BackgroundOp:
         self._busy(True)

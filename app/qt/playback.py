@@ -12,10 +12,12 @@ import time
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.qt.background import error_text
-from app.qt.engine_worker import Cancelled, EngineClient, EngineJob
 from app.core.player import Player
 from app.core.take import Take
+from app.qt.background import error_text
+from app.qt.engine_client import EngineClient
+from app.qt.engine_worker import EngineJob
+from engine_native.errors import Cancelled
 
 #: Rough speaking rate for the pre-roll estimate of how much audio a text will give.
 CHARS_PER_SECOND = 14.0
@@ -232,7 +234,7 @@ class PlaybackController(QObject):
 
     def _on_failed(self, take: Take, e: BaseException) -> None:
         self.jobs = [j for j in self.jobs if not j.finished]
-        if isinstance(e, Cancelled) or type(e).__name__ == "Cancelled":
+        if isinstance(e, Cancelled):
             return
         self.player.end_segment()
         self.error.emit(f"Synthesis failed: {error_text(e)}")
@@ -250,9 +252,9 @@ class PlaybackController(QObject):
     def _tick(self) -> None:
         st = self.player.snapshot()
         take = self.take
-        if st.error:
-            self.error.emit(st.error)
-            self.player._error = None  # reported once
+        error = self.player.take_error()  # reported once
+        if error:
+            self.error.emit(error)
         if take is not None:
             frame = self._base_frame + int(st.played_s * take.sample_rate)
             total = take.duration

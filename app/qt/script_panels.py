@@ -1,6 +1,7 @@
 """The editor's script dialogs: the cast (the script's `Name:` speakers mapped to library
-voices, remembered per script), the pronunciation lexicon editor (with "hear it"), and
-"Export script..." (a cancellable progress dialog over the resumable long render).
+voices, remembered per script), the pronunciation lexicon (the file as the app uses it, and
+its editor with "hear it"), and "Export script..." (a cancellable progress dialog over the
+resumable long render, which runs on the engine thread).
 
 The cast is remembered in the settings (Settings.casts, JSON) under a key made of the
 script's speaker names (sorted, case-folded): the same cast comes back whenever a script
@@ -13,7 +14,7 @@ import json
 import os
 import re
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QFileSystemWatcher, QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.paths import global_lexicon_path
+from app.qt.background import BackgroundOp, error_text
 from engine_native.script import speaker_names
 
 _TIMED = re.compile(r"\[\s*pause\s+[\d.]|<\s*break\b|<\s*/?\s*p\s*>", re.IGNORECASE)
@@ -57,13 +59,69 @@ def save_cast(settings, text: str, cast: dict[str, str]) -> None:
     settings.casts = json.dumps(allc)
 
 
-
-
-def load_global_lexicon(path: str | None = None):
+def read_lexicon(path: str):
+    """The lexicon in `path` (an empty one when there is no such file); off the GUI thread."""
     from engine_native.lexicon import Lexicon
 
-    path = path or global_lexicon_path()
     return Lexicon.load(path) if os.path.isfile(path) else Lexicon()
+
+
+class LexiconFile(QObject):
+    """The pronunciation lexicon as the app uses it: read in the background at the start and
+    whenever its file changes (QFileSystemWatcher: the command line or an editor may change
+    it), replaced at once when the app's editor saves it. `lexicon` is None while it is empty
+    or unreadable (`error` says why)."""
+
+    failed = Signal(str)
+
+    def __init__(self, path: str | None = None, parent=None):
+        super().__init__(parent)
+        self.lexicon = None
+        self.error = ""
+        self._reading = 0
+        self._watch = QFileSystemWatcher(self)
+        self._watch.fileChanged.connect(lambda _p: self.reload())
+        self._watch.directoryChanged.connect(lambda _p: self.reload())
+        self.path = ""
+        self.set_path(path or global_lexicon_path())
+
+    def set_path(self, path: str) -> None:
+        self.path = path
+        if self._watch.files() or self._watch.directories():
+            self._watch.removePaths(self._watch.files() + self._watch.directories())
+        self.reload()
+
+    def reload(self) -> BackgroundOp:
+        self._reading += 1
+        reading, path = self._reading, self.path
+
+        def read(_report):
+            folder = os.path.dirname(path)
+            return read_lexicon(path), [p for p in (path, folder) if os.path.exists(p)]
+
+        def ok(result):
+            lex, watch = result
+            if reading == self._reading:
+                self.saved(lex)
+                self._watch_paths(watch)
+
+        def bad(e):
+            if reading == self._reading:
+                self.lexicon, self.error = None, error_text(e)
+                self.failed.emit(f"Lexicon not used: {self.error}")
+
+        return BackgroundOp(read, success=ok, failure=bad).start()
+
+    def _watch_paths(self, paths: list[str]) -> None:
+        watched = set(self._watch.files() + self._watch.directories())
+        missing = [p for p in paths if p not in watched]
+        if missing:
+            self._watch.addPaths(missing)
+
+    def saved(self, lexicon) -> None:
+        """The lexicon the file now holds (the editor just wrote it)."""
+        self.lexicon = lexicon if lexicon is not None and len(lexicon) else None
+        self.error = ""
 
 
 def script_options(text: str, cast: dict, lexicon, best_of: int) -> dict | None:
@@ -111,13 +169,14 @@ class CastDialog(QDialog):
 
 
 class LexiconEditor(QDialog):
-    """word -> respelling, add/remove, "Hear it", saved atomically to the global lexicon."""
+    """word -> respelling, add/remove, "Hear it", saved atomically (in the background)."""
 
     hearRequested = Signal(str)  # the respelled word, to speak
+    lexiconSaved = Signal(object)  # the Lexicon written
 
-    def __init__(self, path: str | None = None, parent=None):
+    def __init__(self, path: str, lexicon=None, parent=None):
         super().__init__(parent)
-        self.path = path or global_lexicon_path()
+        self.path = path
         self.setWindowTitle("Pronunciations")
         self.resize(460, 380)
         lay = QVBoxLayout(self)
@@ -146,11 +205,8 @@ class LexiconEditor(QDialog):
         bb.accepted.connect(self.save)
         bb.rejected.connect(self.reject)
         lay.addWidget(bb)
-        try:
-            for w, s in load_global_lexicon(self.path).items():
-                self.add_row(w, s)
-        except Exception as e:  # noqa: BLE001 - a broken file is shown, not fatal
-            self.status.setText(str(e))
+        for w, s in (lexicon.items() if lexicon is not None else []):
+            self.add_row(w, s)
 
     def add_row(self, word: str, say: str) -> int:
         r = self.table.rowCount()
@@ -190,21 +246,23 @@ class LexiconEditor(QDialog):
             return say
         return None
 
-    def save(self) -> bool:
-        try:
-            self.lexicon().save(self.path)
-        except Exception as e:  # noqa: BLE001
-            self.status.setText(f"Could not save: {e}")
-            return False
-        self.status.setText(f"Saved {len(self.entries())} entries")
-        self.accept()
-        return True
+    def save(self) -> BackgroundOp:
+        """Write the lexicon (atomically, in the background); the dialog closes when it is written."""
+        lex, n = self.lexicon(), len(self.entries())
+
+        def ok(_path):
+            self.status.setText(f"Saved {n} entries")
+            self.lexiconSaved.emit(lex)
+            self.accept()
+
+        return BackgroundOp(lambda _r: lex.save(self.path), success=ok,
+                            failure=lambda e: self.status.setText(f"Could not save: {error_text(e)}")).start()
 
 
 def export_script(client, text: str, path: str, *, voices: dict, params: dict, lexicon=None, best_of: int = 1,
                   speakers=None, model_path: str = "", parent=None, success=None, failure=None):
-    """Render `text` into `path` through the resumable long render (app.core.long_render:
-    finished pieces kept in PATH.parts/, so a cancelled or crashed export resumes), with a
+    """Render `text` into `path` (EngineClient.export_script: the resumable long render, whose
+    finished pieces stay in PATH.parts/, so a cancelled or crashed export resumes), with a
     QProgressDialog showing progress and the time left; Cancel stops within one chunk.
     Returns (job, dialog)."""
     from app.core.long_render import format_eta
@@ -216,38 +274,6 @@ def export_script(client, text: str, path: str, *, voices: dict, params: dict, l
     dlg.setAutoClose(False)
     dlg.setAutoReset(False)
     dlg.setValue(0)
-
-    def fn(worker, job):
-        import numpy as np
-
-        from app.core.long_render import PartsCache, parts_dir_for
-        from app.core.take import export_audio
-        from engine_native.script import Progress, parse_script, render
-
-        engine = worker.require_engine()
-        vmap = {n: worker.voice(p) for n, p in voices.items()}
-        items = parse_script(text, speakers=speakers or None)
-        opts = dict(params)
-        seed = opts.pop("seed", None)
-        seed = 0 if seed is None or seed < 0 else int(seed)   # a fixed seed: a resumed export matches
-        stream = {k: opts.pop(k) for k in ("first_chunk_tokens", "chunk_tokens") if k in opts}
-        cache = PartsCache(parts_dir_for(path), model_path=model_path, stream_options=stream,
-                           rate=engine.sample_rate)
-        progress = Progress(items)
-        from app.qt.engine_worker import JobCancel
-
-        audio = []
-        for part in render(engine, items, voices=vmap, seed=seed, lexicon=lexicon, best_of=best_of, options=opts,
-                           stream_options=stream, cache=cache, cancel=JobCancel(job)):
-            audio.append(part.samples)
-            progress.update(part)
-            if part.final:
-                worker.progressed.emit(job, (progress.fraction, progress.eta_s, progress.done, progress.total))
-        job.check()
-        samples = np.concatenate(audio) if audio else np.zeros(0, np.float32)
-        export_audio(samples, engine.sample_rate, path)
-        cache.remove()
-        return {"path": path, "seconds": samples.size / engine.sample_rate, "resumed": cache.hits}
 
     def on_progress(p):
         frac, eta, done, total = p
@@ -264,7 +290,9 @@ def export_script(client, text: str, path: str, *, voices: dict, params: dict, l
         if failure:
             failure(e)
 
-    job = client.submit(fn, label="export script", success=ok, failure=bad, progress=on_progress)
+    job = client.export_script(text, path, voices=voices, params=params, lexicon=lexicon, best_of=best_of,
+                               speakers=speakers, model_path=model_path, success=ok, failure=bad,
+                               progress=on_progress)
     dlg.canceled.connect(job.cancel)
     dlg.show()
     return job, dlg

@@ -286,8 +286,8 @@ class ServerPanel(QObject):
         return path if path and os.path.isfile(path) and self.window.client.info else ""
 
     def library_voices(self) -> list[tuple[str, str]]:
-        return [(os.path.basename(e.path)[: -len(".voice.gguf")], e.name)
-                for e in self.window.store.entries() if e.path]
+        """(file stem, name) of the library's voices, as the library panel last read them."""
+        return [(e.stem, e.name) for e in self.window.library.entries() if e.path]
 
     def config(self) -> ServerConfig | None:
         model = self._model()

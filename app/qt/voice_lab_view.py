@@ -1,9 +1,11 @@
 """The Voice Lab view: a recording's speech/silence regions, the chosen window (drag its edges),
-the probe and loudness, the filter chain, A/B preview, Clone (in the background), a test
-sentence in the new voice, Save to library and Export voice.
+the probe and loudness, the filter chain, A/B preview, Clone, a test sentence in the new
+voice, Save to library, Export voice and Export model with this voice.
 
-Analysis and rendering run as background ops (voice_lab is pure numpy/ffmpeg); cloning runs
-on the engine thread. Nothing here blocks the GUI thread.
+The view lays out and binds a VoiceLabSession (app.core.voice_lab_session: the state and the
+jobs). The analysis, the rendering and every file written run as background operations; the
+speaker search, cloning and the clone's likeness run on the engine thread through the
+EngineClient's operations. Nothing here blocks the GUI thread.
 """
 
 from __future__ import annotations
@@ -29,16 +31,14 @@ from PySide6.QtWidgets import (
 )
 from voice_lab import CLONING_MIN_SECONDS, OUTPUT_RATE, VoiceLabError
 
+from app.core import voice_lab_session as jobs
+from app.core.voice_lab_session import DEFAULT_TARGET_S, TEST_SENTENCE, VoiceLabSession, suggested_name
+from app.core.voice_library import slug
 from app.qt import theme
 from app.qt.background import BackgroundOp, error_text
 from app.qt.chain_editor import ChainEditor
-from app.qt.engine_worker import JobCancel
 from app.qt.icons import icon
-from app.core.voice_lab_ops import Analysis, analyse, render_clip
 from app.qt.waveform import WaveformView
-
-DEFAULT_TARGET_S = 10.0
-TEST_SENTENCE = "Hello! This is my new voice. How does it sound?"
 
 
 def _fmt_loud(m: dict | None) -> str:
@@ -56,23 +56,14 @@ class VoiceLabView(QWidget):
     speakRequested = Signal(str, object, str)  # text, Voice, name
     error = Signal(str)
 
+    #: options of the test take scored for likeness after cloning (tests use a small max_tokens)
+    likeness_options: dict | None = None
+
     def __init__(self, client, store, parent=None):
         super().__init__(parent)
         self.client = client  # EngineClient
         self.store = store  # VoiceStore
-        self.analysis: Analysis | None = None
-        self.clip: dict | None = None  # render_clip() result for clip_key
-        self.clip_key = None
-        self.voice = None  # the cloned Voice
-        self.voice_key = None
-        self.voice_clip = None  # (samples, rate) the voice was cloned from: kept beside a saved voice
-        self.saved_path: str | None = None
-        self._pending_after_render = None
-        self._render_op: BackgroundOp | None = None
-        self._clone_job = None
-        self.speakers = None  # voice_lab.speakers.Speakers of the recording, once found
-        self.baked_path: str | None = None
-        self.busy = ""  # "analysing" / "speakers" / "rendering" / "cloning" / "baking" / ""
+        self.session = VoiceLabSession()
         self._build()
 
     # --- layout ------------------------------------------------------------------------------------
@@ -117,7 +108,7 @@ class VoiceLabView(QWidget):
         self.waveform = WaveformView(editable=True)
         self.waveform.setMinimumHeight(150)
         self.waveform.placeholder = "Drop an audio or video file here"
-        self.waveform.windowChanged.connect(self._window_dragged)
+        self.waveform.windowChanged.connect(lambda _spans: self._window_dragged())
         wlay.addWidget(self.waveform, 1)
         legend = QHBoxLayout()
         self.swatches = []
@@ -137,7 +128,7 @@ class VoiceLabView(QWidget):
         self.speaker_combo = QComboBox()
         self.speaker_combo.setToolTip("The speaker the clone window is taken from")
         self.speaker_combo.hide()
-        self.speaker_combo.activated.connect(lambda _i: self.auto_window())
+        self.speaker_combo.activated.connect(self._speaker_chosen)
         legend.addWidget(self.speaker_combo)
         legend.addSpacing(12)
         self.window_label = QLabel("")
@@ -181,7 +172,7 @@ class VoiceLabView(QWidget):
         # chain card
         cf, clay = self._card("Filter chain")
         self.chain_editor = ChainEditor()
-        self.chain_editor.changed.connect(self._invalidate_clip)
+        self.chain_editor.changed.connect(self._chain_changed)
         clay.addWidget(self.chain_editor, 1)
         grid.addWidget(cf, 0, 1)
 
@@ -267,21 +258,21 @@ class VoiceLabView(QWidget):
     # --- state --------------------------------------------------------------------------------------
 
     def _set_busy(self, what: str) -> None:
-        self.busy = what
+        self.session.busy = what
         self.spinner.setVisible(bool(what))
         self.status.setText({"analysing": "Analysing the recording…", "rendering": "Applying the filter chain…",
                              "cloning": "Cloning the voice…", "speakers": "Telling the speakers apart…",
-                             "baking": "Writing the model…"}.get(what, ""))
+                             "saving": "Saving the voice…", "baking": "Writing the model…"}.get(what, ""))
         self._update_buttons()
 
     def _update_buttons(self) -> None:
-        has = self.analysis is not None and bool(self.waveform.windows)
-        idle = self.busy == ""
-        for b in (self.a_button, self.b_button):
+        s = self.session
+        has = s.analysis is not None and bool(s.windows)
+        idle = s.busy == ""
+        for b in (self.a_button, self.b_button, self.clone_button):
             b.setEnabled(has and idle)
-        self.clone_button.setEnabled(has and idle)
-        self.auto_button.setEnabled(self.analysis is not None and idle)
-        cloned = self.voice is not None
+        self.auto_button.setEnabled(s.analysis is not None and idle)
+        cloned = s.voice is not None
         for b in (self.test_button, self.save_button, self.export_button):
             b.setEnabled(cloned and idle)
         self.bake_button.setEnabled(cloned and idle and self.client.model_path is not None)
@@ -296,45 +287,43 @@ class VoiceLabView(QWidget):
         self.clone_status.setStyleSheet("")
         self.clone_status.setText(text)
 
-    def spans(self) -> list[tuple[float, float]]:
-        return [tuple(w) for w in self.waveform.windows]
+    def _run(self, busy: str, fn, success, failure) -> BackgroundOp:
+        """`fn()` as a background operation, the lab busy with `busy` meanwhile."""
+        self._set_busy(busy)
 
-    def _key(self):
-        return (tuple(self.spans()), self.chain_editor.chain.to_json(indent=None))
+        def ok(result):
+            self._set_busy("")
+            success(result)
+
+        def bad(e):
+            self._set_busy("")
+            failure(e)
+
+        return BackgroundOp(lambda _report: fn(), success=ok, failure=bad).start()
 
     # --- loading a recording -----------------------------------------------------------------------
 
     def open_file(self, path: str) -> BackgroundOp:
-        self.analysis = self.speakers = None
-        self.clip = self.clip_key = self.voice = self.voice_key = self.voice_clip = self.saved_path = None
+        self.session.open(path)
         self.speaker_combo.hide()
         self.speakers_label.setText("")
         self.waveform.clear()
         self.title.setText(f"Voice Lab · {os.path.basename(path)}")
-        base = os.path.basename(path)
-        for suffix in (".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".mp4", ".mkv", ".webm", ".mov"):
-            if base.lower().endswith(suffix):
-                base = base[: -len(suffix)]
-        self.name_edit.setText(base.replace("_", " ").strip() or "New voice")
+        self.name_edit.setText(suggested_name(path))
         self._show_note("Clone turns the chosen window into a voice (in the background); then try it and save it.")
         for v in self.info.values():
             v.setText("–")
-        self._set_busy("analysing")
         target = self.target_spin.value()
-        return BackgroundOp(lambda _r: analyse(path, target), success=self._analysed,
-                            failure=self._analyse_failed).start()
+        from voice_lab.lab import analyse
 
-    def _analyse_failed(self, e: BaseException) -> None:
-        self._set_busy("")
-        self._show_error(f"Cannot use this recording: {error_text(e)}")
+        return self._run("analysing", lambda: analyse(path, target), self._analysed,
+                         lambda e: self._show_error(f"Cannot use this recording: {error_text(e)}"))
 
-    def _analysed(self, a: Analysis) -> None:
-        self.analysis = a
-        self._set_busy("")
+    def _analysed(self, a) -> None:
+        self.session.analysed(a)
         self.waveform.set_audio(a.mono, a.rate)
-        self.waveform.regions = ([(s.start, s.end, "silence") for s in a.silences]
-                                 + [(r.start, r.end, "speech") for r in a.regions])
-        self.waveform.set_windows(a.window)
+        self.waveform.regions = self.session.regions()
+        self.waveform.set_windows(self.session.windows)
         p = a.probe
         self.info["file"].setText(os.path.basename(a.path))
         self.info["codec"].setText(f"{p.codec} in {p.container}" + (" (video file)" if p.has_video else ""))
@@ -344,11 +333,10 @@ class VoiceLabView(QWidget):
         speech = sum(r.duration for r in a.regions)
         self.info["speech"].setText(f"{speech:.1f} s in {len(a.regions)} region{'s' if len(a.regions) != 1 else ''}")
         self.info["loud_src"].setText(_fmt_loud(a.source_loudness))
-        self.chain_editor.set_auto(a.chain_name, f"Chosen for this file: {a.chain_reason}.")
+        self.chain_editor.set_auto(a.chain_name, f"Chosen for this file: {a.chain_reason}.")  # -> _chain_changed
         if not a.window:
             self._show_error(a.window_note)
         self._window_info()
-        self._update_buttons()
         self.find_speakers()
 
     # --- speakers (engine thread) ---------------------------------------------------------------------
@@ -356,7 +344,7 @@ class VoiceLabView(QWidget):
     def find_speakers(self):
         """Tell the recording's speakers apart with the engine's speaker encoder; with two, the
         window comes from one of them (the one with the most speech, or the one picked)."""
-        a = self.analysis
+        a = self.session.analysis
         if a is None or not a.regions:
             return None
         if self.client.info is None:
@@ -364,28 +352,24 @@ class VoiceLabView(QWidget):
             return None
         self._set_busy("speakers")
 
-        def fn(worker, _job):
-            from voice_lab.speakers import find_speakers
-
-            return find_speakers(a.mono, a.rate, a.regions, worker.require_engine().speaker_xvector)
-
         def ok(found):
             self._set_busy("")
-            if self.analysis is a:
+            if self.session.analysis is a:
                 self.show_speakers(found)
 
         def bad(e):
             self._set_busy("")
             self.speakers_label.setText(f"Speakers not told apart: {error_text(e)}")
 
-        return self.client.submit(fn, label="find speakers", success=ok, failure=bad)
+        return self.client.find_speakers(a.mono, a.rate, a.regions, success=ok, failure=bad)
 
     def show_speakers(self, found) -> None:
         """Show who speaks where (the second speaker's speech in its own colour) and take the
         window from the chosen speaker."""
-        self.speakers = found
+        s = self.session
+        s.speakers_found(found)
         self.speaker_combo.clear()
-        if found.count < 2:
+        if not s.several_speakers:
             self.speakers_label.setText("One speaker")
             self.speaker_combo.hide()
             return
@@ -393,112 +377,100 @@ class VoiceLabView(QWidget):
         for i in range(found.count):
             self.speaker_combo.addItem(f"Speaker {i + 1} · {found.seconds[i]:.1f} s", i)
         self.speaker_combo.show()
-        second = found.spans_of(1)
-        regions = [(s.start, s.end, "silence") for s in self.analysis.silences]
-        regions += [(s.start, s.end, "speech") for s in found.spans_of(0)]
-        regions += [(s.start, s.end, "speech2") for s in second]
-        self.waveform.regions = regions
+        self.waveform.regions = s.regions()
         self.auto_window()
-        if self.spans():
+        if s.windows:
             self._show_note(f"{found.count} speakers: the clone window comes from speaker "
-                            f"{self.chosen_speaker() + 1} only. Pick another beside the waveform.")
+                            f"{s.speaker + 1} only. Pick another beside the waveform.")
 
-    def chosen_speaker(self) -> int:
-        return int(self.speaker_combo.currentData() or 0)
+    def _speaker_chosen(self, _index: int) -> None:
+        self.session.speaker = int(self.speaker_combo.currentData() or 0)
+        self.auto_window()
 
     def auto_window(self) -> None:
-        if self.analysis is None:
+        s = self.session
+        if s.analysis is None:
             return
-        from voice_lab.lab import MIN_CLIP_SECONDS
-        from voice_lab.window import choose_window
-
-        regions, who = self.analysis.regions, ""
-        if self.speakers is not None and self.speakers.count > 1:
-            regions, who = self.speakers.spans_of(self.chosen_speaker()), f"speaker {self.chosen_speaker() + 1}: "
+        before = s.windows
         try:
-            w = choose_window(regions, max(self.target_spin.value(), MIN_CLIP_SECONDS), CLONING_MIN_SECONDS)
+            s.choose_window(self.target_spin.value())
         except VoiceLabError as e:
-            if who:  # never leave another speaker's window in place
-                self.waveform.set_windows([])
-                self._window_dragged([])
-            self._show_error(who + str(e))
-            return
-        self.waveform.set_windows([(s.start, s.end) for s in w.spans])
-        self._window_dragged(self.spans())
+            self._show_error(str(e))
+            if s.windows == before:
+                return
+        self.waveform.set_windows(s.windows)
+        self._window_changed()
 
-    def _window_dragged(self, _spans) -> None:
-        self._invalidate_clip()
+    def _window_dragged(self) -> None:
+        self.session.set_windows(self.waveform.windows)
+        self._window_changed()
+
+    def _window_changed(self) -> None:
+        self._clip_changed()
         self._window_info()
 
     def _window_info(self) -> None:
-        total = sum(b - a for a, b in self.spans())
-        if not self.spans():
+        if not self.session.windows:
             self.window_label.setText("No window")
-            self._update_buttons()
-            return
-        warn = "" if total > CLONING_MIN_SECONDS else f"  (needs > {CLONING_MIN_SECONDS:.0f} s)"
-        self.window_label.setText(f"Window {total:.1f} s{warn}")
+        else:
+            total = self.session.window_seconds
+            warn = "" if total > CLONING_MIN_SECONDS else f"  (needs > {CLONING_MIN_SECONDS:.0f} s)"
+            self.window_label.setText(f"Window {total:.1f} s{warn}")
         self._update_buttons()
 
-    def _invalidate_clip(self) -> None:
-        self.clip = self.clip_key = None
+    def _chain_changed(self) -> None:
+        self.session.set_chain(self.chain_editor.chain)
+        self._clip_changed()
+
+    def _clip_changed(self) -> None:
         self.info["loud_win"].setText("–")
         self.info["loud_out"].setText("–")
 
     # --- rendering (background) --------------------------------------------------------------------------
 
     def ensure_clip(self, then) -> None:
-        """Call then(clip) with the rendered window, rendering in the background when stale."""
-        key = self._key()
-        if self.clip is not None and self.clip_key == key:
-            then(self.clip)
+        """Call then(clip) with the rendered window, rendering it in the background when stale."""
+        s = self.session
+        clip = s.current_clip()
+        if clip is not None:
+            then(clip)
             return
-        a = self.analysis
-        if a is None or not self.spans():
+        a = s.analysis
+        if a is None or not s.windows:
             return
-        spans, chain = self.spans(), self.chain_editor.chain.copy()
-        self._set_busy("rendering")
+        key, spans, chain = s.key(), list(s.windows), s.chain.copy()
 
         def ok(clip):
-            self._set_busy("")
-            self.clip, self.clip_key = clip, key
-            self.info["loud_win"].setText(_fmt_loud(clip["before"]))
-            self.info["loud_out"].setText(_fmt_loud(clip["after"]))
+            s.rendered(clip, key)
+            self.info["loud_win"].setText(_fmt_loud(clip.before))
+            self.info["loud_out"].setText(_fmt_loud(clip.after))
             then(clip)
 
-        def bad(e):
-            self._set_busy("")
-            self._show_error(f"The filter chain failed: {error_text(e)}")
+        from voice_lab.lab import render_window
 
-        self._render_op = BackgroundOp(lambda _r: render_clip(a.mono, a.rate, spans, chain), success=ok,
-                                       failure=bad).start()
+        self._run("rendering", lambda: render_window(a.mono, a.rate, spans, chain), ok,
+                  lambda e: self._show_error(f"The filter chain failed: {error_text(e)}"))
 
     def preview(self, which: str) -> None:
-        self.ensure_clip(lambda clip: self.playAudio.emit(clip[which]))
+        self.ensure_clip(lambda clip: self.playAudio.emit(getattr(clip, which)))
 
     # --- cloning (engine thread) ---------------------------------------------------------------------------
 
     def clone(self) -> None:
-        total = sum(b - a for a, b in self.spans())
-        if total <= CLONING_MIN_SECONDS:
-            self._show_error(f"The window is {total:.1f} s; cloning needs more than {CLONING_MIN_SECONDS:.0f} s "
-                             "of speech. Drag its edges wider.")
+        problem = self.session.clone_problem()
+        if problem:
+            self._show_error(problem)
             return
         self.ensure_clip(self._clone_clip)
 
-    def _clone_clip(self, clip: dict) -> None:
-        samples = clip["processed"]
-        key = self.clip_key
+    def _clone_clip(self, clip) -> None:
+        samples = clip.processed
         self._set_busy("cloning")
         self._show_note("Cloning in the background…")
 
-        def fn(worker, _job):
-            return worker.require_engine().voice_from_audio(samples, OUTPUT_RATE)
-
         def ok(voice):
             self._set_busy("")
-            self.voice, self.voice_key, self.voice_clip = voice, key, (samples, OUTPUT_RATE)
-            self.saved_path = None
+            self.session.cloned(voice, samples)
             note = (f"Cloned from {samples.size / OUTPUT_RATE:.1f} s of audio. Try the test "
                     "sentence, then save it.")
             self._show_note(note)
@@ -509,111 +481,75 @@ class VoiceLabView(QWidget):
             self._set_busy("")
             self._show_error(f"Cloning failed: {error_text(e)}")
 
-        self._clone_job = self.client.submit(fn, label="clone voice", success=ok, failure=bad)
-
-    #: options of the test take scored for likeness after cloning (tests use a small max_tokens)
-    likeness_options: dict | None = None
-    clone_likeness: float | None = None
+        self.client.clone_clip(samples, OUTPUT_RATE, success=ok, failure=bad)
 
     def score_clone(self, voice, note: str = ""):
-        """The clone's likeness (engine_native.likeness): a take of the test sentence in the new
-        voice, scored against it on the engine thread; shown under the Clone button."""
+        """The clone's likeness: a take of the test sentence in the new voice, scored against it
+        on the engine thread (in the background); shown under the Clone button."""
         text = self.test_edit.text().strip() or TEST_SENTENCE
-        opts = dict(self.likeness_options or {})
-        self.clone_likeness = None
-
-        def fn(worker, job):
-            from engine_native.likeness import best_take, plausible_seconds
-
-            engine = worker.require_engine()
-            # A test take needs no more tokens than its sentence can plausibly last; and it stops
-            # when the job is cancelled (closing the window must not wait for a whole render).
-            longest_tokens = int(plausible_seconds(text)[1] * engine.token_rate) + 1
-            opts.setdefault("max_tokens", min(longest_tokens, engine.defaults["max_tokens"]))
-            take = best_take(engine, text, voice, seeds=[0], options=opts, cancel=JobCancel(job))
-            job.check()
-            if take is None:
-                return None
-            return take.score
+        self.session.clone_likeness = None
 
         def ok(score):
-            if score is not None and self.voice is voice:
-                self.clone_likeness = score
+            if score is not None and self.session.voice is voice:
+                self.session.clone_likeness = score
                 self._show_note(f"{note} Likeness of a test take: {score:.2f}".strip())
 
-        return self.client.submit(fn, label="clone likeness", success=ok, failure=lambda _e: None, background=True)
+        return self.client.test_take_likeness(text, voice, dict(self.likeness_options or {}), success=ok,
+                                               failure=lambda _e: None)
 
     def speak_test(self) -> None:
-        if self.voice is not None:
-            self.speakRequested.emit(self.test_edit.text(), self.voice, self.voice_name())
+        if self.session.voice is not None:
+            self.speakRequested.emit(self.test_edit.text(), self.session.voice, self.voice_name())
 
     def voice_name(self) -> str:
         return self.name_edit.text().strip() or "New voice"
 
-    def _meta(self) -> dict:
-        return {"chain": self.chain_editor.chain.to_json(indent=None)}
+    # --- saving (background) --------------------------------------------------------------------------
 
-    def save_to_library(self) -> str | None:
-        if self.voice is None:
+    def save_to_library(self) -> BackgroundOp | None:
+        s = self.session
+        if s.voice is None:
             return None
-        try:
-            path = self.store.add(self.voice, self.voice_name(), clip=self.voice_clip, **self._meta())
-        except Exception as e:  # noqa: BLE001
-            self._show_error(f"Could not save the voice: {error_text(e)}")
-            return None
-        self.saved_path = path
-        self._show_note(f"Saved to the library as “{self.voice_name()}”.")
-        self.voiceSaved.emit(path)
-        return path
+        name, voice, clip, meta = self.voice_name(), s.voice, s.voice_clip, s.meta()
 
-    def export_voice(self, path: str | None = None) -> str | None:
-        if self.voice is None:
+        def ok(path):
+            s.saved_path = path
+            self._show_note(f"Saved to the library as “{name}”.")
+            self.voiceSaved.emit(path)
+
+        return self._run("saving", lambda: jobs.save_to_library(self.store, voice, name, clip, meta), ok,
+                         lambda e: self._show_error(f"Could not save the voice: {error_text(e)}"))
+
+    def export_voice(self, path: str | None = None) -> BackgroundOp | None:
+        s = self.session
+        if s.voice is None:
             return None
         if path is None:
-            from app.qt.voice_library import slug
-
             path, _ = QFileDialog.getSaveFileName(self, "Export voice", f"{slug(self.voice_name())}.voice.gguf",
                                                   "Chatterbox voice (*.voice.gguf)")
             if not path:
                 return None
-        if not path.endswith(".voice.gguf"):
-            path += ".voice.gguf"
-        try:
-            self.voice.save(path, name=self.voice_name(), **self._meta())
-        except Exception as e:  # noqa: BLE001
-            self._show_error(f"Could not export the voice: {error_text(e)}")
-            return None
-        self._show_note(f"Exported to {path}")
-        return path
+        name, voice, meta = self.voice_name(), s.voice, s.meta()
+        return self._run("saving", lambda: jobs.export_voice(voice, path, name, meta),
+                         lambda out: self._show_note(f"Exported to {out}"),
+                         lambda e: self._show_error(f"Could not export the voice: {error_text(e)}"))
 
-    def export_model(self, path: str | None = None):
+    def export_model(self, path: str | None = None) -> BackgroundOp | None:
         """Write a copy of the loaded model whose built-in voice is the clone (in the background)."""
-        model = self.client.model_path
-        if self.voice is None or model is None:
+        s, model = self.session, self.client.model_path
+        if s.voice is None or model is None:
             return None
         if path is None:
-            from app.qt.voice_library import slug
-
             stem = os.path.splitext(os.path.basename(model))[0]
             path, _ = QFileDialog.getSaveFileName(self, "Export model with this voice",
                                                   f"{stem}-{slug(self.voice_name())}.gguf", "Chatterbox model (*.gguf)")
             if not path:
                 return None
-        if not path.endswith(".gguf"):
-            path += ".gguf"
-        voice, name = self.voice, self.voice_name()
-        voice.meta.update(name=name, **self._meta())  # the baked voice's name and chain, as `info` shows them
-        self._set_busy("baking")
+        name, voice, meta = self.voice_name(), s.voice, s.meta()
 
         def ok(out):
-            self._set_busy("")
-            self.baked_path = str(out)
+            s.baked_path = out
             self._show_note(f"Wrote {out}: the model with “{name}” as its built-in voice.")
 
-        def bad(e):
-            self._set_busy("")
-            self._show_error(f"Could not write the model: {error_text(e)}")
-
-        from engine_native.bake import bake_into_model
-
-        return BackgroundOp(lambda _r: bake_into_model(model, voice, path), success=ok, failure=bad).start()
+        return self._run("baking", lambda: jobs.export_model(model, voice, path, name, meta), ok,
+                         lambda e: self._show_error(f"Could not write the model: {error_text(e)}"))

@@ -50,7 +50,7 @@ class WaveformView(QWidget):
     @regions.setter
     def regions(self, value):
         self._regions = list(value)
-        self._invalidate()
+        self.redraw()
 
     @property
     def marks(self):
@@ -59,9 +59,10 @@ class WaveformView(QWidget):
     @marks.setter
     def marks(self, value):
         self._marks = list(value)
-        self._invalidate()
+        self.redraw()
 
-    def _invalidate(self) -> None:
+    def redraw(self) -> None:
+        """Draw everything again (the cached background too): after a theme change, say."""
         self._pixmap = None
         self.update()
 
@@ -71,12 +72,12 @@ class WaveformView(QWidget):
         self._rate = int(rate)
         self._expected_s = float(expected_s)
         self._peaks = None
-        self._invalidate()
+        self.redraw()
 
     def append(self, samples: np.ndarray) -> None:
         self._samples = np.concatenate([self._samples, np.asarray(samples, np.float32).reshape(-1)])
         self._peaks = None
-        self._invalidate()
+        self.redraw()
 
     def clear(self) -> None:
         self.set_audio(np.zeros(0, np.float32), self._rate)

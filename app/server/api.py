@@ -33,6 +33,7 @@ from app.server.config import ServerConfig
 from app.server.encode import FORMATS, MEDIA_TYPES, EncoderError, ffmpeg_available, make_encoder, needs_ffmpeg
 from app.server.voices import VoiceCatalog
 from app.server.worker import Busy, EngineWorker, Job
+from engine_native.options import random_seed
 
 log = logging.getLogger("chatterbox.server")
 
@@ -141,7 +142,7 @@ class SpeechService:
             log.info("ignoring unknown request field(s): %s", ", ".join(unknown))
         seed = body.get("seed")
         if seed is None:
-            seed = secrets.randbelow(2**31)
+            seed = random_seed()
         return {"text": text, "voice": voice, "format": fmt, "stream_format": stream_format, "speed": speed,
                 "options": options, "seed": seed}
 

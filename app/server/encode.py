@@ -20,6 +20,8 @@ import threading
 
 import numpy as np
 
+from app.core.take import to_s16le
+
 SAMPLE_RATE = 24000
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg; codecs=opus", "aac": "audio/aac", "flac": "audio/flac",
@@ -37,11 +39,6 @@ _FFMPEG_OUT = {
 
 class EncoderError(Exception):
     pass
-
-
-def to_s16le(samples: np.ndarray) -> bytes:
-    x = np.clip(np.asarray(samples, np.float32).reshape(-1), -1.0, 1.0)
-    return np.round(x * 32767.0).astype("<i2").tobytes()
 
 
 def wav_header(rate: int = SAMPLE_RATE, channels: int = 1, bits: int = 16) -> bytes:

@@ -3,11 +3,10 @@ plus the model's built-in voice, looked up by name or file stem, case-insensitiv
 
 from __future__ import annotations
 
-import os
-import threading
 from dataclasses import dataclass
 
-VOICE_SUFFIX = ".voice.gguf"
+from app.core.voice_library import VoiceFolder, stem_of
+
 BUILTIN_NAMES = ("default", "builtin", "built-in")
 
 
@@ -22,53 +21,21 @@ class VoiceInfo:
 
 
 class VoiceCatalog:
-    """Reads the folder on every listing (voices come and go while the server runs); a loaded
-    Voice is cached by (path, mtime)."""
+    """Reads the folder on every listing (voices come and go while the server runs), through
+    app.core.voice_library's one reader and its caches."""
 
     def __init__(self, folder: str | None, exposed: list[str] | None = None, expose_builtin: bool = True):
         self.folder = folder
-        self.exposed = None if exposed is None else {self._key(e) for e in exposed}
+        self.exposed = None if exposed is None else {stem_of(e).lower() for e in exposed}
         self.expose_builtin = expose_builtin
-        self._cache: dict[str, tuple[float, object]] = {}
-        self._names: dict[str, tuple[float, str]] = {}
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _key(s: str) -> str:
-        base = os.path.basename(s)
-        return (base[: -len(VOICE_SUFFIX)] if base.endswith(VOICE_SUFFIX) else base).lower()
-
-    def _name_of(self, path: str) -> str:
-        from engine_native import EngineError, Voice
-
-        mtime = os.path.getmtime(path)
-        hit = self._names.get(path)
-        if hit and hit[0] == mtime:
-            return hit[1]
-        try:
-            name = Voice.load(path).name
-        except (EngineError, OSError):
-            name = ""
-        self._names[path] = (mtime, name)
-        return name
+        self._files = VoiceFolder(folder)
 
     def entries(self) -> list[VoiceInfo]:
         out = [VoiceInfo("default", "Built-in", "")] if self.expose_builtin else []
-        if not self.folder or not os.path.isdir(self.folder):
-            return out
-        with self._lock:
-            for fn in sorted(os.listdir(self.folder)):
-                if not fn.endswith(VOICE_SUFFIX):
-                    continue
-                path = os.path.join(self.folder, fn)
-                stem = fn[: -len(VOICE_SUFFIX)]
-                try:
-                    name = self._name_of(path) or stem
-                except OSError:
-                    continue
-                if self.exposed is not None and stem.lower() not in self.exposed and name.lower() not in self.exposed:
-                    continue
-                out.append(VoiceInfo(stem, name, path))
+        for f in self._files.scan():
+            if self.exposed is not None and f.stem.lower() not in self.exposed and f.name.lower() not in self.exposed:
+                continue
+            out.append(VoiceInfo(f.stem, f.name, f.path))
         return out
 
     def find(self, wanted: str) -> VoiceInfo | None:
@@ -78,7 +45,7 @@ class VoiceCatalog:
         entries = self.entries()
         if self.expose_builtin and w in BUILTIN_NAMES:
             return entries[0]
-        w = self._key(w)
+        w = stem_of(w)
         for e in entries:  # a file stem first (unique), then a stored name
             if e.path and e.id.lower() == w:
                 return e
@@ -89,16 +56,6 @@ class VoiceCatalog:
 
     def load(self, info: VoiceInfo):
         """The Voice of an entry (None for the built-in voice); EngineError if unreadable."""
-        from engine_native import Voice
-
         if not info.path:
             return None
-        mtime = os.path.getmtime(info.path)
-        with self._lock:
-            hit = self._cache.get(info.path)
-            if hit and hit[0] == mtime:
-                return hit[1]
-        v = Voice.load(info.path)
-        with self._lock:
-            self._cache[info.path] = (mtime, v)
-        return v
+        return self._files.load(info.path)

@@ -13,15 +13,13 @@ import queue
 import threading
 import time
 
+from engine_native.errors import Cancelled
+
 log = logging.getLogger("chatterbox.server")
 
 
 class Busy(Exception):
     """The queue is full."""
-
-
-class JobCancelled(Exception):
-    """The job was cancelled (its client left, or the server is stopping)."""
 
 
 def _tell(job, e: Exception) -> None:
@@ -96,7 +94,7 @@ class EngineWorker:
                 return False
             if job.cancelled.is_set():
                 self.cancelled += 1
-                _tell(job, JobCancelled("cancelled before it started"))
+                _tell(job, Cancelled("cancelled before it started"))
                 job.done.set()
                 continue
             job.started = time.perf_counter()
@@ -118,7 +116,7 @@ class EngineWorker:
             if job.cancelled.is_set():
                 self.cancelled += 1
                 log.info("request %s cancelled after %.2f s", job.label, time.perf_counter() - job.started)
-                _tell(job, JobCancelled("cancelled"))
+                _tell(job, Cancelled("cancelled"))
             else:
                 job.on_end()
                 self.served += 1
@@ -135,7 +133,7 @@ class EngineWorker:
                     self._active.remove(job)
         for job in self._active:
             job.cancel()
-            _tell(job, JobCancelled("the server is shutting down"))
+            _tell(job, Cancelled("the server is shutting down"))
             job.done.set()
         self._active = []
 
@@ -151,7 +149,7 @@ class EngineWorker:
                 break
             if job is not None:
                 job.cancel()
-                _tell(job, JobCancelled("the server is shutting down"))
+                _tell(job, Cancelled("the server is shutting down"))
                 job.done.set()
         self._queue.put(None)
         self._thread.join(timeout)

@@ -307,7 +307,7 @@ def test_a_long_render_killed_halfway_resumes_to_the_same_audio(model, tmp_path)
 
 
 def test_bake_into_model_makes_the_clone_the_built_in_voice(model, engine, two_voices, tmp_path):
-    from app.cli.speak import clone_from_file
+    from app.cli.common import clone_from_file
 
     folder, _ = two_voices
     wav = os.path.join(folder, "Alice.wav")

@@ -46,7 +46,7 @@ def studio(qapp, model, tmp_path_factory):
     w.controller.stream_options = dict(STREAM)
     w.lab.likeness_options = {"max_tokens": MAX_TOKENS, "cfm_steps": 1}  # the clone's scored test take
     load_and_wait(w, model)
-    w.preset_combo.setCurrentText("Low latency")  # the engine's cheapest preset: one CFM step, 4 s prompt
+    w.toolbar.preset_combo.setCurrentText("Low latency")  # the engine's cheapest preset: one CFM step, 4 s prompt
     assert w.params()["cfm_steps"] == 1 and w.params()["prompt_seconds"] == 4.0
     w.sampling_panel.spins["max_tokens"].setValue(MAX_TOKENS)
     w.sampling_panel.seed_random.setChecked(False)
@@ -72,9 +72,9 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
     path, rec = recording
     drop_file(w.editor.edit.viewport(), path)  # anywhere on the window: here onto the script editor
     assert w.stack.currentWidget() is w.lab
-    _wait(qtbot, lambda: w.lab.analysis is not None or w.lab.busy == "" and w.lab.clone_status.text(), 60,
+    _wait(qtbot, lambda: w.lab.session.analysis is not None or w.lab.session.busy == "" and w.lab.clone_status.text(), 60,
           "the Voice Lab analysis")
-    a = w.lab.analysis
+    a = w.lab.session.analysis
     assert a is not None, w.lab.clone_status.text()
     # the regions found match the two known speech spans of the recording
     speech = [(r.start, r.end) for r in a.regions]
@@ -84,18 +84,18 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
     kinds = {k for _a, _b, k in w.lab.waveform.regions}
     assert kinds == {"speech", "silence"}
     # the engine's speaker encoder looks for a second speaker; this recording has one voice
-    _wait(qtbot, lambda: w.lab.speakers is not None and w.lab.busy == "", 60, "the speaker search")
-    assert w.lab.speakers.count == 1 and w.lab.speakers_label.text() == "One speaker"
+    _wait(qtbot, lambda: w.lab.session.speakers is not None and w.lab.session.busy == "", 60, "the speaker search")
+    assert w.lab.session.speakers.count == 1 and w.lab.speakers_label.text() == "One speaker"
     assert not w.lab.speaker_combo.isVisible()
     # the window lies on speech only, is long enough to clone, and its edges drag
-    spans = w.lab.spans()
+    spans = w.lab.session.windows
     assert spans and sum(b - a for a, b in spans) > 5.0
     for a0, a1 in spans:
         assert any(r0 - 1e-6 <= a0 < a1 <= r1 + 1e-6 for r0, r1 in speech), (spans, speech)
     w0 = spans[0][0]
     w.lab.waveform.move_edge(0, 0, w0 + 0.25)
-    w.lab.waveform.windowChanged.emit(w.lab.spans())
-    assert abs(w.lab.spans()[0][0] - (w0 + 0.25)) < 1e-9
+    w.lab.waveform.windowChanged.emit(w.lab.session.windows)
+    assert abs(w.lab.session.windows[0][0] - (w0 + 0.25)) < 1e-9
     assert w.lab.window_label.text().startswith("Window")
     assert "pcm" in w.lab.info["codec"].text()
 
@@ -109,17 +109,20 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
     probe = TimerProbe()
     probe.start()
     qtbot.mouseClick(w.lab.clone_button, Qt.LeftButton)
-    _wait(qtbot, lambda: w.lab.busy == "" and (w.lab.voice is not None or "failed" in w.lab.clone_status.text()),
+    _wait(qtbot, lambda: w.lab.session.busy == "" and (w.lab.session.voice is not None or "failed" in w.lab.clone_status.text()),
           180, "cloning")
     probe.stop()
-    assert w.lab.voice is not None, w.lab.clone_status.text()
+    assert w.lab.session.voice is not None, w.lab.clone_status.text()
     probe.check("while cloning")
-    assert w.lab.clip["processed"].size / 24000 > 5.0
-    qtbot.mouseClick(w.lab.save_button, Qt.LeftButton)
-    saved = w.lab.saved_path
+    assert w.lab.session.clip.processed.size / 24000 > 5.0
+    qtbot.mouseClick(w.lab.save_button, Qt.LeftButton)  # written in the background, then listed
+    _wait(qtbot, lambda: w.lab.session.busy == "" and not w.library.busy, 60, "saving the voice")
+    saved = w.lab.session.saved_path
     assert saved and os.path.isfile(saved) and saved.startswith(w.store.folder)
     assert "Test Speaker" in [e.name for e in w.library.entries()]
-    exported = w.lab.export_voice(str(tmp_path / "exported.voice.gguf"))
+    op = w.lab.export_voice(str(tmp_path / "exported.voice.gguf"))
+    _wait(qtbot, lambda: not op.running, 60, "exporting the voice")
+    exported = op.result
     from engine_native import Voice
 
     v = Voice.load(exported)
@@ -129,13 +132,13 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
     # Export model with this voice: a copy of the loaded model whose built-in voice is the clone
     assert w.lab.bake_button.isEnabled()
     w.lab.export_model(str(tmp_path / "baked.gguf"))
-    _wait(qtbot, lambda: w.lab.busy == "", 120, "writing the model")
-    assert w.lab.baked_path == str(tmp_path / "baked.gguf"), w.lab.clone_status.text()
+    _wait(qtbot, lambda: w.lab.session.busy == "", 120, "writing the model")
+    assert w.lab.session.baked_path == str(tmp_path / "baked.gguf"), w.lab.clone_status.text()
     from gguf import GGUFReader
 
     from engine_native.bake import baked_voice_info
 
-    meta = {f.name: f.contents() for f in GGUFReader(w.lab.baked_path).fields.values()
+    meta = {f.name: f.contents() for f in GGUFReader(w.lab.session.baked_path).fields.values()
             if not f.name.startswith("GGUF.")}
     assert baked_voice_info(meta)["name"] == "Test Speaker"
 
@@ -145,11 +148,14 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
     assert w.library.visible_names() == ["Test Speaker"]
     w.library.search.setText("")
     w.library.select(saved)
-    new_path = w.library.rename_current("Renamed Speaker")
+    op = w.library.rename_current("Renamed Speaker")  # the library reads and writes in the background
+    _wait(qtbot, lambda: not w.library.busy, 60, "renaming the voice")
+    new_path = op.result
     assert new_path and os.path.isfile(new_path) and not os.path.exists(saved)
-    assert Voice.load(new_path).name == "Renamed Speaker"
+    assert Voice.load(new_path).name == "Renamed Speaker" and w.library.current_path() == new_path
     w.library.confirm_delete = False
     assert w.library.delete_current()
+    _wait(qtbot, lambda: not w.library.busy, 60, "deleting the voice")
     assert not os.path.exists(new_path)
     assert [e.name for e in w.library.entries()][1:] == []
 
@@ -161,14 +167,14 @@ def test_voice_lab_shows_two_speakers_and_takes_the_window_from_the_one_picked(s
     w = studio
     path, turns = dialogue
     w.lab.open_file(path)
-    _wait(qtbot, lambda: w.lab.analysis is not None and w.lab.speakers is not None and w.lab.busy == "", 120,
+    _wait(qtbot, lambda: w.lab.session.analysis is not None and w.lab.session.speakers is not None and w.lab.session.busy == "", 120,
           "the Voice Lab analysis and speaker search")
-    assert w.lab.speakers.count == 2 and w.lab.speakers_label.text() == "2 speakers"
+    assert w.lab.session.speakers.count == 2 and w.lab.speakers_label.text() == "2 speakers"
     assert w.lab.speaker_combo.isVisibleTo(w.lab) and w.lab.speaker_combo.count() == 2
     assert {k for _a, _b, k in w.lab.waveform.regions} == {"speech", "speech2", "silence"}
 
     def voices_of_window():
-        spans = w.lab.spans()
+        spans = w.lab.session.windows
         assert spans and sum(b - a for a, b in spans) > 5.0, spans
         return {next((v for a, b, v in turns if a - 0.3 <= (s + e) / 2 <= b + 0.3), None) for s, e in spans}
 
@@ -177,9 +183,9 @@ def test_voice_lab_shows_two_speakers_and_takes_the_window_from_the_one_picked(s
     w.lab.speaker_combo.activated.emit(1)
     # speaker 2, as picked: the window lies on the speech the clustering gave speaker 2 (how well
     # random weights cluster is tests/voice_lab/test_speakers.py's matter)
-    theirs = [(s.start, s.end) for s in w.lab.speakers.spans_of(1)]
-    assert all(any(a - 1e-6 <= s < e <= b + 1e-6 for a, b in theirs) for s, e in w.lab.spans()), \
-        (w.lab.spans(), theirs)
+    theirs = [(s.start, s.end) for s in w.lab.session.speakers.spans_of(1)]
+    assert all(any(a - 1e-6 <= s < e <= b + 1e-6 for a, b in theirs) for s, e in w.lab.session.windows), \
+        (w.lab.session.windows, theirs)
     assert "en+f4" in voices_of_window()
     assert w.lab.clone_button.isEnabled()
     w.show_studio()
@@ -230,7 +236,7 @@ def test_play_streams_stays_responsive_and_stop_ends_within_one_chunk(studio, qt
           f"timer gap {probe.worst * 1000:.1f} ms over {probe.ticks} ticks")
 
     # the (partial) take is kept: the transport replays it and the player consumes all of it
-    take = w.current_take
+    take = w.takes.current
     assert take is not None and take.complete and take.frames > 0
     qtbot.mouseClick(w.transport.play_button, Qt.LeftButton)
     assert c.state == "playing"
@@ -244,7 +250,7 @@ def test_play_streams_stays_responsive_and_stop_ends_within_one_chunk(studio, qt
 
     for ext in ("wav", "flac", "ogg", "mp3"):
         out = str(tmp_path / f"take.{ext}")
-        op = w.export_take(out)
+        op = w.takes.export_take(out)
         _wait(qtbot, lambda: not op.running, 30, f"the {ext} export")
         assert os.path.isfile(out), w.last_error
         data, rate = sf.read(out, dtype="float32")
@@ -328,7 +334,7 @@ def test_corrupt_model_shows_an_error_and_the_app_stays_usable(qtbot, tmp_path, 
     _wait(qtbot, lambda: "Synthesis failed" in w.last_error, 30, "the no-model message")
     op = w.open_voice_lab(recording[0])
     _wait(qtbot, lambda: not op.running, 60, "the Voice Lab analysis")
-    assert w.lab.analysis is not None
+    assert w.lab.session.analysis is not None
     w.show_studio()
     ok = []
     w.client.modelChanged.connect(ok.append)
@@ -376,8 +382,8 @@ def test_compute_device_menu_lists_the_devices_and_a_missing_one_falls_back(stud
     """The compute device is a menu (remembered in the settings, shown in the status bar); a
     device remembered from another machine loads the model on the fastest present, saying so."""
     w = studio
-    w._fill_compute_menu()
-    texts = [a.text() for a in w.compute_menu.actions()]
+    w.models.fill_compute_menu()
+    texts = [a.text() for a in w.models.compute_menu.actions()]
     assert texts[0].startswith("Automatic") and any(t.startswith("cpu · ") for t in texts), texts
     loaded = []
     w.client.modelChanged.connect(loaded.append)
@@ -391,4 +397,4 @@ def test_compute_device_menu_lists_the_devices_and_a_missing_one_falls_back(stud
     info = loaded[-1]
     assert info and info["device"] == "cpu" and "cuda:7" in info["device_note"], info
     assert "cuda:7" in w.statusBar().currentMessage()
-    assert " · cpu · " in w.status_model.text()
+    assert " · cpu · " in w.models.status_label.text()

@@ -43,22 +43,22 @@ def window(qapp, mtl_model, tmp_path_factory):
 
 
 def _combo_codes(w) -> list:
-    return [w.language_combo.itemData(i) for i in range(w.language_combo.count())]
+    return [w.toolbar.language_combo.itemData(i) for i in range(w.toolbar.language_combo.count())]
 
 
 def test_language_picker_lists_the_models_languages_and_names_its_guess(window, qtbot):
     w = window
-    assert w.language_combo.isVisibleTo(w)
+    assert w.toolbar.language_combo.isVisibleTo(w)
     codes = _combo_codes(w)
     assert codes[0] == "" and len(codes) == 1 + len(w.client.languages) == 24
     assert set(codes[1:]) == set(w.client.languages)
-    w.language_combo.setCurrentIndex(0)
+    w.toolbar.language_combo.setCurrentIndex(0)
     for text, name in [("今天天气很好。", "Chinese"), ("Καλημέρα σας, φίλοι μου.", "Greek"),
                        ("Привет, как дела?", "Russian")]:
         w.editor.set_text(text)
-        _wait(qtbot, lambda n=name: w.language_combo.itemText(0) == f"Auto · {n}", 5, f"the guess {name}")
+        _wait(qtbot, lambda n=name: w.toolbar.language_combo.itemText(0) == f"Auto · {n}", 5, f"the guess {name}")
     assert w.params()["language"] is None  # Auto: the engine guesses per text (and logs it)
-    w.language_combo.setCurrentIndex(w.language_combo.findData("fr"))
+    w.toolbar.language_combo.setCurrentIndex(w.toolbar.language_combo.findData("fr"))
     assert w.settings.language == "fr" and w.params()["language"] == "fr"
 
 
@@ -78,7 +78,7 @@ def test_sampling_panel_offers_exaggeration_and_guidance_with_the_models_default
 def test_a_take_in_the_chosen_language_plays(window, qtbot):
     w = window
     w.library.select("")
-    w.language_combo.setCurrentIndex(w.language_combo.findData("fr"))
+    w.toolbar.language_combo.setCurrentIndex(w.toolbar.language_combo.findData("fr"))
     w.editor.set_text("Bonjour à tous.")
     qtbot.mouseClick(w.editor.play_button, Qt.LeftButton)
     c = w.controller
@@ -94,6 +94,7 @@ def test_a_voice_of_another_variant_is_remade_from_its_recording(window, qtbot, 
     says which model it was made with."""
     if not audio_fixtures.tools_available():
         pytest.skip("the recording fixture needs its tools")
+    from app.qt.library_panel import subtitle
     from engine_native import Engine
     from tests.helpers.models import model_path
 
@@ -105,11 +106,12 @@ def test_a_voice_of_another_variant_is_remade_from_its_recording(window, qtbot, 
     path = w.store.add(voice, "Nano speaker", clip=(rec.samples, rec.rate))
     assert os.path.exists(path[: -len(".voice.gguf")] + ".wav")
     w.library.reload(select=path)
+    _wait(qtbot, lambda: not w.library.busy, 60, "the library read")
     entry = w.library.current_entry()
-    assert entry.variant == "nano" and "Nano" in entry.subtitle
+    assert entry.path == path and entry.variant == "nano" and "Nano" in subtitle(entry)
     assert "re-made" in w.library.list.currentItem().toolTip()
     w.editor.set_text("Hello again.")
-    w.language_combo.setCurrentIndex(w.language_combo.findData("en"))
+    w.toolbar.language_combo.setCurrentIndex(w.toolbar.language_combo.findData("en"))
     qtbot.mouseClick(w.editor.play_button, Qt.LeftButton)
     c = w.controller
     _wait(qtbot, lambda: c.state == "idle" and c.take is not None and c.take.frames > 0, 600, "the take")
@@ -123,8 +125,8 @@ def test_a_turbo_family_model_hides_the_picker_and_its_options(window, qtbot):
 
     w = window
     load_and_wait(w, str(model_path("nano", "q4_0")))
-    assert w.client.languages == {} and not any(a.isVisible() for a in w.language_actions)
-    _wait(qtbot, lambda: not w.language_combo.isVisibleTo(w), 5, "the toolbar to hide the picker")
+    assert w.client.languages == {} and not any(a.isVisible() for a in w.toolbar.language_actions)
+    _wait(qtbot, lambda: not w.toolbar.language_combo.isVisibleTo(w), 5, "the toolbar to hide the picker")
     assert not w.sampling_panel.spins["exaggeration"].isVisibleTo(w.sampling_panel)
     p = w.params()
     assert "language" not in p and "exaggeration" not in p and "cfg_weight" not in p

@@ -187,7 +187,7 @@ class Soak:
         self.click(self.w.editor.play_button)
         assert self.w.controller.state == "generating"
         self.wait(self.generated, 120, "the synthesis")
-        take = self.w.current_take
+        take = self.w.takes.current
         assert take is not None and take.complete and take.frames > 0, self.errors[-3:]
 
     def play_stop(self) -> None:
@@ -236,7 +236,7 @@ class Soak:
 
     def replay(self) -> None:
         w, c = self.w, self.w.controller
-        take = w.current_take
+        take = w.takes.current
         if take is None or not take.complete or take.frames == 0:
             self.play()
         self.click(w.transport.play_button)
@@ -247,12 +247,12 @@ class Soak:
 
     def switch_voice(self) -> None:
         w = self.w
-        n = w.voice_combo.count()
-        assert n >= 3, [w.voice_combo.itemText(i) for i in range(n)]  # built-in, cloned, saved
+        n = w.toolbar.voice_combo.count()
+        assert n >= 3, [w.toolbar.voice_combo.itemText(i) for i in range(n)]  # built-in, cloned, saved
         if self.rng.random() < 0.5:
             i = self.rng.randrange(n)
-            w.voice_combo.setCurrentIndex(i)
-            path = w.voice_combo.itemData(i)
+            w.toolbar.voice_combo.setCurrentIndex(i)
+            path = w.toolbar.voice_combo.itemData(i)
         else:  # a click in the library list
             lst = w.library.list
             row = self.rng.randrange(lst.count())
@@ -261,7 +261,7 @@ class Soak:
             self.qtbot.mouseClick(lst.viewport(), Qt.LeftButton, pos=rect.center())
             path = item.data(Qt.UserRole)
         assert w.settings.voice == path and w.library.current_path() == path
-        assert w.voice_combo.itemData(w.voice_combo.currentIndex()) == path
+        assert w.toolbar.voice_combo.itemData(w.toolbar.voice_combo.currentIndex()) == path
 
     def play_sample(self) -> None:
         w, c = self.w, self.w.controller
@@ -311,14 +311,14 @@ class Soak:
 
     def export(self) -> None:
         w = self.w
-        take = w.current_take
+        take = w.takes.current
         if take is None or take.frames == 0 or not take.complete:
             self.play()
-            take = w.current_take
+            take = w.takes.current
         ext = self.rng.choice(EXPORT_EXTS)
         self.exports += 1
         out = os.path.join(self.folder, f"take{self.exports}.{ext}")
-        op = w.export_take(out)
+        op = w.takes.export_take(out)
         assert op is not None, self.errors[-3:]
         self.wait(lambda: not op.running, 60, f"the {ext} export")
         with self.probe.paused():
@@ -331,12 +331,12 @@ class Soak:
         w = self.w
         drop_file(w.editor.edit.viewport(), self.recording)
         assert w.stack.currentWidget() is w.lab
-        self.wait(lambda: w.lab.busy == "", 60, "the Voice Lab analysis")
-        assert w.lab.analysis is not None, w.lab.clone_status.text()
+        self.wait(lambda: w.lab.session.busy == "", 60, "the Voice Lab analysis")
+        assert w.lab.session.analysis is not None, w.lab.clone_status.text()
         r = self.rng.random()
         if r < 0.3:
             self.click(self.rng.choice([w.lab.a_button, w.lab.b_button]))
-            self.wait(lambda: w.lab.busy == "", 60, "the filter chain")
+            self.wait(lambda: w.lab.session.busy == "", 60, "the filter chain")
             self.pump(0.2)
             self.click(w.lab.stop_button)
         elif r < 0.45:
@@ -348,15 +348,16 @@ class Soak:
         """Warm-up only: clone the recording, try the test sentence, save it to the library."""
         w = self.w
         drop_file(w.editor.edit.viewport(), self.recording)
-        self.wait(lambda: w.lab.busy == "", 60, "the Voice Lab analysis")
-        assert w.lab.analysis is not None, w.lab.clone_status.text()
+        self.wait(lambda: w.lab.session.busy == "", 60, "the Voice Lab analysis")
+        assert w.lab.session.analysis is not None, w.lab.clone_status.text()
         w.lab.name_edit.setText("Soak Speaker")
         self.click(w.lab.clone_button)
-        self.wait(lambda: w.lab.busy == "" and w.lab.voice is not None, 300, "cloning")
+        self.wait(lambda: w.lab.session.busy == "" and w.lab.session.voice is not None, 300, "cloning")
         self.click(w.lab.test_button)  # speaks the test sentence with the unsaved voice
         self.wait(self.generated, 120, "the test sentence")
-        self.click(w.lab.save_button)
-        saved = w.lab.saved_path
+        self.click(w.lab.save_button)  # written in the background, then listed
+        self.wait(lambda: w.lab.session.busy == "" and not w.library.busy, 60, "saving the voice")
+        saved = w.lab.session.saved_path
         assert saved and os.path.isfile(saved)
         self.click(w.lab.back_button)
         return saved
@@ -375,7 +376,7 @@ class Soak:
         # lacks the first press, which the list needs to know the item pressed)
         self.qtbot.mouseClick(h.viewport(), Qt.LeftButton, pos=rect.center())
         self.qtbot.mouseDClick(h.viewport(), Qt.LeftButton, pos=rect.center())
-        assert w.current_take is item.data(Qt.UserRole)
+        assert w.takes.current is item.data(Qt.UserRole)
 
     def type_text(self) -> None:
         w = self.w
@@ -393,7 +394,7 @@ class Soak:
     def sampling(self) -> None:
         """Open/close the sampling panel; nudge the temperature (the token budget stays)."""
         w = self.w
-        self.click(w.sampling_button)
+        self.click(w.toolbar.sampling_button)
         spin = w.sampling_panel.spins["temperature"]
         spin.setValue(self.rng.choice([0.7, 0.8, 0.9]))
         w.sampling_panel.seed_random.setChecked(self.rng.random() < 0.5)
@@ -500,7 +501,7 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
             # warm-up: the model, the settings, a first play, a cloned and two saved voices
             soak.probe.action = "load"
             soak.load(models[0], check=False)
-            w.preset_combo.setCurrentText("Low latency")
+            w.toolbar.preset_combo.setCurrentText("Low latency")
             w.sampling_panel.spins["max_tokens"].setValue(MAX_TOKENS)
             w.sampling_panel.seed_random.setChecked(False)
             w.sampling_panel.seed_spin.setValue(7)
@@ -514,9 +515,9 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
             job = w.client.submit(lambda wk, _j: [wk.require_engine().builtin_voice.save(
                 os.path.join(folder, f"saved-{i}.voice.gguf"), name=f"Saved {i}") for i in (1, 2)])
             soak.wait(lambda: job.finished, 60, "saving voices")
-            w.library.reload()
-            w._sync_voice_combo()
-            assert w.voice_combo.count() == 4, [w.voice_combo.itemText(i) for i in range(w.voice_combo.count())]
+            w.library.reload()  # read in the background; the voice picker follows
+            soak.wait(lambda: not w.library.busy, 60, "the library read")
+            assert w.toolbar.voice_combo.count() == 4, [w.toolbar.voice_combo.itemText(i) for i in range(w.toolbar.voice_combo.count())]
             for name, _weight in Soak.ACTIONS:  # every kind once, so first-use costs fall before the baseline
                 soak.step(name)
             if soak.model != models[0]:

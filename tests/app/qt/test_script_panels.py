@@ -25,7 +25,7 @@ def win(qapp, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("script_gui2")
     w = _make_window(folder)
-    w.lexicon_path = str(folder / "lexicon.json")
+    w.script.lexicon_path = str(folder / "lexicon.json")
     w.resize(1100, 720)
     w.show()
     w.controller.stream_options = dict(STREAM)
@@ -37,7 +37,7 @@ def win(qapp, tmp_path_factory):
         QApplication.processEvents()
         time.sleep(0.01)
     assert loaded and loaded[-1], w.last_error
-    w.preset_combo.setCurrentText("Low latency")
+    w.toolbar.preset_combo.setCurrentText("Low latency")
     w.sampling_panel.spins["max_tokens"].setValue(MAX_TOKENS)
     w.sampling_panel.seed_random.setChecked(False)
     w.sampling_panel.seed_spin.setValue(3)
@@ -65,7 +65,7 @@ def test_take_history_shows_likeness_computed_off_the_gui_thread(win, qtbot):
     w.client.worker.likeness = lambda s, v: (calls.append(not _on_gui_thread()), real(s, v))[1]
     try:
         w.editor.set_text("Hello there.")
-        w.play_text(w.editor.text(), 0)
+        w.script.play_text(w.editor.text(), 0)
         _wait(qtbot, lambda: _history_takes(w) and _history_takes(w)[0].likeness is not None, 120, "likeness")
     finally:
         w.client.worker.likeness = real
@@ -84,7 +84,7 @@ def _on_gui_thread() -> bool:
 
 def test_best_of_setting_renders_n_takes_and_scores_the_take(win, qtbot):
     w = win
-    action = next(a for a in w.best_of_menu.actions() if a.text() == "Best of 2")
+    action = next(a for a in w.script.best_of_menu.actions() if a.text() == "Best of 2")
     action.trigger()
     assert w.settings.best_of == 2
     seen = []
@@ -92,7 +92,7 @@ def test_best_of_setting_renders_n_takes_and_scores_the_take(win, qtbot):
     w.client.render_script = lambda *a, **k: (seen.append(k["best_of"]), real(*a, **k))[1]
     try:
         w.editor.set_text("One more.")
-        take = w.play_text(w.editor.text(), 0)
+        take = w.script.play_text(w.editor.text(), 0)
         _wait(qtbot, lambda: take.complete, 120, "a best-of take")
     finally:
         w.client.render_script = real
@@ -110,6 +110,7 @@ def _library_voice(w, qtbot, name):
     w.client.submit(lambda wk, _j: wk.engine.builtin_voice.save(path, name), success=out.append)
     _wait(qtbot, lambda: out, 60, "a saved voice")
     w.library.reload()
+    _wait(qtbot, lambda: not w.library.busy, 60, "the library read")
     return path
 
 
@@ -118,20 +119,20 @@ def test_cast_dialog_maps_speakers_to_library_voices_remembered_and_used(win, qt
     alice, bob = _library_voice(w, qtbot, "Alice"), _library_voice(w, qtbot, "Bob")
     text = "Alice: Hi Bob.\nBob: Hello."
     w.editor.set_text(text)
-    dlg = w.edit_cast()
+    dlg = w.script.edit_cast()
     assert list(dlg.combos) == ["Alice", "Bob"]
     for name, path in (("Alice", alice), ("Bob", bob)):
         c = dlg.combos[name]
         c.setCurrentIndex(c.findData(path))
     dlg.accept()
-    dlg2 = w.edit_cast()                        # remembered for this script's speakers
+    dlg2 = w.script.edit_cast()                        # remembered for this script's speakers
     assert dlg2.combos["Alice"].currentData() == alice and dlg2.combos["Bob"].currentData() == bob
     dlg2.reject()
     used = []
     real = w.client.worker.voice
     w.client.worker.voice = lambda p: (used.append(p), real(p))[1]
     try:
-        take = w.play_text(w.editor.text(), 0)
+        take = w.script.play_text(w.editor.text(), 0)
         _wait(qtbot, lambda: take.complete, 120, "a cast take")
     finally:
         w.client.worker.voice = real
@@ -154,14 +155,14 @@ def test_selected_lines_are_assigned_to_a_voice_in_one_undo_step(win, qtbot):
     cur.setPosition(5)                                        # from inside line 1 ...
     cur.setPosition(len("Once upon a time.\nBob: Th"), QTextCursor.KeepAnchor)   # ... into line 2
     w.editor.edit.setTextCursor(cur)
-    w._fill_assign_menu()
-    names = [a.text() for a in w.assign_menu.actions()]
+    w.script.fill_assign_menu()
+    names = [a.text() for a in w.script.assign_menu.actions()]
     assert names[0] == w.client.builtin_voice_name and "carol the narrator #2" in names
-    w.assign_menu.actions()[names.index("carol the narrator #2")].trigger()
+    w.script.assign_menu.actions()[names.index("carol the narrator #2")].trigger()
     assert w.editor.text() == ("Carol The Narrator: Once upon a time.\nCarol The Narrator: There was a fox."
                                "\n\nThe end.")
     assert load_cast(w.settings, w.editor.text()) == {"Carol The Narrator": carol}
-    opts = w.script_options(w.editor.text())
+    opts = w.script.script_options(w.editor.text())
     assert opts["voices"] == {"Carol The Narrator": carol} and opts["speakers"] == ["Carol The Narrator"]
     w.editor.edit.undo()                                      # one step back to the text as it was
     assert w.editor.text() == "Once upon a time.\nBob: There was a fox.\n\nThe end."
@@ -178,21 +179,23 @@ def test_regenerating_a_sentence_uses_its_speakers_voice_and_the_lexicon(win, qt
     save_cast(w.settings, text, {"Alice": alice, "Bob": bob})
     lex = Lexicon()
     lex.add("Nguyen", "Win")
-    lex.save(w.lexicon_path)
+    lex.save(w.script.lexicon_path)
+    _wait(qtbot, lambda: w.script.lexicon_file.lexicon is not None, 30, "the lexicon read")  # (off the GUI thread)
     try:
-        take = w.play_text(w.editor.text(), 0)
+        take = w.script.play_text(w.editor.text(), 0)
         _wait(qtbot, lambda: take.complete, 120, "a cast take")
         _idle(qtbot, w, "idle")
         streamed = []
         real = w.client.stream
         w.client.stream = lambda text, voice, *a, **k: (streamed.append((text, voice)), real(text, voice, *a, **k))[1]
         try:
-            assert w.regenerate_at(text.index("met"))
+            assert w.script.regenerate_at(text.index("met"))
             _idle(qtbot, w, "the regenerated sentence")
         finally:
             w.client.stream = real
     finally:
-        os.remove(w.lexicon_path)
+        os.remove(w.script.lexicon_path)
+        _wait(qtbot, lambda: w.script.lexicon_file.lexicon is None, 30, "the lexicon gone")
     assert streamed == [("I met Win.", bob)]
 
 
@@ -200,8 +203,8 @@ def test_lexicon_editor_hear_it_and_atomic_save(win, qtbot):
     from engine_native.lexicon import Lexicon
 
     w = win
-    dlg = w.edit_lexicon()
-    assert dlg.path == w.lexicon_path
+    dlg = w.script.edit_lexicon()
+    assert dlg.path == w.script.lexicon_path
     dlg.add_row("Nguyen", "Win")
     dlg.add_row("SQL", "sequel")
     dlg.add_row("gone", "soon")
@@ -212,12 +215,15 @@ def test_lexicon_editor_hear_it_and_atomic_save(win, qtbot):
     assert dlg.hear() == "Win"
     assert takes and takes[-1].text == "Win" and not takes[-1].in_history
     _idle(qtbot, w, "the word heard")
-    assert dlg.save()
-    assert Lexicon.load(w.lexicon_path).items() == [("Nguyen", "Win"), ("SQL", "sequel")]
-    assert [f for f in os.listdir(os.path.dirname(w.lexicon_path)) if ".tmp" in f] == []
-    opts = w.script_options("I met Nguyen.")  # the lexicon now routes plays through the script path
+    op = dlg.save()  # written in the background
+    _wait(qtbot, lambda: not op.running, 30, "the lexicon saved")
+    assert op.error is None and not dlg.isVisible()
+    assert Lexicon.load(w.script.lexicon_path).items() == [("Nguyen", "Win"), ("SQL", "sequel")]
+    assert [f for f in os.listdir(os.path.dirname(w.script.lexicon_path)) if ".tmp" in f] == []
+    opts = w.script.script_options("I met Nguyen.")  # the lexicon now routes plays through the script path
     assert opts is not None and opts["lexicon"].respell("I met Nguyen.") == "I met Win."
-    os.remove(w.lexicon_path)
+    os.remove(w.script.lexicon_path)
+    _wait(qtbot, lambda: w.script.lexicon_file.lexicon is None, 30, "the lexicon gone")
 
 
 def test_export_script_progress_cancel_and_resume(win, qtbot, monkeypatch):
@@ -236,7 +242,7 @@ def test_export_script_progress_cancel_and_resume(win, qtbot, monkeypatch):
             jobs[0].cancel()
 
     monkeypatch.setattr(PartsCache, "put", put_then_cancel)
-    job, dlg = w.export_script(out)
+    job, dlg = w.script.export_script(out)
     jobs.append(job)
     assert dlg.isVisible() and dlg.maximum() == 1000
     _wait(qtbot, lambda: job.finished, 300, "the cancelled export")
@@ -245,7 +251,7 @@ def test_export_script_progress_cancel_and_resume(win, qtbot, monkeypatch):
     monkeypatch.setattr(PartsCache, "put", real_put)
 
     done, failed, labels = [], [], []
-    job2, dlg2 = w.export_script(out)
+    job2, dlg2 = w.script.export_script(out)
     ok, bad, prog = job2.success, job2.failure, job2.progress
     job2.success = lambda r: (done.append(r), ok(r))
     job2.failure = lambda e: (failed.append(e), bad(e))
@@ -258,7 +264,7 @@ def test_export_script_progress_cancel_and_resume(win, qtbot, monkeypatch):
     assert data.size > 0.5 * rate and not os.path.exists(parts_dir_for(out))
     _idle(qtbot, w, "idle")
 
-    job3, dlg3 = w.export_script(str(w.folder / "again.wav"))   # the dialog's Cancel button cancels
+    job3, dlg3 = w.script.export_script(str(w.folder / "again.wav"))   # the dialog's Cancel button cancels
     dlg3.canceled.emit()   # what the Cancel button sends (QProgressDialog.cancel() itself only resets)
     assert job3.cancelled
     _wait(qtbot, lambda: job3.finished, 60, "the third export")
@@ -269,9 +275,9 @@ def test_voice_lab_shows_likeness_after_cloning(win, qtbot):
     got = []
     w.client.submit(lambda wk, _j: wk.engine.builtin_voice, success=got.append)
     _wait(qtbot, lambda: got, 60, "a voice")
-    w.lab.voice = got[0]
+    w.lab.session.voice = got[0]
     w.lab.score_clone(got[0], "Cloned.")
-    _wait(qtbot, lambda: w.lab.clone_likeness is not None, 120, "the clone's likeness")
-    assert -1.0 <= w.lab.clone_likeness <= 1.0
+    _wait(qtbot, lambda: w.lab.session.clone_likeness is not None, 120, "the clone's likeness")
+    assert -1.0 <= w.lab.session.clone_likeness <= 1.0
     assert "Likeness of a test take" in w.lab.clone_status.text()
-    assert np.isfinite(w.lab.clone_likeness)
+    assert np.isfinite(w.lab.session.clone_likeness)

@@ -1,11 +1,13 @@
-"""The voice library: the model's built-in voice plus the user's voices, one .voice.gguf each in
-the app data folder; search, rename, delete and play a sample."""
+"""The voice library panel: the model's built-in voice plus the user's voices (a VoiceStore:
+one .voice.gguf each in the app data folder); search, rename, delete and play a sample.
+
+The folder is read and written by background operations only: the list shows what the last
+reading found, and a selection asked for before the reading ends is applied when it does.
+"""
 
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass, field
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
@@ -21,106 +23,32 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.core.voice_library import VARIANT_NAMES, VoiceFile, VoiceStore
+from app.qt.background import BackgroundOp, error_text
 from app.qt.icons import icon
-from engine_native.voice import clip_path  # the recording kept beside a voice (NAME.wav)
 
-VOICE_SUFFIX = ".voice.gguf"
 BUILTIN = ""  # the library key of the model's built-in voice
-VARIANT_NAMES = {"turbo": "Turbo", "nano": "Nano", "mtl": "Multilingual"}
 
 
-@dataclass
-class VoiceEntry:
-    path: str  # "" for the built-in voice
-    name: str
-    meta: dict = field(default_factory=dict)
-    variant: str = ""  # the model variant the voice was made with ("turbo", "mtl", ...)
-
-    @property
-    def subtitle(self) -> str:
-        if not self.path:
-            return "the model's own voice"
-        bits = [VARIANT_NAMES.get(self.variant, self.variant.capitalize())] if self.variant else []
-        d = self.meta.get("duration_s")
-        if d:
-            bits.append(f"{float(d):.1f} s reference")
-        c = self.meta.get("created_at")
-        if c:
-            bits.append(str(c)[:10])
-        return " · ".join(bits) or os.path.basename(self.path)
-
-
-def slug(name: str) -> str:
-    s = re.sub(r"[^\w\- ]+", "", name, flags=re.UNICODE).strip().replace(" ", "-")
-    return s[:60] or "voice"
-
-
-class VoiceStore:
-    """The folder of user voices. File operations only; engine work happens elsewhere."""
-
-    def __init__(self, folder: str):
-        self.folder = folder
-        os.makedirs(folder, exist_ok=True)
-
-    def entries(self) -> list[VoiceEntry]:
-        files = sorted(fn for fn in os.listdir(self.folder) if fn.endswith(VOICE_SUFFIX))
-        if not files:
-            return []
-        from engine_native import EngineError, Voice
-
-        out = []
-        for fn in files:
-            path = os.path.join(self.folder, fn)
-            try:
-                v = Voice.load(path)
-                out.append(VoiceEntry(path, v.name or fn[: -len(VOICE_SUFFIX)], dict(v.meta), v.variant))
-            except (EngineError, OSError) as e:
-                out.append(VoiceEntry(path, fn[: -len(VOICE_SUFFIX)], {"error": str(e)}))
-        return sorted(out, key=lambda e: e.name.lower())
-
-    def free_path(self, name: str, exclude: str | None = None) -> str:
-        base = os.path.join(self.folder, slug(name))
-        path, i = base + VOICE_SUFFIX, 2
-        while os.path.exists(path) and path != exclude:
-            path, i = f"{base}-{i}{VOICE_SUFFIX}", i + 1
-        return path
-
-    def add(self, voice, name: str, clip=None, **meta) -> str:
-        """Save a voice; `clip` (samples, rate), the recording it was cloned from, is kept beside
-        it (NAME.wav) so that a model of another variant can re-make the voice from it."""
-        path = self.free_path(name)
-        voice.save(path, name=name, **meta)
-        if clip is not None:
-            from engine_native.voice import save_clip
-
-            save_clip(path, *clip)
-        return path
-
-    def rename(self, path: str, new_name: str) -> str:
-        from engine_native import Voice
-
-        v = Voice.load(path)
-        new_path = self.free_path(new_name, exclude=path)
-        v.save(new_path, name=new_name)  # written in full first; then the old file goes
-        if os.path.abspath(new_path) != os.path.abspath(path):
-            clip = clip_path(path)
-            if clip:  # the recording moves with its voice (NAME.wav beside NAME.voice.gguf)
-                os.replace(clip, new_path[: -len(VOICE_SUFFIX)] + os.path.splitext(clip)[1])
-            os.remove(path)
-        return new_path
-
-    def delete(self, path: str) -> None:
-        clip = clip_path(path)
-        os.remove(path)
-        if clip:
-            os.remove(clip)
+def subtitle(e: VoiceFile) -> str:
+    """The line under a voice's name: its model, recording length and date."""
+    if not e.path:
+        return "the model's own voice"
+    bits = [VARIANT_NAMES.get(e.variant, e.variant.capitalize())] if e.variant else []
+    d = e.meta.get("duration_s")
+    if d:
+        bits.append(f"{float(d):.1f} s reference")
+    c = e.meta.get("created_at")
+    if c:
+        bits.append(str(c)[:10])
+    return " · ".join(bits) or os.path.basename(e.path)
 
 
 class VoiceLibraryPanel(QFrame):
     voiceChosen = Signal(str)  # path, "" = built-in
     addRequested = Signal()
     sampleRequested = Signal(str)
-    changed = Signal()  # a voice was renamed or deleted
+    changed = Signal()  # the list was read again (a voice saved, renamed or deleted)
     error = Signal(str)
 
     def __init__(self, store: VoiceStore, parent=None):
@@ -128,6 +56,10 @@ class VoiceLibraryPanel(QFrame):
         self.store = store
         self.builtin_name = "Built-in"
         self.model_variant = ""  # the loaded model's variant: voices of another one are re-made on use
+        self._saved: list[VoiceFile] = []  # the voices the last reading of the folder found
+        self._ops: list[BackgroundOp] = []  # readings, renames and deletes running
+        self._readings = 0  # the latest reading's number: an older one's result is dropped
+        self._wanted: str | None = None  # a selection asked for while the folder is being read
         self.setObjectName("Card")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 10, 12, 12)
@@ -175,6 +107,7 @@ class VoiceLibraryPanel(QFrame):
         lay.addLayout(row)
         self.confirm_delete = True  # tests switch the confirmation off
         self.refresh_icons()
+        self._show(None)
         self.reload()
 
     def refresh_icons(self) -> None:
@@ -190,17 +123,51 @@ class VoiceLibraryPanel(QFrame):
 
     # --- contents -----------------------------------------------------------------------------------
 
-    def reload(self, select: str | None = None) -> None:
+    @property
+    def busy(self) -> bool:
+        """The folder is being read or written."""
+        return bool(self._ops)
+
+    def _run(self, fn, success, failure) -> BackgroundOp:
+        op = BackgroundOp(lambda _report: fn(), success=lambda r: (self._done(op), success(r)),
+                          failure=lambda e: (self._done(op), failure(e)))
+        self._ops.append(op)
+        return op.start()
+
+    def _done(self, op: BackgroundOp) -> None:
+        if op in self._ops:
+            self._ops.remove(op)
+
+    def reload(self, select: str | None = None) -> BackgroundOp:
+        """Read the folder again (in the background) and show it; `select`: the voice to select then."""
+        if select is not None:
+            self._wanted = select
+        elif self._wanted is None:
+            self._wanted = self.current_path()
+        self._readings += 1
+        reading = self._readings
+
+        def listed(entries):
+            if reading == self._readings:
+                self._saved = entries
+                wanted, self._wanted = self._wanted, None
+                self._show(wanted)
+                self.changed.emit()
+
+        return self._run(self.store.entries, listed, lambda e: self.error.emit(f"Cannot read the voices: "
+                                                                               f"{error_text(e)}"))
+
+    def _show(self, select: str | None) -> None:
         keep = self.current_path() if select is None else select
         self.list.blockSignals(True)
         self.list.clear()
-        entries = [VoiceEntry(BUILTIN, self.builtin_name)] + self.store.entries()
+        entries = [VoiceFile(BUILTIN, self.builtin_name)] + self._saved
         for e in entries:
-            it = QListWidgetItem(icon("model" if not e.path else "voice"), f"{e.name}\n{e.subtitle}")
+            it = QListWidgetItem(icon("model" if not e.path else "voice"), f"{e.name}\n{subtitle(e)}")
             it.setData(Qt.UserRole, e.path)
             it.setData(Qt.UserRole + 1, e)
-            if "error" in e.meta:
-                it.setToolTip(f"This voice file cannot be read: {e.meta['error']}")
+            if e.error:
+                it.setToolTip(f"This voice file cannot be read: {e.error}")
             elif e.path and self.model_variant and e.variant != self.model_variant:
                 made, now = (VARIANT_NAMES.get(v, v or "another model") for v in (e.variant, self.model_variant))
                 it.setToolTip(f"Made with a {made} model: re-made for this {now} model from its recording "
@@ -221,10 +188,14 @@ class VoiceLibraryPanel(QFrame):
                 if not self.list.item(i).isHidden()]
 
     def select(self, path: str) -> None:
+        """Select a voice; one not listed yet is selected when the reading under way ends."""
         for i in range(self.list.count()):
             if self.list.item(i).data(Qt.UserRole) == path:
                 self.list.setCurrentRow(i)
                 return
+        if self.busy:
+            self._wanted = path
+            return
         self.list.setCurrentRow(0)
 
     def current_path(self) -> str | None:
@@ -243,7 +214,7 @@ class VoiceLibraryPanel(QFrame):
 
     def set_builtin_name(self, name: str, variant: str = "") -> None:
         self.builtin_name, self.model_variant = f"{name}", variant
-        self.reload()
+        self._show(None)
 
     def _filter(self, text: str) -> None:
         needle = text.strip().lower()
@@ -266,7 +237,8 @@ class VoiceLibraryPanel(QFrame):
         if path is not None:
             self.sampleRequested.emit(path)
 
-    def rename_current(self, new_name: str | None = None) -> str | None:
+    def rename_current(self, new_name: str | None = None) -> BackgroundOp | None:
+        """Rename the selected voice (asking for the name when none is given), in the background."""
         e = self.current_entry()
         if e is None or not e.path:
             return None
@@ -278,29 +250,18 @@ class VoiceLibraryPanel(QFrame):
         if not new_name:
             self.error.emit("A voice needs a name.")
             return None
-        try:
-            path = self.store.rename(e.path, new_name)
-        except Exception as ex:  # noqa: BLE001
-            self.error.emit(f"Could not rename {e.name}: {ex}")
-            return None
-        self.reload(select=path)
-        self.changed.emit()
-        return path
+        return self._run(lambda: self.store.rename(e.path, new_name), lambda path: self.reload(select=path),
+                         lambda ex: self.error.emit(f"Could not rename {e.name}: {error_text(ex)}"))
 
-    def delete_current(self) -> bool:
+    def delete_current(self) -> BackgroundOp | None:
+        """Delete the selected voice (after asking), in the background."""
         e = self.current_entry()
         if e is None or not e.path:
-            return False
+            return None
         if self.confirm_delete:
             answer = QMessageBox.question(self, "Delete voice", f"Delete the voice “{e.name}”? "
                                           "This removes its file from the library.")
             if answer != QMessageBox.Yes:
-                return False
-        try:
-            self.store.delete(e.path)
-        except OSError as ex:
-            self.error.emit(f"Could not delete {e.name}: {ex.strerror}")
-            return False
-        self.reload(select=BUILTIN)
-        self.changed.emit()
-        return True
+                return None
+        return self._run(lambda: self.store.delete(e.path), lambda _r: self.reload(select=BUILTIN),
+                         lambda ex: self.error.emit(f"Could not delete {e.name}: {error_text(ex)}"))
