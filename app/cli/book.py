@@ -21,8 +21,9 @@ import os
 import sys
 import threading
 
-from app.cli.script_cli import ScriptSetup, _random_seed, add_script_arguments
-from app.cli.speak import UserError, _guarded, add_engine_arguments, load_engine, log, resolve_voice
+from engine_native.options import random_seed
+from app.cli.common import UserError, add_engine_arguments, guarded, load_engine, log, resolve_voice
+from app.cli.script_cli import ScriptSetup, add_script_arguments
 
 CHAPTER_FORMATS = ("mp3", "m4a", "flac", "ogg", "wav")
 
@@ -156,7 +157,7 @@ def cmd_book(args) -> int:
         setup = ScriptSetup(args, engine, voice)
         return _render(args, book, engine, voice, setup, kind, cover)
 
-    return _guarded(body)
+    return guarded(body)
 
 
 def _cover(args, book):
@@ -184,7 +185,7 @@ def _render(args, book, engine, voice, setup, kind, cover) -> int:
     if folder.is_dir() and any(folder.iterdir()):
         log(f"resume    finished work in {folder}")
     settings = BookSettings(
-        voices=setup.voices, lexicon=setup.lexicon, seed=args.seed if args.seed is not None else _random_seed(),
+        voices=setup.voices, lexicon=setup.lexicon, seed=args.seed if args.seed is not None else random_seed(),
         options=setup.options, stream_options=setup.stream, best_of=setup.best_of,
         paragraph_pause=setup.paragraph_pause,
         chapter_pause=DEFAULT_CHAPTER_PAUSE if args.chapter_pause is None else args.chapter_pause,
