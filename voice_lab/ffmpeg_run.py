@@ -17,8 +17,8 @@ the files it names, or fetch URLs). So a file is never handed to ffmpeg by its p
   and a cap on its output (`run`).
 
 Reading the recording from a pipe (protocol `pipe` only) would be stricter still, but a
-pipe cannot seek: an MP4/M4A with its index at the end (ffmpeg's own default layout, and
-most phones') does not decode from one ("partial file"), and WAV, MP3, Ogg and AAC lose
+pipe cannot seek: an MP4/M4A with its index at the end (ffmpeg's own default layout) does
+not decode from one ("partial file"), and WAV, MP3, Ogg and AAC lose
 their duration and Opus its bitrate, which the Voice Lab's chain choice needs (measured with
 ffmpeg 5.1). Our own raw PCM does go through a pipe (`pcm_input`), with the raw demuxer
 forced and protocol `pipe` only.
