@@ -11,7 +11,8 @@ then talk to the server as if it were its own origin. So, in this order:
   (a configured "name:port" pins that port, a bare name allows any). Else 403 host_not_allowed.
 - Origin: a request from a web page carries `Origin` (every POST does) and `Sec-Fetch-Site`.
   It passes only from a page this server serves itself (same origin: /docs) or from an
-  origin listed in `cors_origins`; else 403 origin_not_allowed. Listed origins get CORS
+  origin listed in `cors_origins` (or when it is a link followed to one of our pages, a GET
+  navigation); else 403 origin_not_allowed. Listed origins get CORS
   headers (and their preflights an answer); no `Access-Control-Allow-Origin` is ever sent
   otherwise.
 - The API key (when set), for /v1 routes: compared as SHA-256 digests with
@@ -175,7 +176,10 @@ class RequestGuard:
                 "names given with --allowed-host", code="host_not_allowed")(scope, receive, send)
         origin = headers.get("origin")
         fetch_site = headers.get("sec-fetch-site", "")
-        cross = origin is not None or fetch_site in ("cross-site", "same-site")
+        # A link followed to a page of ours (a GET navigation, no Origin) shows the page to the
+        # user and nothing to the page that linked it; any other request from a page is refused.
+        navigation = origin is None and method in ("GET", "HEAD") and headers.get("sec-fetch-mode") == "navigate"
+        cross = origin is not None or (fetch_site in ("cross-site", "same-site") and not navigation)
         if cross and not (origin is not None and self.policy.origin_allowed(origin, host)):
             log.warning("refused a request from origin %r (%s)", origin, fetch_site or "no Sec-Fetch-Site")
             return await error_response(

@@ -141,8 +141,12 @@ def test_a_cross_origin_text_plain_post_is_refused(server):
         assert status == 403 and error_code(body) == "origin_not_allowed", origin
         assert "access-control-allow-origin" not in headers
     # a navigation or an <img>/<audio> request from another site carries no Origin, only Sec-Fetch-Site
-    status, _, body = request(server, "GET", "/v1/audio/voices", headers={**AUTH, "Sec-Fetch-Site": "same-site"})
+    status, _, body = request(server, "GET", "/v1/audio/voices", headers={**AUTH, "Sec-Fetch-Site": "same-site",
+                                                                       "Sec-Fetch-Mode": "no-cors"})
     assert status == 403 and error_code(body) == "origin_not_allowed"
+    # following a link to the server's own page is a navigation the user sees: allowed
+    status, _, _ = request(server, "GET", "/docs", headers={"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"})
+    assert status == 200
     time.sleep(0.2)
     assert server.service.worker.served == served
 
