@@ -133,7 +133,8 @@ def add_parser(sub) -> None:
                    help="let web pages of this origin (e.g. http://localhost:3000) call the API from a browser "
                    "(repeat for more); by default every request from another origin's page gets 403")
     p.add_argument("--max-client-requests", type=int, default=MAX_CLIENT_REQUESTS, metavar="N",
-                   help=f"requests one client address may have in progress; more get 429 (default {MAX_CLIENT_REQUESTS})")
+                   help="requests one client address may have in progress; more get 429 "
+                   f"(default {MAX_CLIENT_REQUESTS})")
     p.add_argument("--max-input-chars", type=int, default=MAX_INPUT_CHARS, metavar="N",
                    help=f"longest 'input' text; longer gets 413 (default {MAX_INPUT_CHARS:,})")
     p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, metavar="N",

@@ -145,7 +145,8 @@ def add_chapter_marks(path: str, chapters: list[tuple[str, int, int]], rate: int
 
         def write(tmp) -> None:
             command = ffmpeg_run.ffmpeg_command(
-                "-y", *ffmpeg_run.file_input(audio.fileno(), "mp3"), *ffmpeg_run.file_input(meta.fileno(), "ffmetadata"),
+                "-y", *ffmpeg_run.file_input(audio.fileno(), "mp3"),
+                *ffmpeg_run.file_input(meta.fileno(), "ffmetadata"),
                 "-map_metadata", "1", "-map_chapters", "1", "-c", "copy", "-id3v2_version", "3", "-f", "mp3", str(tmp))
             try:
                 ffmpeg_run.run(command, files=(audio.fileno(), meta.fileno()), max_output=0,

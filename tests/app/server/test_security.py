@@ -82,7 +82,8 @@ def read_response(s: socket.socket) -> bytes:
     while b"\r\n\r\n" not in data:
         data += s.recv(65536)
     head, _, rest = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    lengths = [line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")]
+    length = int(lengths[0])
     while len(rest) < length:
         rest += s.recv(65536)
     return head + b"\r\n\r\n" + rest
@@ -116,7 +117,8 @@ def test_a_foreign_host_is_refused(server):
 def test_a_foreign_host_cannot_make_speech(server):
     served = server.service.worker.served
     status, _, body = request(server, "POST", "/v1/audio/speech", speech_body(),
-                              headers={**AUTH, "Content-Type": "application/json"}, host=f"attacker.example:{server.port}")
+                              headers={**AUTH, "Content-Type": "application/json"},
+                              host=f"attacker.example:{server.port}")
     assert status == 403 and error_code(body) == "host_not_allowed"
     assert server.service.worker.served == served
 
@@ -145,7 +147,8 @@ def test_a_cross_origin_text_plain_post_is_refused(server):
                                                                        "Sec-Fetch-Mode": "no-cors"})
     assert status == 403 and error_code(body) == "origin_not_allowed"
     # following a link to the server's own page is a navigation the user sees: allowed
-    status, _, _ = request(server, "GET", "/docs", headers={"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"})
+    status, _, _ = request(server, "GET", "/docs",
+                           headers={"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"})
     assert status == 200
     time.sleep(0.2)
     assert server.service.worker.served == served
@@ -212,7 +215,8 @@ def test_the_key_is_checked(server, monkeypatch):
 
 def test_a_large_body_is_refused(open_server):
     big = speech_body(input="x" * 5000)
-    status, _, body = request(open_server, "POST", "/v1/audio/speech", big, headers={"Content-Type": "application/json"})
+    status, _, body = request(open_server, "POST", "/v1/audio/speech", big,
+                              headers={"Content-Type": "application/json"})
     assert status == 413 and error_code(body) == "request_too_large"
     # chunked, no Content-Length: counted as it arrives
     s = socket.create_connection(("127.0.0.1", open_server.port), timeout=60)
@@ -231,7 +235,8 @@ def test_a_large_body_is_refused(open_server):
 def test_text_length_is_limited(engine):
     handle = start(engine, max_input_chars=20)
     try:
-        status, _, body = request(handle, "POST", "/v1/audio/speech", speech_body(input="A sentence longer than twenty."),
+        status, _, body = request(handle, "POST", "/v1/audio/speech",
+                                  speech_body(input="A sentence longer than twenty."),
                                   headers={"Content-Type": "application/json"})
         assert status == 413 and error_code(body) == "input_too_long"
     finally:
