@@ -48,7 +48,7 @@ async function probe(label, url, init) {
     const r = await fetch(url, init);
     if (r.type === 'opaque') { say(label + ': sent, answer unreadable (opaque no-cors response)'); return; }
     const b = await r.arrayBuffer();
-    say(label + ': status ' + r.status + ', ' + b.byteLength + ' bytes, ACAO=' + r.headers.get('access-control-allow-origin'));
+    say(label + ': status ' + r.status + ', ' + b.byteLength + ' bytes (' + r.type + ' response)');
   } catch (e) { say(label + ': fetch failed (' + e + ')'); }
 }
 (async () => {
