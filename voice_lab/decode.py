@@ -81,20 +81,25 @@ class Probe:
 
 
 class Recording:
-    """A recording opened by us: its descriptor (what ffmpeg reads), size and display name."""
+    """A recording opened by us: its descriptor (what ffmpeg reads), size, display name, and
+    its path where it has one (ffmpeg opens that where descriptors cannot be passed)."""
 
-    def __init__(self, fd: int, name: str):
-        self.fd, self.name = fd, name
+    def __init__(self, fd: int, name: str, path: str | None):
+        self.fd, self.name, self.path = fd, name, path
         self.size = os.fstat(fd).st_size
 
     def head(self, n: int = SNIFF_BYTES) -> bytes:
-        return os.pread(self.fd, n, 0)
+        with self.file() as f:
+            return f.read(n)
 
     def file(self):
-        """A file object on the same recording (for soundfile)."""
+        """A file object on the same recording, at its start (for sniffing and soundfile)."""
         f = os.fdopen(os.dup(self.fd), "rb")
         f.seek(0)
         return f
+
+    def input_args(self, demuxer: str | None = None) -> list[str]:
+        return ffmpeg_run.file_input(self.fd, demuxer, self.path)
 
 
 def _check_exists(path: str) -> None:
@@ -108,13 +113,14 @@ def _check_exists(path: str) -> None:
 def open_recording(source, name: str | None = None):
     """A path (opened read-only) or bytes (held in an anonymous memory file) as a Recording,
     sniffed first: playlists, lists and other text are refused (RefusedRecordingError)."""
+    temporary = None
     if isinstance(source, (bytes, bytearray, memoryview)):
-        name = name or "upload"
-        if hasattr(os, "memfd_create"):
+        name, path = name or "upload", None
+        if hasattr(os, "memfd_create") and ffmpeg_run.PASSES_DESCRIPTORS:
             fd = os.memfd_create("recording", os.MFD_CLOEXEC)
-        else:  # pragma: no cover - non-Linux
-            fd, tmp = tempfile.mkstemp(prefix="recording-")
-            os.unlink(tmp)
+        else:  # pragma: no cover - no anonymous memory files (macOS, Windows): a private temporary file
+            fd, temporary = tempfile.mkstemp(prefix="recording-")
+            path = temporary
         try:
             view = memoryview(bytes(source))
             while view:
@@ -127,17 +133,19 @@ def open_recording(source, name: str | None = None):
         name = name or path
         _check_exists(path)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(path, ffmpeg_run.OPEN_FLAGS)
         except OSError as e:
             raise VoiceLabError(f"{path}: cannot be read ({e.strerror})") from None
     try:
-        rec = Recording(fd, name)
+        rec = Recording(fd, name, path)
         refusal = sniff(rec.head())
         if refusal:
             raise RefusedRecordingError(f"{name}: {refusal}")
         yield rec
     finally:
         os.close(fd)
+        if temporary:
+            os.unlink(temporary)
 
 
 def sniff(head: bytes) -> str | None:
@@ -182,7 +190,7 @@ def _probe(rec: Recording) -> Probe:
     if not ffmpeg_available():
         return _probe_soundfile(rec)
     info = json.loads(_run(rec, ffmpeg_run.ffprobe_command(
-        *ffmpeg_run.file_input(rec.fd), "-show_format", "-show_streams", "-of", "json"),
+        *rec.input_args(), "-show_format", "-show_streams", "-of", "json"),
         timeout=PROBE_TIMEOUT, max_output=8 << 20, what="ffprobe") or b"{}")
     streams = info.get("streams", [])
     audio = [s for s in streams if s.get("codec_type") == "audio"]
@@ -224,7 +232,9 @@ def _run(rec: Recording, command: list[str], *, timeout: float, max_output: int,
             raise RefusedRecordingError(
                 f"{rec.name}: is a {refused.group(1).split(',')[0]} file, a kind that can name other files or "
                 "streams (or is no recording); refused") from None
-        detail = ffmpeg_run.last_line(e.stderr).replace(ffmpeg_run.fd_path(rec.fd), rec.name)
+        detail = ffmpeg_run.last_line(e.stderr)
+        if ffmpeg_run.PASSES_DESCRIPTORS:
+            detail = detail.replace(ffmpeg_run.fd_path(rec.fd), rec.name)
         raise NotAudioError(f"{rec.name}: not an audio file ffmpeg can read ({detail})") from None
     return out
 
@@ -314,7 +324,7 @@ def _decode_ffmpeg(rec: Recording, info: Probe, rate: int, channels: int, max_se
         raise RefusedRecordingError(f"{rec.name}: the {info.container or 'unknown'} format is not decoded here")
     seconds = min(info.duration or max_seconds, max_seconds)
     command = ffmpeg_run.ffmpeg_command(
-        *ffmpeg_run.file_input(rec.fd, demuxer), "-map", "0:a:0", "-t", f"{max_seconds:.6f}",
+        *rec.input_args(demuxer), "-map", "0:a:0", "-t", f"{max_seconds:.6f}",
         "-f", "f32le", "-acodec", "pcm_f32le", "-ar", str(rate), "-ac", str(channels), "pipe:1")
     try:
         out = _run(rec, command, timeout=DECODE_TIMEOUT + DECODE_SECONDS_PER_SECOND * seconds,

@@ -5,7 +5,9 @@ A recording is untrusted input: ffmpeg's demuxers can make it name other files o
 the files it names, or fetch URLs). So a file is never handed to ffmpeg by its path:
 
 - we open it ourselves and pass the open descriptor; ffmpeg reads `/proc/self/fd/N`
-  (`file_input`), so the file it decodes is the one we opened, whatever its name says;
+  (`file_input`; `/dev/fd/N` on macOS), so the file it decodes is the one we opened, whatever
+  its name says (Windows cannot pass descriptors: there ffmpeg opens the path, under the same
+  white lists);
 - `-protocol_whitelist file`: no network protocol (http, tcp, udp, rtp, ...) can be opened;
 - `-format_whitelist`: only the demuxers of ordinary audio and video containers
   (`RECORDING_DEMUXERS`), none of which opens another file. Playlists (hls, dash), concat
@@ -90,18 +92,29 @@ def _program(name: str) -> str:
     return path
 
 
-def fd_path(fd: int) -> str:
-    """How the child names an inherited descriptor (pass_fds keeps its number)."""
+def _fd_folder() -> str | None:
     for folder in ("/proc/self/fd", "/dev/fd"):
         if os.path.isdir(folder):
-            return f"{folder}/{fd}"
-    raise VoiceLabError("this system cannot hand an open file to ffmpeg (no /proc/self/fd or /dev/fd)")
+            return folder
+    return None
 
 
-def file_input(fd: int, demuxer: str | None = None) -> list[str]:
+#: Whether ffmpeg can be handed an open descriptor (Linux, macOS); elsewhere (Windows) it
+#: opens the file by its path, under the same white lists.
+PASSES_DESCRIPTORS = os.name == "posix" and _fd_folder() is not None
+#: Flags for opening a file we hand to ffmpeg (binary on Windows; not inherited but by pass_fds).
+OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def fd_path(fd: int) -> str:
+    """How the child names an inherited descriptor (pass_fds keeps its number)."""
+    return f"{_fd_folder()}/{fd}"
+
+
+def file_input(fd: int, demuxer: str | None = None, path: str | None = None) -> list[str]:
     """Input options for a file we opened (descriptor `fd`, passed with `run(files=...)`).
     `demuxer` forces that demuxer and allows it alone; None lets ffmpeg probe among
-    RECORDING_DEMUXERS."""
+    RECORDING_DEMUXERS. `path` names the same file where descriptors cannot be passed."""
     allowed = demuxer or ",".join(RECORDING_DEMUXERS)
     args = ["-protocol_whitelist", "file", "-format_whitelist", allowed,
             "-probesize", str(PROBE_BYTES), "-analyzeduration", str(PROBE_MICROSECONDS)]
@@ -109,7 +122,13 @@ def file_input(fd: int, demuxer: str | None = None) -> list[str]:
         args += ["-f", demuxer]
     if demuxer in (None, "mov"):  # ffmpeg (not ffprobe) refuses a private option its demuxer lacks
         args += ["-enable_drefs", "0"]
-    return args + ["-i", fd_path(fd)]
+    if PASSES_DESCRIPTORS:
+        source = fd_path(fd)
+    elif path is not None:
+        source = "file:" + os.path.abspath(path)
+    else:
+        raise VoiceLabError("this system cannot hand an open file to ffmpeg, and the file has no path")
+    return args + ["-i", source]
 
 
 def pcm_input(sample_format: str, rate: int, channels: int) -> list[str]:
@@ -144,7 +163,8 @@ def run(command: list[str], *, timeout: float, max_output: int, files: tuple[int
     passes `max_output` bytes (OutputTooLarge); a non-zero exit is FfmpegFailed."""
     try:
         proc = subprocess.Popen(command, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=tuple(files))
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                pass_fds=tuple(files) if PASSES_DESCRIPTORS else ())
     except OSError as e:
         raise FfmpegMissingError(f"{what} could not be started: {e}") from None
     err_tail = bytearray()

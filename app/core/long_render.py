@@ -139,19 +139,24 @@ def add_chapter_marks(path: str, chapters: list[tuple[str, int, int]], rate: int
 
     if ffmpeg_run.ffmpeg_path() is None:
         raise OSError("chapter marks need ffmpeg")
-    with tempfile.TemporaryFile("w+b") as meta, open(path, "rb") as audio:
-        meta.write(ffmetadata(chapters, rate).encode("utf-8"))
-        meta.flush()
+    meta_fd, meta_path = tempfile.mkstemp(suffix=".ffmetadata")
+    audio_fd = os.open(path, ffmpeg_run.OPEN_FLAGS)
+    try:
+        os.write(meta_fd, ffmetadata(chapters, rate).encode("utf-8"))
 
         def write(tmp) -> None:
             command = ffmpeg_run.ffmpeg_command(
-                "-y", *ffmpeg_run.file_input(audio.fileno(), "mp3"),
-                *ffmpeg_run.file_input(meta.fileno(), "ffmetadata"),
+                "-y", *ffmpeg_run.file_input(audio_fd, "mp3", path),
+                *ffmpeg_run.file_input(meta_fd, "ffmetadata", meta_path),
                 "-map_metadata", "1", "-map_chapters", "1", "-c", "copy", "-id3v2_version", "3", "-f", "mp3", str(tmp))
             try:
-                ffmpeg_run.run(command, files=(audio.fileno(), meta.fileno()), max_output=0,
-                               timeout=60 + os.fstat(audio.fileno()).st_size / 1e6, what="ffmpeg")
+                ffmpeg_run.run(command, files=(audio_fd, meta_fd), max_output=0,
+                               timeout=60 + os.fstat(audio_fd).st_size / 1e6, what="ffmpeg")
             except ffmpeg_run.FfmpegFailed as e:
                 raise OSError(f"ffmpeg could not write chapter marks: {ffmpeg_run.last_line(e.stderr)}") from None
 
         atomic_write(path, write)
+    finally:
+        os.close(audio_fd)
+        os.close(meta_fd)
+        os.unlink(meta_path)

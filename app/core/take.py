@@ -165,12 +165,12 @@ def _check_written(path: str, frames: int, rate: int, ext: str) -> None:
 def _decoded_frames_ffmpeg(path: str, frames: int, rate: int) -> int:
     from voice_lab import ffmpeg_run
 
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, ffmpeg_run.OPEN_FLAGS)
     try:
-        out, _ = ffmpeg_run.run(ffmpeg_run.ffmpeg_command(*ffmpeg_run.file_input(fd, "mp3"), "-f", "f32le", "-ac", "1",
-                                                          "-ar", str(rate), "pipe:1"),
-                                files=(fd,), timeout=60 + 0.05 * frames / rate, max_output=(frames + 2 * rate) * 4,
-                                what="ffmpeg")
+        command = ffmpeg_run.ffmpeg_command(*ffmpeg_run.file_input(fd, "mp3", path), "-f", "f32le", "-ac", "1",
+                                            "-ar", str(rate), "pipe:1")
+        out, _ = ffmpeg_run.run(command, files=(fd,), timeout=60 + 0.05 * frames / rate,
+                                max_output=(frames + 2 * rate) * 4, what="ffmpeg")
     except ffmpeg_run.FfmpegFailed as e:
         raise OSError(errno.EIO, f"the written MP3 does not decode: {e}") from None
     finally:

@@ -349,3 +349,23 @@ def test_run_stops_at_its_timeout_and_its_output_cap(tmp_path, speech):
                            files=(fd,), timeout=60, max_output=65536)
     finally:
         os.close(fd)
+
+
+def test_where_descriptors_cannot_be_passed_the_path_is_read_under_the_same_lists(canaries, speech, monkeypatch):
+    """Windows has no /proc/self/fd: ffmpeg then opens the file by its path (an upload: a private
+    temporary file), with the same white lists, and a list is still refused by its demuxer."""
+    monkeypatch.setattr(ffmpeg_run, "PASSES_DESCRIPTORS", False)
+    x, rate = vdecode.decode(speech["m4a"], rate=24000, channels=1)
+    y, _, _ = vdecode.decode_bytes(Path(speech["m4a"]).read_bytes(), rate=24000, channels=1)
+    assert rate == 24000 and x.shape[0] > 24000 and np.array_equal(x, y)
+    for name in ("hls.wav", "concat.mp3", "url.mp3"):
+        path = canaries.path(name)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with pytest.raises(ffmpeg_run.FfmpegFailed) as refused:
+                ffmpeg_run.run(ffmpeg_run.ffprobe_command(*ffmpeg_run.file_input(fd, path=path), "-show_format"),
+                               timeout=60, max_output=1 << 20)
+            assert "not on whitelist" in refused.value.stderr
+        finally:
+            os.close(fd)
+    assert not canaries.touched
