@@ -11,6 +11,7 @@ from voice_lab.errors import (
     FfmpegMissingError,
     NoSpeechError,
     NotAudioError,
+    RefusedRecordingError,
     TooLittleSpeechError,
     VoiceLabError,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "FfmpegMissingError",
     "NoSpeechError",
     "NotAudioError",
+    "RefusedRecordingError",
     "TooLittleSpeechError",
     "VoiceLabError",
     "prepare_clip",

@@ -202,6 +202,8 @@ def resolve(chain, probe) -> tuple[Chain, str]:
     raise ChainError(f"unknown chain {chain!r}: use auto, clean, lossy or a .json file")
 
 
+#: Rendering may take this long plus one second per second of audio.
+RENDER_TIMEOUT = 60.0
 _JSON_BLOCK = re.compile(r"\{[^{}]*\"input_i\"[^{}]*\}", re.S)
 
 
@@ -239,23 +241,20 @@ def render(samples: np.ndarray, rate: int, chain: Chain, out_rate: int | None = 
 
 
 def _run_ffmpeg(x: np.ndarray, rate: int, out_rate: int, graph: str) -> tuple[np.ndarray, str]:
-    try:
-        import ffmpeg
-    except ImportError:  # pragma: no cover - a declared dependency
-        raise FfmpegMissingError("the ffmpeg-python package is missing") from None
-    from voice_lab.decode import ffmpeg_available
+    from voice_lab import ffmpeg_run
 
-    if not ffmpeg_available():
+    if not ffmpeg_run.available():
         raise FfmpegMissingError("rendering a filter chain needs ffmpeg, which is not installed "
                                  "(install it, e.g. `apt install ffmpeg`)")
-    proc = (
-        ffmpeg.input("pipe:", format="f32le", ar=rate, ac=1)
-        .output("pipe:", format="f32le", acodec="pcm_f32le", ar=out_rate, ac=1, af=graph)
-        .global_args("-nostats", "-hide_banner")
-    )
+    seconds = x.size / rate
+    # info level: loudnorm reports its measurement there
+    command = ffmpeg_run.ffmpeg_command(*ffmpeg_run.pcm_input("f32le", rate, 1), "-af", graph, "-f", "f32le",
+                                        "-acodec", "pcm_f32le", "-ar", str(out_rate), "-ac", "1", "pipe:1",
+                                        loglevel="info")
     try:
-        out, err = proc.run(input=x.tobytes(), capture_stdout=True, capture_stderr=True, quiet=True)
-    except ffmpeg.Error as e:
-        tail = (e.stderr or b"").decode("utf-8", "replace").strip().splitlines()[-3:]
-        raise ChainError(f"ffmpeg rejected the filter chain {graph!r}: {' '.join(tail)}") from None
-    return np.frombuffer(out, dtype="<f4").astype(np.float32), err.decode("utf-8", "replace")
+        out, err = ffmpeg_run.run(command, stdin=x.tobytes(), timeout=RENDER_TIMEOUT + seconds,
+                                  max_output=(int(seconds * out_rate) + out_rate) * 4 * 2, what="ffmpeg")
+    except ffmpeg_run.FfmpegFailed as e:
+        tail = e.stderr.strip().splitlines()[-3:]
+        raise ChainError(f"ffmpeg rejected the filter chain {graph!r}: {' '.join(tail) or e}") from None
+    return np.frombuffer(out, dtype="<f4").astype(np.float32), err

@@ -29,3 +29,8 @@ class TooLittleSpeechError(VoiceLabError):
 
 class ChainError(VoiceLabError):
     """A filter chain (JSON or step parameters) is invalid, or ffmpeg rejected it."""
+
+
+class RefusedRecordingError(NotAudioError):
+    """The file is not a recording but a playlist, a list of files or URLs, or a container kind
+    that can name other files or streams; it is refused without reading what it names."""

@@ -8,7 +8,17 @@ import os
 import time
 
 from app.cli.common import log
-from app.server.config import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_QUEUE, MAX_INPUT_CHARS, ServerConfig, library_dir
+from app.server.config import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DEFAULT_QUEUE,
+    MAX_AUDIO_SECONDS,
+    MAX_BODY_BYTES,
+    MAX_CLIENT_REQUESTS,
+    MAX_INPUT_CHARS,
+    ServerConfig,
+    library_dir,
+)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -33,10 +43,29 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.queue < 1:
         log(f"chatterbox-studio: error: --queue must be at least 1; got {args.queue}")
         return 1
+    for flag, value in (("--max-client-requests", args.max_client_requests), ("--max-input-chars", args.max_input_chars),
+                        ("--max-body-bytes", args.max_body_bytes), ("--max-audio-seconds", args.max_audio_seconds)):
+        if not value > 0:
+            log(f"chatterbox-studio: error: {flag} must be positive; got {value}")
+            return 1
+    from app.server.security import split_host
+
+    for name in args.allowed_hosts:
+        if split_host(name) is None:
+            log(f"chatterbox-studio: error: --allowed-host takes NAME or NAME:PORT; got {name!r}")
+            return 1
+    for origin in args.cors_origins:
+        if not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
+            log(f"chatterbox-studio: error: --cors-origin takes an origin such as http://localhost:3000 (scheme, host "
+                f"and port, no path); got {origin!r}")
+            return 1
     api_key = args.api_key or os.environ.get("CHATTERBOX_API_KEY") or None
     config = ServerConfig(model=args.model, host=args.host, port=args.port, api_key=api_key,
                           voices_dir=args.voices or library_dir(), threads=args.threads, device=args.device, queue=args.queue,
-                          parallel=args.parallel,
+                          parallel=args.parallel, max_input_chars=args.max_input_chars,
+                          max_body_bytes=args.max_body_bytes, max_audio_seconds=args.max_audio_seconds,
+                          max_client_requests=args.max_client_requests, allowed_hosts=list(args.allowed_hosts),
+                          cors_origins=list(args.cors_origins),
                           log_level="info" if args.verbose else "warning")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -57,7 +86,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         log(f"voices    {', '.join(voices)} (from {cfg.voices_dir})")
         if cfg.host not in ("127.0.0.1", "localhost", "::1"):
             log(f"warning   listening on {cfg.host}: other machines can reach this server"
-                + ("" if cfg.api_key else " and no --api-key is set"))
+                + ("" if cfg.api_key else " and no --api-key is set")
+                + "; requests by host name need --allowed-host NAME")
         log(f"serving   {cfg.url}  (POST /audio/speech, GET /models, GET /audio/voices; Ctrl-C stops)")
 
     try:
@@ -92,6 +122,22 @@ def add_parser(sub) -> None:
     p.add_argument("--parallel", type=int, default=1, metavar="N",
                    help="generate up to N requests at once, a chunk of each in turn, so every client hears "
                    "audio early (default 1: one request at a time, first come first served)")
+    p.add_argument("--allowed-host", dest="allowed_hosts", action="append", default=[], metavar="NAME[:PORT]",
+                   help="a host name requests may be addressed to besides localhost and IP addresses, e.g. "
+                   "host.docker.internal or this machine's name (repeat for more); others get 403 (DNS rebinding)")
+    p.add_argument("--cors-origin", dest="cors_origins", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages of this origin (e.g. http://localhost:3000) call the API from a browser "
+                   "(repeat for more); by default every request from another origin's page gets 403")
+    p.add_argument("--max-client-requests", type=int, default=MAX_CLIENT_REQUESTS, metavar="N",
+                   help="requests one client address may have in progress; more get 429 "
+                   f"(default {MAX_CLIENT_REQUESTS})")
+    p.add_argument("--max-input-chars", type=int, default=MAX_INPUT_CHARS, metavar="N",
+                   help=f"longest 'input' text; longer gets 413 (default {MAX_INPUT_CHARS:,})")
+    p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, metavar="N",
+                   help=f"largest request body; larger gets 413 (default {MAX_BODY_BYTES:,})")
+    p.add_argument("--max-audio-seconds", type=float, default=MAX_AUDIO_SECONDS, metavar="S",
+                   help=f"a response's audio ends here, whole but cut short (default {MAX_AUDIO_SECONDS:g})")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
-    p.epilog = f"Inputs longer than {MAX_INPUT_CHARS:,} characters get 413."
+    p.epilog = ("Requests whose Host is not this server's (localhost, an IP address, an --allowed-host) and requests "
+                "from web pages of other origins (unless --cors-origin) get 403.")
     p.set_defaults(func=_cmd_serve)

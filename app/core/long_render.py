@@ -186,25 +186,31 @@ def ffmetadata(chapters: list[tuple[str, int, int]], rate: int, tags: dict[str, 
 def add_chapter_marks(path: str, chapters: list[tuple[str, int, int]], rate: int) -> None:
     """Chapter marks into an MP3 (ID3v2 CHAP frames, via ffmpeg; the audio is copied, not
     re-encoded), atomically."""
-    import subprocess
     import tempfile
 
     from engine_native.files import atomic_write
+    from voice_lab import ffmpeg_run
 
-    ffmpeg = shutil.which("ffmpeg")
-    if ffmpeg is None:
+    if ffmpeg_run.ffmpeg_path() is None:
         raise OSError("chapter marks need ffmpeg")
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
-        f.write(ffmetadata(chapters, rate))
-        meta = f.name
+    meta_fd, meta_path = tempfile.mkstemp(suffix=".ffmetadata")
+    audio_fd = os.open(path, ffmpeg_run.OPEN_FLAGS)
     try:
+        os.write(meta_fd, ffmetadata(chapters, rate).encode("utf-8"))
+
         def write(tmp) -> None:
-            r = subprocess.run([ffmpeg, "-nostdin", "-v", "error", "-y", "-i", path, "-i", meta,
-                                "-map_metadata", "1", "-map_chapters", "1", "-c", "copy", "-id3v2_version", "3",
-                                "-f", "mp3", str(tmp)], capture_output=True)
-            if r.returncode != 0:
-                raise OSError("ffmpeg could not write chapter marks: " + r.stderr.decode("utf-8", "replace")[-300:])
+            command = ffmpeg_run.ffmpeg_command(
+                "-y", *ffmpeg_run.file_input(audio_fd, "mp3", path),
+                *ffmpeg_run.file_input(meta_fd, "ffmetadata", meta_path),
+                "-map_metadata", "1", "-map_chapters", "1", "-c", "copy", "-id3v2_version", "3", "-f", "mp3", str(tmp))
+            try:
+                ffmpeg_run.run(command, files=(audio_fd, meta_fd), max_output=0,
+                               timeout=60 + os.fstat(audio_fd).st_size / 1e6, what="ffmpeg")
+            except ffmpeg_run.FfmpegFailed as e:
+                raise OSError(f"ffmpeg could not write chapter marks: {ffmpeg_run.last_line(e.stderr)}") from None
 
         atomic_write(path, write)
     finally:
-        os.unlink(meta)
+        os.close(audio_fd)
+        os.close(meta_fd)
+        os.unlink(meta_path)

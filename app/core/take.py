@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -164,7 +162,7 @@ def _check_written(path: str, frames: int, rate: int, ext: str) -> None:
     """Encoders do not always report a full disk (ffmpeg exits 0 after "No space left on
     device"): decode the file back and check its length."""
     if ext == "mp3":
-        got = _decoded_frames_ffmpeg(path)
+        got = _decoded_frames_ffmpeg(path, frames, rate)
     else:
         import soundfile as sf
 
@@ -173,23 +171,33 @@ def _check_written(path: str, frames: int, rate: int, ext: str) -> None:
         raise OSError(errno.EIO, f"the written file is incomplete ({got} of {frames} samples)")
 
 
-def _decoded_frames_ffmpeg(path: str) -> int:
-    ffmpeg = shutil.which("ffmpeg")
-    r = subprocess.run([ffmpeg, "-nostdin", "-v", "error", "-i", path, "-f", "f32le", "-ac", "1", "pipe:"],
-                       capture_output=True)
-    if r.returncode != 0:
-        raise OSError(errno.EIO, "the written MP3 does not decode: " + r.stderr.decode("utf-8", "replace")[-200:])
-    return len(r.stdout) // 4
+def _decoded_frames_ffmpeg(path: str, frames: int, rate: int) -> int:
+    from voice_lab import ffmpeg_run
+
+    fd = os.open(path, ffmpeg_run.OPEN_FLAGS)
+    try:
+        command = ffmpeg_run.ffmpeg_command(*ffmpeg_run.file_input(fd, "mp3", path), "-f", "f32le", "-ac", "1",
+                                            "-ar", str(rate), "pipe:1")
+        out, _ = ffmpeg_run.run(command, files=(fd,), timeout=60 + 0.05 * frames / rate,
+                                max_output=(frames + 2 * rate) * 4, what="ffmpeg")
+    except ffmpeg_run.FfmpegFailed as e:
+        raise OSError(errno.EIO, f"the written MP3 does not decode: {e}") from None
+    finally:
+        os.close(fd)
+    return len(out) // 4
 
 
 def _write_mp3(x: np.ndarray, rate: int, path: str) -> None:
-    ffmpeg = shutil.which("ffmpeg")
-    if ffmpeg is None:
+    from voice_lab import ffmpeg_run
+
+    if ffmpeg_run.ffmpeg_path() is None:
         raise ExportError("MP3 export needs ffmpeg, which is not installed (e.g. `apt install ffmpeg`); "
                           "WAV, FLAC and OGG work without it")
     # LAME writes its delay/padding into the Xing header, so decoders trim back to the exact length.
-    cmd = [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-f", "f32le", "-ar", str(rate),
-           "-ac", "1", "-i", "pipe:", "-c:a", "libmp3lame", "-q:a", "2", "-f", "mp3", path]
-    r = subprocess.run(cmd, input=x.astype("<f4").tobytes(), capture_output=True)
-    if r.returncode != 0:
-        raise ExportError("ffmpeg could not encode the MP3: " + r.stderr.decode("utf-8", "replace").strip()[-300:])
+    command = ffmpeg_run.ffmpeg_command("-y", *ffmpeg_run.pcm_input("f32le", rate, 1), "-c:a", "libmp3lame",
+                                        "-q:a", "2", "-f", "mp3", path)
+    try:
+        ffmpeg_run.run(command, stdin=x.astype("<f4").tobytes(), timeout=60 + 0.05 * x.size / rate,
+                       max_output=0, what="ffmpeg")
+    except ffmpeg_run.FfmpegFailed as e:
+        raise ExportError(f"ffmpeg could not encode the MP3: {ffmpeg_run.last_line(e.stderr)}") from None

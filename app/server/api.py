@@ -31,6 +31,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.server.config import ServerConfig
 from app.server.encode import FORMATS, MEDIA_TYPES, EncoderError, ffmpeg_available, make_encoder, needs_ffmpeg
+from app.server.errors import error_response
+from app.server.security import AudioCap, RequestGuard
 from app.server.voices import VoiceCatalog
 from app.server.worker import Busy, EngineWorker, Job
 from engine_native.options import random_seed
@@ -56,12 +58,6 @@ class ApiError(Exception):
     def response(self) -> JSONResponse:
         return error_response(self.status, self.message, param=self.param, code=self.code, type_=self.type,
                               headers=self.headers)
-
-
-def error_response(status: int, message: str, *, param=None, code=None, type_="invalid_request_error",
-                   headers=None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": code}},
-                        status_code=status, headers=headers)
 
 
 def _param_of(message: str) -> str | None:
@@ -190,10 +186,11 @@ class SpeechService:
             stream.close()
             raise ApiError(400, str(e), param="response_format") from None
         tokens: dict[int, int] = {}
+        cap = AudioCap(self.config.max_audio_seconds, self.engine.sample_rate, stream.cancel)
 
         def on_chunk(chunk) -> None:
             tokens[chunk.sentence_index] = int(chunk.timings.get("speech_tokens", 0))
-            encoder.write(chunk.samples)
+            encoder.write(cap.take(chunk.samples))
 
         def on_error(e) -> None:
             encoder.close()
@@ -264,19 +261,8 @@ class SpeechService:
 def create_app(service: SpeechService) -> FastAPI:
     app = FastAPI(title="Chatterbox Studio speech server", version="1", docs_url="/docs", redoc_url=None)
     app.state.service = service
-    key = service.config.api_key or None
 
-    @app.middleware("http")
-    async def auth(request: Request, call_next):
-        if key and request.url.path.startswith("/v1"):
-            given = request.headers.get("authorization", "")
-            token = given[7:].strip() if given[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-            if not token:
-                return error_response(401, "missing API key: send it as 'Authorization: Bearer KEY' (this server "
-                                      "was started with --api-key)", code="missing_api_key")
-            if not secrets.compare_digest(token.encode(), key.encode()):
-                return error_response(401, "incorrect API key provided", code="invalid_api_key")
-        return await call_next(request)
+    app.add_middleware(RequestGuard, config=service.config)  # Host, Origin/CORS, key, limits
 
     @app.exception_handler(ApiError)
     async def api_error(_request, e: ApiError):

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_QUEUE = 16          # requests waiting for the engine (the running one not counted)
 MAX_INPUT_CHARS = 100_000   # longer input: 413
+# A request body (JSON) of more bytes: 413. 100,000 characters escaped as JSON fit with room.
+MAX_BODY_BYTES = 2 * 1024 * 1024
+# A response's audio stops here (a whole file, cut short); MAX_INPUT_CHARS of speech, at about
+# 15 characters a second, is some 6,700 s.
+MAX_AUDIO_SECONDS = 7200.0
+# Requests one client address may have in flight (POSTs, waiting or generating); more: 429.
+MAX_CLIENT_REQUESTS = 8
 from app.core.paths import APP, ORG, library_dir  # noqa: F401 - re-exported for the server
 
 
@@ -25,6 +32,14 @@ class ServerConfig:
     queue: int = DEFAULT_QUEUE
     parallel: int = 1                   # generations advanced in turn (round robin); 1: one at a time
     max_input_chars: int = MAX_INPUT_CHARS
+    max_body_bytes: int = MAX_BODY_BYTES
+    max_audio_seconds: float = MAX_AUDIO_SECONDS
+    max_client_requests: int = MAX_CLIENT_REQUESTS
+    # Host names (besides localhost and IP addresses) a request's Host header may carry, e.g.
+    # "host.docker.internal" or this machine's name; anything else is refused (DNS rebinding).
+    allowed_hosts: list[str] = field(default_factory=list)
+    # Origins (scheme://host[:port]) whose web pages may call the API (CORS); none by default.
+    cors_origins: list[str] = field(default_factory=list)
     log_level: str = "warning"
 
     @property

@@ -13,14 +13,13 @@ marks the end; `emit(exc)` reports a failure.
 from __future__ import annotations
 
 import queue
-import shutil
 import struct
-import subprocess
 import threading
 
 import numpy as np
 
 from app.core.take import to_s16le
+from voice_lab import ffmpeg_run
 
 SAMPLE_RATE = 24000
 FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
@@ -63,7 +62,7 @@ def atempo_chain(speed: float) -> str:
 
 
 def ffmpeg_available() -> bool:
-    return shutil.which("ffmpeg") is not None
+    return ffmpeg_run.ffmpeg_path() is not None
 
 
 def needs_ffmpeg(fmt: str, speed: float) -> bool:
@@ -99,17 +98,14 @@ class Encoder:
 class FfmpegEncoder(Encoder):
     def __init__(self, fmt: str, emit, speed: float = 1.0):
         super().__init__(fmt, emit)
-        ffmpeg = shutil.which("ffmpeg")
-        if ffmpeg is None:
+        if ffmpeg_run.ffmpeg_path() is None:
             raise EncoderError(f"response_format {fmt!r} (or a speed other than 1) needs ffmpeg, which is not "
                                "installed on the server; use wav or pcm at speed 1")
-        cmd = [ffmpeg, "-nostdin", "-hide_banner", "-loglevel", "error", "-f", "s16le", "-ar", str(SAMPLE_RATE),
-               "-ac", "1", "-i", "pipe:0"]
+        args = ffmpeg_run.pcm_input("s16le", SAMPLE_RATE, 1)
         if speed != 1.0:
-            cmd += ["-af", atempo_chain(speed)]
-        cmd += ["-ar", str(SAMPLE_RATE), "-ac", "1", *_FFMPEG_OUT[fmt], "-flush_packets", "1", "pipe:1"]
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      bufsize=0)
+            args += ["-af", atempo_chain(speed)]
+        args += ["-ar", str(SAMPLE_RATE), "-ac", "1", *_FFMPEG_OUT[fmt], "-flush_packets", "1", "pipe:1"]
+        self._proc = ffmpeg_run.spawn(args)
         self._inbox: queue.Queue = queue.Queue()
         self._closed = False
         self._writer = threading.Thread(target=self._write_loop, name=f"ffmpeg-{fmt}-in", daemon=True)

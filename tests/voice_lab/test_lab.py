@@ -30,6 +30,7 @@ from voice_lab import (  # noqa: E402
 )
 from voice_lab import chain as vchain  # noqa: E402
 from voice_lab import decode as vdecode  # noqa: E402
+from voice_lab import ffmpeg_run  # noqa: E402
 from voice_lab.loudness import integrated_lufs, true_peak_db  # noqa: E402
 from voice_lab.silence import Span, detect_silence, speech_regions  # noqa: E402
 from voice_lab.window import choose_window  # noqa: E402
@@ -105,7 +106,7 @@ def test_video_file_audio_track(fx):
 
 @needs_tools
 def test_without_ffmpeg_soundfile_formats_work_others_say_ffmpeg_needed(fx, monkeypatch):
-    monkeypatch.setattr(vdecode, "_which", lambda name: None)
+    monkeypatch.setattr(ffmpeg_run, "_which", lambda name: None)
     info = vdecode.probe(fx["files"][("flac", "stereo44k")])
     assert info.probed_with == "soundfile" and info.codec == "flac" and info.channels == 2
     x, sr = vdecode.decode(fx["files"][("wav", "mono8k")], rate=24000, channels=1)
