@@ -273,8 +273,8 @@ def test_lab_bake_and_say_refuse_touching_nothing(canaries, tmp_path, nano_model
 
 
 def test_voice_lab_analysis_refuses(canaries):
-    """The desktop Voice Lab's analysis step (app.core.voice_lab_ops) decodes through the same function."""
-    from app.core.voice_lab_ops import analyse
+    """The desktop Voice Lab's analysis step (voice_lab.lab.analyse) decodes through the same function."""
+    from voice_lab.lab import analyse
 
     for name in canaries.files:
         with pytest.raises(RefusedRecordingError):
