@@ -63,6 +63,8 @@ class Detection:
 def _samples(samples, sample_rate) -> tuple[np.ndarray, int]:
     from engine_native.audio import to_mono
 
+    if isinstance(sample_rate, (float, np.floating)) and float(sample_rate).is_integer():
+        sample_rate = int(sample_rate)
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)):
         raise ParameterError(f"sample_rate must be an integer number of Hz, got {sample_rate!r}")
     try:

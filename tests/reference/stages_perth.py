@@ -60,7 +60,7 @@ def perth_bits_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     try:
         with torch.inference_mode():
             score = wm.get_watermark(x, rate, round=False)
-            bit = wm.get_watermark(x, rate, round=True)
+            bit = np.round(score)   # get_watermark(round=True): the same computation, rounded half to even
             # the mask the decoder averages under, from the same magnitudes
             from librosa import resample
             x32 = resample(x, orig_sr=rate, target_sr=wm.perth_net.hp.sample_rate, res_type="polyphase") \

@@ -1,8 +1,8 @@
 #include "watermark/conv_stack.h"
 
 #include <algorithm>
-#include <exception>
-#include <thread>
+
+#include "core/parallel_for.h"
 
 #ifdef CBS_HAVE_BLAS
 #include <cblas.h>  // scipy-openblas32: every symbol carries a scipy_ prefix
@@ -12,17 +12,18 @@ namespace cbs {
 
 namespace {
 
-// y[t][o] (+)= sum_i a[t * lda + i] w[o][i] for t < T, o < n_out (w rows of length n_in).
-void product(const float* a, int64_t lda, const float* w, int n_out, int n_in, float* y, int64_t T, bool accumulate) {
+// y[t][o] (+)= sum_i a[t * lda + i] w[o * ldw + i] for t < T, o < n_out, i < n_in.
+void product(const float* a, int64_t lda, const float* w, int64_t ldw, int n_out, int n_in, float* y, int64_t T,
+             bool accumulate) {
 #ifdef CBS_HAVE_BLAS
     scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), n_out, n_in, 1.0f, a,
-                      static_cast<int>(lda), w, n_in, accumulate ? 1.0f : 0.0f, y, n_out);
+                      static_cast<int>(lda), w, static_cast<int>(ldw), accumulate ? 1.0f : 0.0f, y, n_out);
 #else
     for (int64_t t = 0; t < T; ++t) {
         const float* row = a + t * lda;
         float* out = y + t * n_out;
         for (int o = 0; o < n_out; ++o) {
-            const float* wo = w + static_cast<int64_t>(o) * n_in;
+            const float* wo = w + o * ldw;
             float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             int i = 0;
             for (; i + 8 <= n_in; i += 8)
@@ -35,13 +36,25 @@ void product(const float* a, int64_t lda, const float* w, int n_out, int n_in, f
 #endif
 }
 
+// Rows of AMX tiles a thread splits at a time (its share of the frames in blocks).
+constexpr int64_t kAmxRows = 128;
+
 // One layer over frames [t0, t1) of x_padded (pad frames of zeros on both sides).
 void layer_rows(const Conv1dLayer& l, const float* x_padded, int64_t t0, int64_t t1, float* y, bool leaky, float slope) {
-    const int64_t T = t1 - t0;
+    const int64_t T = t1 - t0, window = static_cast<int64_t>(l.kernel) * l.c_in;
     if (T <= 0) return;
-    for (int k = 0; k < l.kernel; ++k)
-        product(x_padded + (t0 + k) * l.c_in, l.c_in, l.weight.data() + static_cast<int64_t>(k) * l.c_out * l.c_in,
-                l.c_out, l.c_in, y + t0 * l.c_out, T, k > 0);
+    if (l.packed) {
+        thread_local AmxSplitA rows;
+        for (int64_t r = t0; r < t1; r += kAmxRows) {
+            const int64_t n = std::min(kAmxRows, t1 - r);
+            rows.split(x_padded + r * l.c_in, l.c_in, n, window);
+            amx_gemm(rows, *l.packed, y + r * l.c_out, l.c_out);
+        }
+    } else {
+        for (int k = 0; k < l.kernel; ++k)
+            product(x_padded + (t0 + k) * l.c_in, l.c_in, l.weight.data() + static_cast<int64_t>(k) * l.c_in, window,
+                    l.c_out, l.c_in, y + t0 * l.c_out, T, k > 0);
+    }
     for (int64_t t = t0; t < t1; ++t) {
         float* row = y + t * l.c_out;
         for (int o = 0; o < l.c_out; ++o) {
@@ -54,7 +67,14 @@ void layer_rows(const Conv1dLayer& l, const float* x_padded, int64_t t0, int64_t
 }  // namespace
 
 ConvStack::ConvStack(std::vector<Conv1dLayer> layers, float leaky_slope)
-    : layers_(std::move(layers)), slope_(leaky_slope) {}
+    : layers_(std::move(layers)), slope_(leaky_slope) {
+    if (!amx_available()) return;
+    for (Conv1dLayer& l : layers_) {
+        const int64_t window = static_cast<int64_t>(l.kernel) * l.c_in;
+        l.packed = std::make_shared<AmxPackedB>();
+        l.packed->pack(l.weight.data(), window, l.c_out, window);
+    }
+}
 
 int64_t ConvStack::parameters() const {
     int64_t n = 0;
@@ -69,7 +89,6 @@ std::vector<float> ConvStack::forward(const float* x, int64_t T, int threads) co
     (void)one_thread;
 #endif
     std::vector<float> cur(x, x + T * c_in()), padded, next;
-    const int64_t n_threads = std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, T / 16));
     for (size_t li = 0; li < layers_.size(); ++li) {
         const Conv1dLayer& l = layers_[li];
         const int pad = (l.kernel - 1) / 2;
@@ -77,24 +96,9 @@ std::vector<float> ConvStack::forward(const float* x, int64_t T, int threads) co
         std::copy(cur.begin(), cur.end(), padded.begin() + static_cast<int64_t>(pad) * l.c_in);
         next.assign(static_cast<size_t>(T * l.c_out), 0.0f);
         const bool leaky = li + 1 < layers_.size();
-        if (n_threads == 1) {
-            layer_rows(l, padded.data(), 0, T, next.data(), leaky, slope_);
-        } else {
-            std::vector<std::thread> pool;
-            std::vector<std::exception_ptr> errors(n_threads);
-            for (int64_t i = 0; i < n_threads; ++i)
-                pool.emplace_back([&, i] {
-                    try {
-                        layer_rows(l, padded.data(), T * i / n_threads, T * (i + 1) / n_threads, next.data(), leaky,
-                                   slope_);
-                    } catch (...) {
-                        errors[i] = std::current_exception();
-                    }
-                });
-            for (std::thread& th : pool) th.join();
-            for (const std::exception_ptr& e : errors)
-                if (e) std::rethrow_exception(e);
-        }
+        parallel_for(T, threads, 16, [&](int64_t t0, int64_t t1) {
+            layer_rows(l, padded.data(), t0, t1, next.data(), leaky, slope_);
+        });
         cur.swap(next);
     }
     return cur;

@@ -2,21 +2,27 @@
 // followed by LeakyReLU: PerthNet's encoder and each of its decoder's three branches
 // (perth_net_implicit/model: Conv(i, o, k) = nn.Conv1d(padding=(k-1)/2) + LeakyReLU).
 //
-// Activations are time-major ([T][C], channels contiguous). A layer of kernel K is K
-// products of the input shifted by one frame each with that tap's [C_out][C_in] weights,
-// accumulated (no im2col copy): OpenBLAS sgemm in f32 where the build links it, a plain
-// loop otherwise; the frames are split between `threads` threads.
+// Activations are time-major ([T][C], channels contiguous), so frame t's K-frame window is
+// the K * C_in contiguous values from frame t - (K-1)/2 of the zero-padded input: a layer is
+// one product of those overlapping rows with the [C_out][K * C_in] weights (no im2col copy).
+// On AMX (core/amx_gemm.h: bf16x3, within ~1e-5 of f32; CBS_AMX=0 turns it off) with the
+// weights packed once; else OpenBLAS sgemm in f32, one product per tap (BLAS wants rows that
+// do not overlap), or a plain loop without OpenBLAS. The frames are split between threads.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "core/amx_gemm.h"
 
 namespace cbs {
 
 struct Conv1dLayer {
     int c_in = 0, c_out = 0, kernel = 1;
-    std::vector<float> weight;  // [kernel][c_out][c_in]
+    std::vector<float> weight;  // [c_out][kernel][c_in]
     std::vector<float> bias;    // [c_out]
+    std::shared_ptr<AmxPackedB> packed;  // the weights on AMX tiles, where amx_available()
 };
 
 class ConvStack {

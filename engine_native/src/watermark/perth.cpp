@@ -122,7 +122,7 @@ ConvStack load_stack(const PerthFile& f, const std::string& prefix, int c_in, in
         for (int o = 0; o < l.c_out; ++o)
             for (int c = 0; c < l.c_in; ++c)
                 for (int k = 0; k < l.kernel; ++k)
-                    l.weight[(static_cast<size_t>(k) * l.c_out + o) * l.c_in + c] =
+                    l.weight[(static_cast<size_t>(o) * l.kernel + k) * l.c_in + c] =
                         torch[(static_cast<size_t>(o) * l.c_in + c) * l.kernel + k];
         l.bias = f.tensor(base + ".bias", {l.c_out});
         in = l.c_out;

@@ -3,25 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
-#include <thread>
 
 #include "core/errors.h"
+#include "core/parallel_for.h"
 
 namespace cbs {
-
-namespace {
-
-// f(i0, i1) over [0, n) split into `threads` contiguous ranges.
-template <class F>
-void split(int64_t n, int threads, F&& f) {
-    const int64_t k = std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, n / 8));
-    if (k == 1) return f(int64_t{0}, n);
-    std::vector<std::thread> pool;
-    for (int64_t i = 0; i < k; ++i) pool.emplace_back([&, i] { f(n * i / k, n * (i + 1) / k); });
-    for (std::thread& th : pool) th.join();
-}
-
-}  // namespace
 
 PerthStft::PerthStft(int n_fft, int hop, std::vector<float> window)
     : n_fft_(n_fft), hop_(hop), window_(std::move(window)) {
@@ -88,7 +74,7 @@ Spectrogram PerthStft::forward(const float* x, int64_t n, int threads) const {
     s.re.resize(static_cast<size_t>(s.frames * s.n_bins));
     s.im.resize(s.re.size());
     const int N = n_fft_, F = s.n_bins;
-    split(s.frames, threads, [&](int64_t t0, int64_t t1) {
+    parallel_for(s.frames, threads, 8, [&](int64_t t0, int64_t t1) {
         std::vector<double> frame(N), buf(4 * N), re(F), im(F);
         for (int64_t t = t0; t < t1; ++t) {
             reflect_windowed_frame(x, n, t * hop_ - N / 2, window_, frame.data());
@@ -107,7 +93,7 @@ std::vector<float> PerthStft::inverse(const Spectrogram& spec, int threads) cons
     if (spec.n_bins != F || T < 1) throw EngineError("inverse STFT: spectrogram does not match the transform");
     // Frames in parallel, then overlap-add in order.
     std::vector<float> frames(static_cast<size_t>(T * N));
-    split(T, threads, [&](int64_t t0, int64_t t1) {
+    parallel_for(T, threads, 8, [&](int64_t t0, int64_t t1) {
         std::vector<double> re(F), im(F), frame(N), buf(4 * N);
         for (int64_t t = t0; t < t1; ++t) {
             for (int k = 0; k < F; ++k) re[k] = spec.re[t * F + k], im[k] = spec.im[t * F + k];

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <numeric>
 #include <string>
-#include <thread>
 
 #include "core/errors.h"
+#include "core/parallel_for.h"
 
 namespace cbs {
 
@@ -231,15 +231,7 @@ std::vector<float> RationalResampler::process(const float* x, int64_t n, int thr
             y[static_cast<size_t>(k)] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
         }
     };
-    const int64_t n_threads = std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, n_calc / 4096));
-    if (n_threads == 1) {
-        run(0, n_calc);
-    } else {
-        std::vector<std::thread> pool;
-        for (int64_t i = 0; i < n_threads; ++i)
-            pool.emplace_back(run, n_calc * i / n_threads, n_calc * (i + 1) / n_threads);
-        for (std::thread& th : pool) th.join();
-    }
+    parallel_for(n_calc, threads, 4096, run);
     return y;
 }
 
