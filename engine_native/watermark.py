@@ -127,7 +127,9 @@ class Watermarker:
         if len(x) < MIN_DETECT_SECONDS * rate:
             raise ParameterError(f"the audio is too short to check for a watermark ({len(x) / rate:.2f} s; "
                                  f"at least {MIN_DETECT_SECONDS:g} s needed)")
-        score = float(self._native.decode(x, rate, self.threads)["score"])
+        # The verdict's products may run on AMX (bf16x3: the score moves by ~1e-5, the rounding
+        # not at all unless it sits at 0.5); bits() and decode() stay in exact f32.
+        score = float(self._native.decode(x, rate, self.threads, True)["score"])
         if math.isnan(score):   # no frame loud enough to read: nothing to find
             return Detection(False, 0.0, score)
         bit = float(np.round(np.float32(score)))   # numpy rounds half to even, as torch.round

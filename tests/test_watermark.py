@@ -7,8 +7,8 @@ two differ by f32 rounding in the FFTs, the convolutions and libsoxr's FFT filte
 detector's per-frame branch outputs rel <= 1e-4 against the reference's decoder run in float64
 (and 1e-3 against its f32 run, whose own rounding is that large: _check_branches), its score
 within 1e-4 of the reference's.
-The 60 s parity runs with CBS_WATERMARK_LONG=1 (about a minute of reference time):
-    CBS_WATERMARK_LONG=1 .venv/bin/python -m pytest -q tests/test_watermark.py -k long
+The 60 s parity (and the detector's on 10 s) run with CBS_WATERMARK_LONG=1 (a minute more):
+    CBS_WATERMARK_LONG=1 .venv/bin/python -m pytest -q tests/test_watermark.py
 """
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from engine_native.watermark import MODEL_ENV, Watermarker, find_model
 
 RATE = 24000
 REL_TOL = 1e-4
+LONG = pytest.mark.skipif(os.environ.get("CBS_WATERMARK_LONG") != "1", reason="long parity: CBS_WATERMARK_LONG=1")
 
 
 def _rel(got, ref) -> tuple[float, float]:
@@ -143,7 +144,7 @@ def test_apply_matches_apply_watermark(wm, speech10, seconds):
     assert len(wm.apply(x, RATE, keep_length=True)) == len(x)
 
 
-@pytest.mark.skipif(os.environ.get("CBS_WATERMARK_LONG") != "1", reason="the 60 s parity: CBS_WATERMARK_LONG=1")
+@LONG
 def test_apply_matches_apply_watermark_long(wm):
     x = real_speech(60.0, RATE)
     want = ref("perth_apply", samples=x, sample_rate=np.asarray(RATE))["wav"]
@@ -176,7 +177,7 @@ def _reference_bits(audio: np.ndarray) -> tuple[dict, dict]:
     return ref("perth_bits", **kw), ref("perth_bits", float64=np.asarray(1), **kw)
 
 
-@pytest.mark.parametrize("seconds", [3.0, 10.0])
+@pytest.mark.parametrize("seconds", [3.0, pytest.param(10.0, marks=LONG)])
 def test_detector_matches_get_watermark(wm, speech10, seconds):
     x = speech10[: int(seconds * RATE)]
     marked = ref("perth_apply", samples=x, sample_rate=np.asarray(RATE))["wav"]

@@ -40,15 +40,16 @@ void product(const float* a, int64_t lda, const float* w, int64_t ldw, int n_out
 constexpr int64_t kAmxRows = 128;
 
 // One layer over frames [t0, t1) of x_padded (pad frames of zeros on both sides).
-void layer_rows(const Conv1dLayer& l, const float* x_padded, int64_t t0, int64_t t1, float* y, bool leaky, float slope) {
+void layer_rows(const Conv1dLayer& l, const AmxPackedB* packed, const float* x_padded, int64_t t0, int64_t t1, float* y,
+                bool leaky, float slope) {
     const int64_t T = t1 - t0, window = static_cast<int64_t>(l.kernel) * l.c_in;
     if (T <= 0) return;
-    if (l.packed) {
+    if (packed) {
         thread_local AmxSplitA rows;
         for (int64_t r = t0; r < t1; r += kAmxRows) {
             const int64_t n = std::min(kAmxRows, t1 - r);
             rows.split(x_padded + r * l.c_in, l.c_in, n, window);
-            amx_gemm(rows, *l.packed, y + r * l.c_out, l.c_out);
+            amx_gemm(rows, *packed, y + r * l.c_out, l.c_out);
         }
     } else {
         for (int k = 0; k < l.kernel; ++k)
@@ -67,14 +68,7 @@ void layer_rows(const Conv1dLayer& l, const float* x_padded, int64_t t0, int64_t
 }  // namespace
 
 ConvStack::ConvStack(std::vector<Conv1dLayer> layers, float leaky_slope)
-    : layers_(std::move(layers)), slope_(leaky_slope) {
-    if (!amx_available()) return;
-    for (Conv1dLayer& l : layers_) {
-        const int64_t window = static_cast<int64_t>(l.kernel) * l.c_in;
-        l.packed = std::make_shared<AmxPackedB>();
-        l.packed->pack(l.weight.data(), window, l.c_out, window);
-    }
-}
+    : layers_(std::move(layers)), slope_(leaky_slope) {}
 
 int64_t ConvStack::parameters() const {
     int64_t n = 0;
@@ -82,7 +76,17 @@ int64_t ConvStack::parameters() const {
     return n;
 }
 
-std::vector<float> ConvStack::forward(const float* x, int64_t T, int threads) const {
+std::vector<float> ConvStack::forward(const float* x, int64_t T, int threads, bool fast) const {
+    const bool on_amx = fast && amx_available();
+    if (on_amx)
+        std::call_once(amx_->packed, [this] {
+            amx_->layers.resize(layers_.size());
+            for (size_t i = 0; i < layers_.size(); ++i) {
+                const Conv1dLayer& l = layers_[i];
+                const int64_t window = static_cast<int64_t>(l.kernel) * l.c_in;
+                amx_->layers[i].pack(l.weight.data(), window, l.c_out, window);
+            }
+        });
 #ifdef CBS_HAVE_BLAS
     // Our threads split the frames; OpenBLAS's own pool would oversubscribe the cores.
     static const bool one_thread = (scipy_openblas_set_num_threads(1), true);
@@ -97,7 +101,7 @@ std::vector<float> ConvStack::forward(const float* x, int64_t T, int threads) co
         next.assign(static_cast<size_t>(T * l.c_out), 0.0f);
         const bool leaky = li + 1 < layers_.size();
         parallel_for(T, threads, 16, [&](int64_t t0, int64_t t1) {
-            layer_rows(l, padded.data(), t0, t1, next.data(), leaky, slope_);
+            layer_rows(l, on_amx ? &amx_->layers[li] : nullptr, padded.data(), t0, t1, next.data(), leaky, slope_);
         });
         cur.swap(next);
     }

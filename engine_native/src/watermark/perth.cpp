@@ -279,7 +279,7 @@ std::vector<float> Perth::apply(const float* x, int64_t n, int sample_rate, int 
                                                                threads);
 }
 
-PerthDecoding Perth::decode(const float* x, int64_t n, int sample_rate, int threads) const {
+PerthDecoding Perth::decode(const float* x, int64_t n, int sample_rate, int threads, bool fast) const {
     check_input(x, n, sample_rate);
     const int F = hp_.n_bins, S = hp_.subband;
     const std::vector<float> x_model =
@@ -299,7 +299,7 @@ PerthDecoding Perth::decode(const float* x, int64_t n, int sample_rate, int thre
         br.frames = rate == 1.0 ? T : static_cast<int64_t>(static_cast<double>(T) * rate);
         if (br.frames < 1) throw ParameterError("the audio is too short for the watermark detector");
         const std::vector<float> in = br.frames == T ? low : stretch_linear(low.data(), T, S, br.frames);
-        const std::vector<float> y = decoder_[b].forward(in.data(), br.frames, threads);  // [frames][2]
+        const std::vector<float> y = decoder_[b].forward(in.data(), br.frames, threads, fast);  // [frames][2]
         br.mask = stretch_nearest(mask, br.frames);
         br.attention.resize(br.frames);
         br.mark.resize(br.frames);

@@ -57,8 +57,9 @@ public:
     // apply_watermark(x, sample_rate): hop * (frames - 1) samples at the model rate, as
     // many as librosa gives back at `sample_rate` (a few ms shorter than x).
     std::vector<float> apply(const float* x, int64_t n, int sample_rate, int threads) const;
-    // get_watermark(x, sample_rate, round=False), with each branch's frames.
-    PerthDecoding decode(const float* x, int64_t n, int sample_rate, int threads) const;
+    // get_watermark(x, sample_rate, round=False), with each branch's frames. `fast`: the
+    // decoder's products on AMX where the CPU has it (conv_stack.h), for a verdict.
+    PerthDecoding decode(const float* x, int64_t n, int sample_rate, int threads, bool fast = false) const;
 
     // The shortest input (samples at `sample_rate`) either call accepts: enough for the
     // STFT's reflection padding at the model rate.
