@@ -79,9 +79,9 @@ def main(argv=None) -> int:
         from engine_native import Engine
 
         engine = Engine(a.model, threads=a.threads)
-        engine.synthesize("Warm up.", seed=1)
+        engine.synthesize("Warm up.", seed=1, max_tokens=25)
         audio = []
-        synth_s = best(lambda: audio.append(engine.synthesize(TEXT, seed=1)), a.repeats)
+        synth_s = best(lambda: audio.append(engine.synthesize(TEXT, seed=1, max_tokens=250)), a.repeats)
         seconds = len(audio[-1]) / engine.sample_rate
         per10 = synth_s * 10.0 / seconds
         print(f"engine     synthesis: {synth_s:.3f} s for {seconds:.1f} s of audio ({per10:.3f} s per 10 s); "

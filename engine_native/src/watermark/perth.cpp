@@ -17,6 +17,7 @@ namespace {
 
 constexpr const char* kArch = "perth";
 constexpr const char* kBranches[3] = {"slow", "normal", "fast"};
+constexpr int kMinRate = 1000, kMaxRate = 768000;  // Hz: what a recording may come at
 
 // The GGUF file with its tensor data in host memory (the model is a few tens of MB).
 struct PerthFile {
@@ -198,6 +199,9 @@ int64_t Perth::parameters() const {
 }
 
 int64_t Perth::min_samples(int sample_rate) const {
+    if (sample_rate < kMinRate || sample_rate > kMaxRate)
+        throw ParameterError("sample rate must be between " + std::to_string(kMinRate) + " and " +
+                             std::to_string(kMaxRate) + " Hz, got " + std::to_string(sample_rate));
     const double ratio = static_cast<double>(hp_.sample_rate) / sample_rate;
     int64_t n = static_cast<int64_t>(std::ceil(stft_.min_length() / ratio));
     while (static_cast<int64_t>(std::ceil(static_cast<double>(n - 1) * ratio)) >= stft_.min_length() && n > 1) --n;
@@ -206,10 +210,8 @@ int64_t Perth::min_samples(int sample_rate) const {
 }
 
 void Perth::check_input(const float* x, int64_t n, int sample_rate) const {
-    if (sample_rate < 1000 || sample_rate > 768000)
-        throw ParameterError("sample rate must be between 1000 and 768000 Hz, got " + std::to_string(sample_rate));
+    const int64_t need = min_samples(sample_rate);  // checks the rate
     if (n <= 0) throw ParameterError("the audio is empty");
-    const int64_t need = min_samples(sample_rate);
     if (n < need)
         throw ParameterError("the audio is too short for the watermark: " + std::to_string(n) + " samples at " +
                              std::to_string(sample_rate) + " Hz, at least " + std::to_string(need) + " needed");
