@@ -371,3 +371,35 @@ def campplus_embed(model, wav16k) -> np.ndarray:
     """S3Gen's x-vector (`S3Gen.embed_ref`'s `speaker_encoder.inference([wav16k])`):
     Kaldi fbank, mean subtraction over time, CAMPPlus. f32 [192]."""
     return _component(model, "CampPlus").embed(np.asarray(wav16k, np.float32).reshape(-1).tolist())
+
+
+def watermark(samples, sample_rate: int, model=None) -> np.ndarray:
+    """`perth.PerthImplicitWatermarker().apply_watermark(samples, sample_rate=sample_rate)`:
+    float32. `model`: a perth.gguf (default: engine_native.watermark.find_model())."""
+    return _watermarker(model).apply(samples, int(sample_rate))
+
+
+def watermark_bits(samples, sample_rate: int, model=None) -> np.ndarray:
+    """`PerthImplicitWatermarker().get_watermark(samples, sample_rate, round=False)`: the
+    detector's score in [0, 1], a 0-d float32 array as the reference returns it."""
+    return _watermarker(model).bits(samples, int(sample_rate))
+
+
+def watermark_frames(samples, sample_rate: int, model=None) -> dict:
+    """The detector per frame: for each decoder branch (slow, normal, fast) the attention
+    and mark outputs [frames] of its layers, the frame mask it averages them under, and the
+    masked means; `score` is watermark_bits."""
+    return _watermarker(model).decode(samples, int(sample_rate))
+
+
+_watermarkers: dict[str, object] = {}
+
+
+def _watermarker(model):
+    from engine_native.watermark import Watermarker, find_model
+
+    path = str(Path(os.fspath(model) if model is not None else find_model()).resolve())
+    with _models_lock:
+        if path not in _watermarkers:
+            _watermarkers[path] = Watermarker(path)
+        return _watermarkers[path]

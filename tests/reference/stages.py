@@ -256,3 +256,4 @@ from . import stages_campplus  # noqa: E402,F401
 from . import stages_voice, stages_bench  # noqa: E402,F401
 from . import stages_mtl, stages_mtl_t3  # noqa: E402,F401
 from . import stages_mtl_cfm  # noqa: E402,F401
+from . import stages_perth  # noqa: E402,F401

@@ -89,6 +89,7 @@ void bind_features(py::module_& m);
 void bind_cfm(py::module_& m);
 void bind_s3tok(py::module_& m);
 void bind_campplus(py::module_& m);
+void bind_watermark(py::module_& m);
 namespace cbs {
 void bind_products(py::module_& m);
 }
@@ -215,6 +216,7 @@ PYBIND11_MODULE(_core, m) {
     bind_cfm(m);
     bind_s3tok(m);
     bind_campplus(m);
+    bind_watermark(m);
     cbs::bind_products(m);
 
     bind_text(m);
