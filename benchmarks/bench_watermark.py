@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.speech_samples import real_speech
+from tests.helpers.speech_samples import real_speech
 
 TEXT = ("The watermark is written into every sentence the engine speaks, so that anyone who "
         "receives the recording can later check where it came from. It costs very little.")

@@ -1,7 +1,7 @@
 """Interoperability and robustness of the Perth watermark: ours (engine_native.watermark) and
 the official package (resemble-perth 1.0.1, tests/reference/stages_perth.py) side by side.
 
-Clips (24 kHz): real speech from PyPI packages (tests/speech_samples.py; the 30 s pyannote
+Clips (24 kHz): real speech from PyPI packages (tests/helpers/speech_samples.py; the 30 s pyannote
 sample cut into 5 s pieces) and synthesised speech (espeak-ng, several voices), >= 20 in all.
 
 Interoperability: each clip unmarked, marked by us and marked by the official package, read
@@ -25,7 +25,7 @@ import soundfile as sf
 
 from tests.reference import refenv
 from tests.reference.runner import run_stage
-from tests.speech_samples import recordings, to_rate
+from tests.helpers.speech_samples import recordings, to_rate
 
 RATE = 24000
 ESPEAK = [  # (voice, words per minute, text)

