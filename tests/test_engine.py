@@ -20,7 +20,7 @@ import pytest
 import soundfile as sf
 
 from engine_native import (EmptyTextError, Engine, EngineError, ModelError, ParameterError, Voice, split_text)
-from engine_native.engine import _StreamVocoder
+from engine_native.bench import StageWatch
 from tests.models import model_path
 
 TEXT = "Hello there. This is a test!"
@@ -112,26 +112,8 @@ def test_cancel_during_a_long_graph_computation_frees_the_engine_at_once(engine,
     cancelling 50 ms into a long S3Gen pass (or the HiFT pass after it: 0.2 s on a fast host)
     ends the stream without that chunk, and the engine is free within a bound far below the
     pass's length. The bound is generous (a loaded machine); the measured latency is printed."""
-    started, interrupted = threading.Event(), []
-    mel, push = engine._mel, _StreamVocoder.push
-
-    def watched(original):
-        def run(*a, **k):
-            started.set()
-            try:
-                out = original(*a, **k)
-            except Exception:
-                interrupted.append(True)
-                raise
-            interrupted.append(False)
-            return out
-        return run
-
-    if stage == "s3gen":
-        engine._mel = watched(mel)
-    else:
-        _StreamVocoder.push = watched(push)
-    try:
+    watch = StageWatch({stage})  # the S3Gen pass (encoder and CFM), or HiFT's
+    with engine.profile(watch):
         # One 200-token first chunk: one long S3Gen pass (prompt + 200 tokens) and HiFT on 8 s of audio.
         it = engine.stream("A long sentence to cancel.", seed=1, max_tokens=200, first_chunk_tokens=200)
         got, freed = [], []
@@ -141,17 +123,15 @@ def test_cancel_during_a_long_graph_computation_frees_the_engine_at_once(engine,
 
         t = threading.Thread(target=consume)
         t.start()
-        assert started.wait(600)
+        assert watch.started.wait(600)
         time.sleep(0.05)
         t0 = time.perf_counter()
         it.cancel()
-        with engine._lock:  # the engine is free: the next caller gets in
+        with engine.stages.exclusive():  # the engine is free: the next caller gets in
             freed.append(time.perf_counter() - t0)
         t.join(timeout=60)
         assert not t.is_alive()
-    finally:
-        engine.__dict__.pop("_mel", None)
-        _StreamVocoder.push = push
+    interrupted = [outcome == "cancelled" for outcome in watch.outcome]
     print(f"cancel during {stage}: engine free after {freed[0] * 1e3:.0f} ms")
     assert interrupted == [True]       # the pass was cut short, not waited for
     assert got == []                   # no chunk of the cancelled sentence
