@@ -84,6 +84,35 @@ def test_stream_chunks_agree_with_synthesize(engine):
         assert {"t3_ms", "s3gen_ms", "hift_ms", "seed"} <= set(c.timings)
 
 
+def test_stages_time_themselves_and_tell_the_profile_hooks(engine):
+    """Every chunk carries its stages' timings (Chunk.stages; Chunk.timings as a dict), and
+    Engine.profile's hook hears each stage start and end, in order, with its outcome."""
+    events = []
+    with engine.profile(events.append):
+        chunks = list(engine.stream("Hello there.", seed=5, max_tokens=N, first_chunk_tokens=4, chunk_tokens=5))
+    engine.synthesize("Hi.", seed=0, max_tokens=4)  # outside: not heard
+    first = chunks[0].stages
+    assert first.seed == 5 and first.attempts == 1 and first.t3_tokens == first.speech_tokens >= 4
+    assert first.t3_prompt_ms > 0 and first.t3_steps_ms > 0 and first.hift_ms > 0
+    assert 0 < first.encoder_ms + first.cfm_ms <= first.s3gen_ms
+    assert sum(c.stages.t3_tokens for c in chunks) == N and chunks[-1].stages.speech_tokens == N
+    assert chunks[0].timings["t3_ms"] == pytest.approx(first.t3_prompt_ms + first.t3_steps_ms)
+    assert chunks[0].timings["audio_s"] == chunks[0].samples.size / engine.sample_rate
+    open_stages = []
+    for e in events:  # every end closes the innermost stage open
+        if e.phase == "start":
+            open_stages.append(e.stage)
+        else:
+            assert open_stages.pop() == e.stage and e.outcome == "finished" and e.ms >= 0
+    assert open_stages == []
+    names = [e.stage for e in events if e.phase == "start"]
+    assert names[:2] == ["t3_prompt", "t3_steps"] and names.count("t3_prompt") == 1
+    assert {"s3gen", "encoder", "cfm", "hift"} <= set(names)
+    assert names.count("hift") == len(chunks)
+    assert sum(e.ms for e in events if e.phase == "end" and e.stage == "hift") == pytest.approx(
+        sum(c.stages.hift_ms for c in chunks))
+
+
 def test_cancel_from_another_thread_stops_within_one_chunk(engine):
     text = "One two three. Four five six. Seven eight nine. Ten eleven twelve."
     it = engine.stream(text, seed=1, max_tokens=40, first_chunk_tokens=4, chunk_tokens=4)
