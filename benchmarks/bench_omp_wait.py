@@ -33,15 +33,14 @@ def child(model: str, tokens: int, threads: int) -> None:
     if os.environ.get("CBS_BENCH_UNSET_POLICY"):
         del os.environ["OMP_WAIT_POLICY"]  # ... undone before libgomp loads (with the CPU backend)
     from engine_native import _core
-    from engine_native.engine import Engine, _CancelToken
+    from engine_native.bench import StageWatch
+    from engine_native.engine import Engine
 
     e = Engine(model, threads=threads)
-    _, p = e._options(0, {"max_tokens": tokens})
-    ids = e._text_ids("The quick brown fox jumps over the lazy dog.")
-    s, c = e._t3_session(ids, 0, p, e.builtin_voice, _CancelToken())
-    t0 = time.perf_counter()
-    n = len(s.next(tokens))
-    print(json.dumps({"ms_per_token": (time.perf_counter() - t0) * 1e3 / n}))
+    watch = StageWatch({"t3_steps"})
+    with e.profile(watch):
+        n = len(e.speech_tokens("The quick brown fox jumps over the lazy dog.", seed=0, max_tokens=tokens)[0])
+    print(json.dumps({"ms_per_token": watch.ms["t3_steps"] / n}))
     del _core
 
 

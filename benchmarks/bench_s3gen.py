@@ -52,10 +52,10 @@ def main() -> int:
         e = Engine(model_path("turbo", q), threads=args.threads)
         v = e.builtin_voice
         tokens = np.concatenate([v.prompt_token, speech]).tolist()
-        enc_ms, mu = best_of(args.repeat, lambda: e._encoder.encode(tokens))
+        enc_ms, mu = best_of(args.repeat, lambda: e.stages.flow.token_encoder.encode(tokens))
         x0 = np.random.default_rng(0).standard_normal(mu.shape, dtype=np.float32)
-        cfm_ms, mel = best_of(args.repeat, lambda: e._cfm.sample(mu, v.prompt_feat, v.embedding, x0))
-        hift_ms, _ = best_of(args.repeat, lambda: e._hift.inference(mel, 0))
+        cfm_ms, mel = best_of(args.repeat, lambda: e.stages.flow.cfm.sample(mu, v.prompt_feat, v.embedding, x0))
+        hift_ms, _ = best_of(args.repeat, lambda: e.stages.vocoder.hift.inference(mel, 0))
         print(f"  native {q:<5} encoder {enc_ms:7.0f} ms   CFM {cfm_ms:7.0f} ms   HiFT {hift_ms:7.0f} ms")
     ref = run_stage("s3gen_bench", snapshot_dir("turbo"), speech_ids=speech, threads=np.asarray(args.threads),
                     repeat=np.asarray(args.repeat))

@@ -43,10 +43,10 @@ def worker(model: str, tokens: int, threads: int, mel_out: str) -> None:
     ids = np.concatenate([v.prompt_token, speech]).tolist()
     for _ in range(2):  # the first warms up (first touch of weights, allocators)
         w0, c0 = time.perf_counter(), time.process_time()
-        mu = e._encoder.encode(ids)
+        mu = e.stages.flow.token_encoder.encode(ids)
         w1, c1 = time.perf_counter(), time.process_time()
         x0 = np.random.default_rng(0).standard_normal(mu.shape, dtype=np.float32)
-        mel = e._cfm.sample(mu, v.prompt_feat, v.embedding, x0)
+        mel = e.stages.flow.cfm.sample(mu, v.prompt_feat, v.embedding, x0)
         w2, c2 = time.perf_counter(), time.process_time()
     np.save(mel_out, mel)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

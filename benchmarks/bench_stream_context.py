@@ -1,7 +1,8 @@
 """Streaming's left context: per-chunk cost and streamed-vs-batch difference by context size.
 
 For sentences of a few lengths (speech tokens sampled once by T3, then fixed), renders the
-batch audio once and the stream (the engine's own chunk pass, Engine._stream_pass, with the
+batch audio once and the stream (the engine's own stages' chunk pass, engine.stages.flow.mel
+and a vocoder stream, with the
 default chunking: a first chunk of 10 tokens, then 25) once per left context, and prints
 per-chunk S3Gen + HiFT time (first, last, max), the whole stream's S3Gen + HiFT time, and
 how the streamed audio differs from the batch: rel (L2) on the samples and the mean
@@ -13,7 +14,7 @@ Contexts are measured alternately per sentence, so a loaded machine affects them
 
 A config is CONTEXT:GROW[:PROMPT_S]: PROMPT_S > 0 gives the stream's passes only the last
 PROMPT_S seconds of the voice's S3Gen prompt (the batch keeps the preset's). --prompt: the
-passes against the voice prompt's cached prefix (the engine's way, engine._STREAM_CACHED_PROMPT;
+passes against the voice prompt's cached prefix (the engine's way, s3gen_flow.STREAM_CACHED_PROMPT;
 prepared before timing, as the app does when a voice is chosen) and/or over the whole prompt
 again each pass (the reference's full-context S3Gen); each config runs once per choice.
 """
@@ -25,24 +26,32 @@ import time
 
 import numpy as np
 
-from engine_native import engine as engine_module
-from engine_native.engine import PRESETS, Engine, _CancelToken, _StreamVocoder
+from engine_native.engine import PRESETS, Engine, StageTimes
+from engine_native.pipeline import s3gen_flow
+from engine_native.pipeline.vocoder_stream import HIFT_CONTEXT
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the green forest."
 
 
 def stream_audio(engine, tokens, voice, seed, p, context, grow=0.0, first=10, every=25):
     """The stream's audio and per-chunk ms; `grow` > 0: a chunk after the first takes
-    max(every, grow x the tokens so far) tokens (growing chunks, fewer passes)."""
-    vocoder, out, chunk_ms = _StreamVocoder(engine._hift, seed), [], []
+    max(every, grow x the tokens so far) tokens (growing chunks, fewer passes). A pass starts
+    `context` tokens (-1: all) before the vocoder's own context, as the engine's scheduler does."""
+    flow, ratio = engine.stages.flow, engine.stages.config.token_mel_ratio
+    vocoder, out, chunk_ms = engine.stages.vocoder.stream(seed), [], []
     n, started = 0, False
     while True:
         n = min(len(tokens), n + (max(every, int(grow * n)) if n else first))
         final = n == len(tokens)
-        wav, s3_ms, hift_ms = engine._stream_pass(tokens[:n], final, vocoder, voice, seed, p, context)
-        chunk_ms.append(s3_ms + hift_ms)
+        start = 0 if context < 0 else max(0, (vocoder.emitted - HIFT_CONTEXT) // ratio - context)
+        times = StageTimes()
+        mel = flow.mel(flow.speech_input(tokens[:n], final), voice, seed, final=final, cfm_steps=p["cfm_steps"],
+                       prompt_seconds=p["prompt_seconds"], start=start, cached_prompt=flow.prefix_usable(p["cfm_steps"]),
+                       times=times)
+        wav = vocoder.push(mel, final, ratio * start, times)
+        chunk_ms.append(times.s3gen_ms + times.hift_ms)
         if wav.size and not started:
-            wav, started = engine._fade_in(wav), True
+            wav, started = engine.stages.vocoder.fade_in(wav), True
         out.append(wav)
         if final:
             return np.concatenate(out), chunk_ms
@@ -62,26 +71,27 @@ def main(argv=None) -> int:
     voice, seed = engine.builtin_voice, 7
     preset = dict(PRESETS[a.preset])
     preset.pop("first_chunk_tokens", None), preset.pop("chunk_tokens", None)
-    mel24 = engine._voice_encoders()["mel"]
+    with engine.stages.lock:
+        mel24 = engine.stages.cloner.encoders()["mel"]
     print(f"{engine.variant} {engine.info['quantization']}, {a.threads} threads, preset {a.preset}")
     print(f"{'tokens':>6} {'prompt':>6} {'context':>7} {'grow':>4} {'chunks':>6} {'first ms':>8} {'last ms':>8} {'max ms':>8} "
           f"{'total s':>8} {'batch s':>8} {'rel':>7} {'logmel':>7}")
     for L in a.lengths:
-        _, p = engine._options(seed, {"max_tokens": L, **preset})
-        stream, cache = engine._t3_session(engine._text_ids(TEXT), seed, p, voice, _CancelToken())
-        tokens = stream.next(L)
-        engine._end_session(stream, cache, _CancelToken())
+        p = {**engine.defaults, **preset}
+        tokens = engine.speech_tokens(TEXT, seed=seed, max_tokens=L, **preset)[0]
+        flow = engine.stages.flow
         t0 = time.perf_counter()
-        mel = engine._mel(engine._speech_tokens(tokens, True), voice, seed, True, p)
-        batch, _ = _StreamVocoder(engine._hift, seed).push(mel, True)
-        batch = engine._fade_in(batch)
+        mel = flow.mel(flow.speech_input(tokens, True), voice, seed, final=True, cfm_steps=p["cfm_steps"],
+                       prompt_seconds=p["prompt_seconds"])
+        batch = engine.stages.vocoder.stream(seed).push(mel, True)
+        batch = engine.stages.vocoder.fade_in(batch)
         batch_s = time.perf_counter() - t0
         ref_mel = np.asarray(mel24.compute(batch))
         for cfg, prompt in ((c, m) for c in a.configs for m in a.prompt):
             ctx, grow, *prompt_s = cfg.split(":")
             ctx, grow = int(ctx), float(grow)
             ps = {**p, "prompt_seconds": float(prompt_s[0])} if prompt_s else p
-            engine_module._STREAM_CACHED_PROMPT = prompt == "cached"
+            s3gen_flow.STREAM_CACHED_PROMPT = prompt == "cached"
             list(engine.prepare_stream(voice, cfm_steps=ps["cfm_steps"], prompt_seconds=ps["prompt_seconds"]))
             wav, chunk_ms = stream_audio(engine, tokens, voice, seed, ps, ctx, grow)
             n = min(wav.size, batch.size)

@@ -18,8 +18,9 @@ import time
 
 import numpy as np
 
-from engine_native.bench import BENCH_TEXT
-from engine_native.engine import Engine, _CancelToken
+from engine_native.bench import BENCH_TEXT, StageWatch
+from engine_native.engine import Engine, StageTimes
+from engine_native.pipeline import stages as stages_module
 
 
 MODES = {  # how a stream runs T3 beside S3Gen (T3 keeps the engine's threads)
@@ -30,8 +31,8 @@ MODES = {  # how a stream runs T3 beside S3Gen (T3 keeps the engine's threads)
 
 
 def set_mode(engine, mode):
-    engine._overlap, fewer = MODES[mode]
-    engine._s3gen_beside_threads = max(1, engine._n_threads + fewer)
+    engine.stages.t3.beside_s3gen, fewer = MODES[mode]
+    stages_module.S3GEN_BESIDE_T3_FEWER_THREADS = -fewer
 
 
 def profile_stream(engine, preset, n, seed):
@@ -49,12 +50,13 @@ def profile_stream(engine, preset, n, seed):
 
 def batch(engine, preset, n, seed):
     opts = {k: v for k, v in preset.items() if k not in ("first_chunk_tokens", "chunk_tokens")}
-    voice, seed, p = engine._request(BENCH_TEXT, None, seed, {"max_tokens": n, **opts})
+    watch = StageWatch({"t3_prompt", "t3_steps", "s3gen", "hift"})
     t0 = time.perf_counter()
-    chunks = list(engine._chunks(BENCH_TEXT, voice, seed, p, False, 0, 0, _CancelToken()))
+    with engine.profile(watch):
+        n_samples = engine.synthesize(BENCH_TEXT, seed=seed, max_tokens=n, **opts).size
     wall = time.perf_counter() - t0
-    t = chunks[0].timings
-    return wall, t["t3_ms"], t["s3gen_ms"], t["hift_ms"], sum(c.samples.size for c in chunks)
+    t = watch.ms
+    return wall, t["t3_prompt"] + t["t3_steps"], t["s3gen"], t["hift"], n_samples
 
 
 def threads_split(model, n, seed):
@@ -62,17 +64,13 @@ def threads_split(model, n, seed):
     engines = {k: Engine(model, threads=k) for k in (1, 2)}
     for _ in range(2):
         for k, e in engines.items():
-            voice = e.builtin_voice
-            _, p = e._options(seed, {"max_tokens": n})
-            ids = e._text_ids(BENCH_TEXT)
-            s, cache = e._t3_session(ids, seed, p, voice, _CancelToken())
-            t0 = time.perf_counter()
-            tokens = s.next(60)
-            t3 = (time.perf_counter() - t0) * 1e3 / max(len(tokens), 1)
-            e._end_session(s, cache, _CancelToken())
-            t0 = time.perf_counter()
-            e._mel(e._speech_tokens(tokens, True), voice, seed, True, p)
-            s3 = (time.perf_counter() - t0) * 1e3
+            watch = StageWatch({"t3_steps"})
+            with e.profile(watch):
+                tokens = e.speech_tokens(BENCH_TEXT, seed=seed, max_tokens=60)[0]
+            t3 = watch.ms["t3_steps"] / max(len(tokens), 1)
+            flow, times = e.stages.flow, StageTimes()
+            flow.mel(flow.speech_input(tokens, True), e.builtin_voice, seed, final=True, times=times)
+            s3 = times.s3gen_ms
             print(f"threads {k}: T3 {t3:6.1f} ms/token   S3Gen pass (prompt + {len(tokens)} tokens) {s3:7.0f} ms", flush=True)
 
 

@@ -27,17 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def child(model: str, tokens: int, threads: int) -> None:
     import engine_native
-    from engine_native.engine import Engine, _CancelToken
+    from engine_native.bench import StageWatch
+    from engine_native.engine import Engine
 
     e = Engine(model, threads=threads)
-    _, p = e._options(0, {"max_tokens": tokens})
-    ids = e._text_ids("The quick brown fox jumps over the lazy dog.")
-    t0 = time.perf_counter()
-    s, _ = e._t3_session(ids, 0, p, e.builtin_voice, _CancelToken())
-    t1 = time.perf_counter()
-    n = len(s.next(tokens))
-    t2 = time.perf_counter()
-    print(json.dumps({"ms_per_token": (t2 - t1) * 1e3 / n, "prompt_ms": (t1 - t0) * 1e3,
+    watch = StageWatch({"t3_prompt", "t3_steps"})
+    with e.profile(watch):
+        n = len(e.speech_tokens("The quick brown fox jumps over the lazy dog.", seed=0, max_tokens=tokens)[0])
+    print(json.dumps({"ms_per_token": watch.ms["t3_steps"] / n, "prompt_ms": watch.ms["t3_prompt"],
                       "module": engine_native.__file__, "cpu": engine_native._core.system_info()["cpu_variant"]}))
 
 

@@ -122,19 +122,22 @@ def s3gen_stages(mf, profile=False) -> None:
 
 
 def hift_push_split(mf, n_frames=500, reps=5) -> None:
-    """HiFT as the bench times it (engine._StreamVocoder.push, final, noise drawn ahead), its
+    """HiFT as the bench times it (a vocoder stream's push, final, noise drawn ahead), its
     parts apart: f0, excitation_continue, decode; and decode with ggml-cuda's own im2col
     kernel (GGML_CUDA_IM2COL_LEGACY, read per call; patches/0005) against the tiled one,
     alternating in one process."""
     import os
 
-    from engine_native.engine import _StreamVocoder
+    from engine_native.pipeline.concurrency import FairLock
+    from engine_native.pipeline.profile import Profiler
+    from engine_native.pipeline.vocoder_stream import Vocoder
 
     mel = np.random.default_rng(5).standard_normal((80, n_frames), dtype=np.float32) * 0.5 - 5
     h = _core.HiFT(mf)
+    vocoder = Vocoder(h, 0, FairLock(), Profiler())
     parts = {"push": [], "f0": [], "excitation": [], "decode": []}
     for _ in range(reps + 1):
-        v = _StreamVocoder(h, 0)
+        v = vocoder.stream(0)
         time.sleep(0.3)  # the noise drawn ahead, as while T3 runs
         t0 = time.perf_counter()
         v.push(mel, final=True)

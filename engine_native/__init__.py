@@ -1,6 +1,7 @@
 """Chatterbox Studio's native engine: a C++/ggml port of Chatterbox behind pybind11.
 
-The public surface: `Engine`, `Voice`, `Chunk`, `Stream`, the error classes, and
+The public surface: `Engine`, `Voice`, `Chunk`, `Stream`, `StageTimes` / `StageEvent` (what
+each stage cost: `Chunk.stages`, `Engine.profile`), the error classes, and
 `system_info()` / `ggml_version()`. The submodules `convert` (model files), `debug`
 (parity seams) and `_core` (the native module) are for tools and tests.
 """
@@ -92,7 +93,7 @@ from engine_native._core import ModelFile, devices, ggml_version, system_info  #
 
 
 def __getattr__(name: str):  # the engine loads numpy-heavy modules: import it on first use
-    if name in ("Engine", "Chunk", "Stream", "MIN_VOICE_SECONDS"):
+    if name in ("Engine", "Chunk", "Stream", "StageTimes", "StageEvent", "MIN_VOICE_SECONDS"):
         from engine_native import engine
 
         return getattr(engine, name)
@@ -107,7 +108,7 @@ def __getattr__(name: str):  # the engine loads numpy-heavy modules: import it o
     raise AttributeError(f"module 'engine_native' has no attribute {name!r}")
 
 
-__all__ = ["Engine", "Voice", "Chunk", "Stream", "Sentence", "split_text", "EngineError", "ModelError", "VoiceError",
+__all__ = ["Engine", "Voice", "Chunk", "Stream", "StageTimes", "StageEvent", "Sentence", "split_text", "EngineError", "ModelError", "VoiceError",
            "VoiceTooShortError", "SilentAudioError", "IncompatibleVoiceError", "EmptyTextError", "ParameterError",
            "Cancelled", "Superseded", "OutOfMemoryError", "EngineBusyError", "DeviceError", "ModelFile", "devices", "ggml_version",
            "system_info", "MIN_VOICE_SECONDS"]

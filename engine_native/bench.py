@@ -3,12 +3,13 @@
 10 s of speech: T3 samples 250 tokens with the model's default sampling (random-weight
 models never stop by themselves, so the count is fixed), S3Gen renders them with the
 built-in voice, and a low-latency stream measures the time to first audio. Timings come
-from the engine's own components, stage by stage, in one process. Then the user-level
-figures: a whole streamed synthesis per preset beside a batch synthesis of the same text
-(wall time over audio length), the cancel latency (Stop in the middle of a long S3Gen /
-HiFT pass until the engine is free, and inside each stage: T3 prompt, encoder, CFM, HiFT),
-the peak RSS of synthesis alone, and cloning a 10 s recording (its time, the peak RSS with
-the cloning encoders loaded, and the RSS once they are released).
+from the stages themselves (`Engine.profile`'s events, a `StageTimes` record), stage by
+stage, in one process; the bench calls only public names (`Engine`, `Engine.stages`).
+Then the user-level figures: a whole streamed synthesis per preset beside a batch synthesis
+of the same text (wall time over audio length), the cancel latency (Stop in the middle of a
+long S3Gen / HiFT pass until the engine is free, and inside each stage: T3 prompt, encoder,
+CFM, HiFT), the peak RSS of synthesis alone, and cloning a 10 s recording (its time, the
+peak RSS with the cloning encoders loaded, and the RSS once they are released).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from __future__ import annotations
 import resource
 import threading
 import time
+from collections import defaultdict
 
 import numpy as np
 
-from engine_native.engine import Engine, _CancelToken, _StreamVocoder
-from engine_native.errors import Cancelled, EngineError
+from engine_native.engine import Engine, StageTimes
+from engine_native.errors import EngineError
 
 BENCH_TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
               "green forest before the sun goes down.")
@@ -30,6 +32,26 @@ def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
+class StageWatch:
+    """A hook for `Engine.profile`: when one of `stages` (None: any) first starts, how each of
+    its runs ended ("finished", "cancelled", "failed") and their ms by stage."""
+
+    def __init__(self, stages=None):
+        self.stages = None if stages is None else set(stages)
+        self.started = threading.Event()
+        self.outcome: list[str] = []
+        self.ms: dict[str, float] = defaultdict(float)
+
+    def __call__(self, event) -> None:
+        if self.stages is not None and event.stage not in self.stages:
+            return
+        if event.phase == "start":
+            self.started.set()
+        else:
+            self.outcome.append(event.outcome)
+            self.ms[event.stage] += event.ms
+
+
 def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, seed: int = 0,
               device: str = "auto", language: str | None = None, exaggeration: float | None = None,
               cfg_weight: float | None = None) -> dict:
@@ -37,6 +59,7 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
     defaults, the language detected: English)."""
     t0 = time.perf_counter()
     engine = Engine(model_path, threads=threads, device=device)
+    stages = engine.stages
     mtl = {"language": language, "exaggeration": exaggeration, "cfg_weight": cfg_weight}
     r = {"load_ms": _ms(t0), "variant": engine.variant, "quantization": engine.info["quantization"],
          "threads": threads or engine.info["threads"], "device": engine.device, "hift_device": engine.info["hift_device"]}
@@ -44,42 +67,33 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
         # A device's first graphs load kernels and build its caches: time the second run.
         engine.synthesize(BENCH_TEXT, seed=seed, max_tokens=min(n_tokens, 50), **mtl)
     voice = engine.builtin_voice
-    _, p = engine._options(seed, {"max_tokens": n_tokens, "exaggeration": exaggeration, "cfg_weight": cfg_weight})
-    ids = engine._text_ids(BENCH_TEXT, engine._language(language, BENCH_TEXT))
-    r["text_ids"] = np.asarray(ids, np.int32)
+    r["text_ids"] = np.asarray(engine.text_tokens(BENCH_TEXT, language), np.int32)
 
-    cancel = _CancelToken()
-    t0 = time.perf_counter()
-    stream, cache = engine._t3_session(ids, seed, p, voice, cancel)  # first prompt: also the voice's prefix
-    r["t3_first_prompt_ms"] = _ms(t0)
-    engine._end_session(stream, cache, cancel)
-    vocoder = _StreamVocoder(engine._hift, seed)  # as the engine does: the HiFT noise is drawn while T3 runs
-    t0 = time.perf_counter()
-    stream, cache = engine._t3_session(ids, seed, p, voice, cancel)  # the voice's prefix is cached now
-    r["t3_prompt_ms"] = _ms(t0)
-    t0 = time.perf_counter()
-    tokens = stream.next(n_tokens)
-    t3_steps_ms = _ms(t0)
-    engine._end_session(stream, cache, cancel)
+    # T3: a first prompt (a fresh KV cache: the voice's prefix computed too), then a prompt
+    # with the voice's prefix cached and n_tokens steps.
+    stages.t3.release_idle_caches()
+    first = StageWatch()
+    with engine.profile(first):
+        engine.speech_tokens(BENCH_TEXT, seed=seed, max_tokens=1, **mtl)
+    r["t3_first_prompt_ms"] = first.ms["t3_prompt"]
+    vocoder = stages.vocoder.stream(seed)  # as the engine does: the HiFT noise is drawn while T3 runs
+    t3 = StageWatch()
+    with engine.profile(t3):
+        tokens = engine.speech_tokens(BENCH_TEXT, seed=seed, max_tokens=n_tokens, **mtl)[0]
+    r["t3_prompt_ms"] = t3.ms["t3_prompt"]
     r["t3_tokens"] = len(tokens)
-    r["t3_ms_per_token"] = t3_steps_ms / max(len(tokens), 1)
-    r["t3_ms"] = r["t3_prompt_ms"] + t3_steps_ms
+    r["t3_ms_per_token"] = t3.ms["t3_steps"] / max(len(tokens), 1)
+    r["t3_ms"] = r["t3_prompt_ms"] + t3.ms["t3_steps"]
 
-    speech = engine._speech_tokens(tokens, final=True)
-    r["speech_ids"] = np.asarray([t for t in tokens if t < engine._speech_codes], np.int32)
+    # S3Gen and HiFT on those tokens, a whole sentence's pass (the reference's).
+    flow = stages.flow
+    r["speech_ids"] = np.asarray(flow.speech_input(tokens, final=False), np.int32)
+    times = StageTimes()
+    mel = flow.mel(flow.speech_input(tokens, final=True), voice, seed, final=True, times=times)
+    wav = vocoder.push(mel, final=True, times=times)
+    r["encoder_ms"], r["cfm_ms"], r["hift_ms"] = times.encoder_ms, times.cfm_ms, times.hift_ms
     t0 = time.perf_counter()
-    mu = engine._encoder.encode(np.concatenate([voice.prompt_token, np.asarray(speech, np.int32)]).tolist())
-    r["encoder_ms"] = _ms(t0)
-    rng = np.random.Generator(np.random.PCG64(seed))
-    x0 = np.ascontiguousarray(rng.standard_normal((mu.shape[1], mu.shape[0]), dtype=np.float32).T)
-    t0 = time.perf_counter()
-    mel = engine._cfm.sample(mu, voice.prompt_feat, voice.embedding, x0, n_steps=p["cfm_steps"])
-    r["cfm_ms"] = _ms(t0)
-    t0 = time.perf_counter()
-    wav, _ = vocoder.push(mel, final=True)
-    r["hift_ms"] = _ms(t0)
-    t0 = time.perf_counter()
-    engine._hift.inference(mel, seed)  # the noise drawn only now, as before it was drawn ahead
+    stages.vocoder.hift.inference(mel, seed)  # the noise drawn only now, as before it was drawn ahead
     r["hift_noise_at_hift_ms"] = _ms(t0)
     r["audio_s"] = wav.size / engine.sample_rate
     r["generation_ms"] = r["t3_ms"] + r["encoder_ms"] + r["cfm_ms"] + r["hift_ms"]
@@ -153,106 +167,60 @@ def release_figures(engine: Engine) -> dict:
     return {"rss_cloned_mb": before, "rss_released_mb": _rss_mb(), "released_mb": freed / 2**20}
 
 
-class Watch:
-    """Reports when a wrapped function starts and whether it finished or was cancelled."""
+def _cancel_when_started(engine: Engine, it, watch: StageWatch, delay: float, what: str) -> tuple[float, list]:
+    """Consumes `it` on a thread, cancels it `delay` s after the watched stage first started:
+    (ms from the cancel until the engine is free, the chunks got)."""
+    got, errors = [], []
 
-    def __init__(self):
-        self.started, self.outcome = threading.Event(), []
+    def consume():
+        try:
+            got.extend(it)
+        except Exception as e:  # noqa: BLE001 - raised in the caller's thread below
+            errors.append(e)
 
-    def wrap(self, fn):
-        def run(*a, **k):
-            self.started.set()
-            try:
-                out = fn(*a, **k)
-            except Cancelled:
-                self.outcome.append("cancelled")
-                raise
-            self.outcome.append("finished")
-            return out
-        return run
-
-
-class WatchedComponent:
-    """A native component whose `methods` are watched (pybind objects take no new attributes)."""
-
-    def __init__(self, target, methods: tuple[str, ...], watch: Watch):
-        self._target, self._methods, self._watch = target, methods, watch
-
-    def __getattr__(self, name):
-        attr = getattr(self._target, name)
-        return self._watch.wrap(attr) if name in self._methods else attr
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    if not watch.started.wait(600):
+        raise EngineError(f"the stage {what} never started")
+    time.sleep(delay)
+    t0 = time.perf_counter()
+    it.cancel()
+    with engine.stages.exclusive():  # the engine is free: the next caller gets in (T3 and S3Gen)
+        ms = _ms(t0)
+    t.join(120)
+    if errors:
+        raise errors[0]
+    return ms, got
 
 
-def cancel_in(engine: Engine, stage: str, delay: float, text: str, seed: int, n_tokens: int) -> tuple[float, Watch, list]:
+def cancel_in(engine: Engine, stage: str, delay: float, text: str, seed: int, n_tokens: int) -> tuple[float, StageWatch, list]:
     """Streams `text` as one chunk of n_tokens and cancels `delay` s into `stage` ("t3_prompt",
-    "encoder", "cfm", "hift"): (ms until the engine is free, the stage's Watch, the chunks got)."""
-    w = Watch()
+    "encoder", "cfm", "hift"): (ms until the engine is free, the stage's StageWatch, the chunks got)."""
+    watch = StageWatch({stage})
     if stage == "t3_prompt":
-        engine._idle_caches.clear()  # a fresh KV cache: the prompt computes the voice's prefix too
-        engine._t3_session = w.wrap(engine._t3_session)
-        attr = None
-    else:
-        # A stream's passes take the voice prompt as a cached prefix (made on a first stream).
-        attr, methods = {"encoder": ("_encoder", ("encode", "make_prefix", "encode_after_prefix")),
-                         "cfm": ("_cfm", ("sample", "make_prefix", "sample_after_prefix")),
-                         "hift": ("_hift", ("decode",))}[stage]
-        component = getattr(engine, attr)
-        setattr(engine, attr, WatchedComponent(component, methods, w))
-    try:
+        engine.stages.t3.release_idle_caches()  # a fresh KV cache: the prompt computes the voice's prefix too
+    with engine.profile(watch):
         it = engine.stream(text, seed=seed, max_tokens=n_tokens, first_chunk_tokens=n_tokens, chunk_tokens=n_tokens)
-        got, errors = [], []
-
-        def consume():
-            try:
-                got.extend(it)
-            except Exception as e:  # noqa: BLE001 - raised in the caller's thread below
-                errors.append(e)
-
-        t = threading.Thread(target=consume, daemon=True)
-        t.start()
-        if not w.started.wait(600):
-            raise EngineError(f"the stage {stage} never started")
-        time.sleep(delay)
-        t0 = time.perf_counter()
-        it.cancel()
-        with engine._t3_lock, engine._lock:  # the engine is free: the next caller gets in (T3 and S3Gen)
-            ms = _ms(t0)
-        t.join(120)
-        if errors:
-            raise errors[0]
-    finally:
-        if attr is None:
-            del engine._t3_session
-        else:
-            setattr(engine, attr, component)
-    return ms, w, got
+        ms, got = _cancel_when_started(engine, it, watch, delay, stage)
+    return ms, watch, got
 
 
 def stream_cfm_seconds(engine: Engine, n_tokens: int) -> float:
     """Seconds of the CFM call a one-chunk stream of n_tokens makes with the built-in voice:
     against the voice prompt's cached prefix (prepared here first, as the app does), else over
     prompt + speech. Where to place a cancel inside it."""
-    voice = engine.builtin_voice
+    voice, flow = engine.builtin_voice, engine.stages.flow
     list(engine.prepare_stream(voice))
-    n_mels = voice.prompt_feat.shape[1]
-    if engine._prefixes:
-        (_, prefix), = engine._prefixes.values()
-        shape = (n_mels, n_tokens * engine._token_mel_ratio)
-        run = lambda mu, x0: engine._cfm.sample_after_prefix(prefix, mu, x0)  # noqa: E731
-    else:
-        shape = (n_mels, voice.prompt_feat.shape[0] + n_tokens * engine._token_mel_ratio)
-        run = lambda mu, x0: engine._cfm.sample(mu, voice.prompt_feat, voice.embedding, x0)  # noqa: E731
-    mu = np.zeros(shape, np.float32)
-    x0 = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
-    t0 = time.perf_counter()
-    run(mu, x0)
-    return time.perf_counter() - t0
+    times = StageTimes()
+    flow.mel(flow.speech_input([0] * n_tokens, final=True), voice, 0, final=True,
+             cached_prompt=flow.prefix_usable(), times=times)
+    return times.cfm_ms / 1e3
 
 
 def cancel_latency_by_stage(engine: Engine, seed: int, n_tokens: int, cfm_s: float) -> dict:
     """ms from Stream.cancel() to the engine being free, cancelling inside each stage: the T3
     prompt, the S3Gen encoder, the CFM in its first and last quarter (cfm_s: the stream's CFM
-    call's length, stream_cfm_seconds), HiFT's decode. A stage that finished before the cancel reached it is marked."""
+    call's length, stream_cfm_seconds), HiFT. A stage that finished before the cancel reached it is marked."""
     out = {}
     for name, stage, delay in (("T3 prompt", "t3_prompt", 0.05), ("S3Gen encoder", "encoder", 0.05),
                                ("CFM, early", "cfm", 0.25 * cfm_s), ("CFM, late", "cfm", 0.75 * cfm_s),
@@ -271,26 +239,9 @@ def cancel_latency(engine: Engine, seed: int, n_tokens: int, options=None, delay
     cancel `delay` seconds after a long S3Gen pass (a whole sentence in one chunk) started."""
     out = []
     for delay in delays:
-        started = threading.Event()
-        mel = engine._mel
-
-        def watched(*a, **k):
-            started.set()
-            return mel(*a, **k)
-
-        engine._mel = watched
-        try:
+        watch = StageWatch({"s3gen"})
+        with engine.profile(watch):
             it = engine.stream(BENCH_TEXT, seed=seed, max_tokens=n_tokens, first_chunk_tokens=n_tokens,
                                **(options or {}))
-            t = threading.Thread(target=lambda: list(it), daemon=True)
-            t.start()
-            started.wait()
-            time.sleep(delay)
-            t0 = time.perf_counter()
-            it.cancel()
-            with engine._t3_lock, engine._lock:
-                out.append(_ms(t0))
-            t.join()
-        finally:
-            del engine._mel
+            out.append(_cancel_when_started(engine, it, watch, delay, "s3gen")[0])
     return out

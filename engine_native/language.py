@@ -18,6 +18,9 @@ NAMES = {
     "ko": "Korean", "ms": "Malay", "nl": "Dutch", "no": "Norwegian", "pl": "Polish", "pt": "Portuguese",
     "ru": "Russian", "sv": "Swedish", "sw": "Swahili", "tr": "Turkish", "zh": "Chinese",
 }
+# The Multilingual model's language codes (mtl_tts.SUPPORTED_LANGUAGES, in its order): the one
+# list the converter (its tokenizer's tags) and the text front end read.
+LANGUAGES = tuple(sorted(NAMES))
 
 # Code point ranges of the scripts that name one language (of the 23).
 _SCRIPTS = (

@@ -120,6 +120,18 @@ def check(name: str, value, *, upper: float | None = None):
     return option(name).check(value, upper=upper)
 
 
+# Seeds a take draws when none is given: the range every caller's seed option accepts and
+# that fits a C int on every side of the native boundary.
+_RANDOM_SEEDS = 2**31
+
+
 def random_seed() -> int:
-    """A take's seed when none is given: the one place that chooses it (engine, app, server, CLI)."""
-    return secrets.randbelow(2**31)
+    """A fresh random seed for a take (in [0, 2**31)): the one place a seed is drawn, so the
+    engine, the app and the command line choose seeds alike."""
+    return secrets.randbelow(_RANDOM_SEEDS)
+
+
+def take_seed(seed) -> int:
+    """The seed a take uses: `seed` checked (ParameterError when out of range), a fresh
+    `random_seed()` when None."""
+    return random_seed() if seed is None else check("seed", seed)

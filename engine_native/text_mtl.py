@@ -23,8 +23,6 @@ from engine_native import _core
 
 log = logging.getLogger(__name__)
 
-LANGUAGES = ("ar", "da", "de", "el", "en", "es", "fi", "fr", "he", "hi", "it", "ja", "ko",
-             "ms", "nl", "no", "pl", "pt", "ru", "sv", "sw", "tr", "zh")
 PYKAKASI_MISSING = ("Japanese: pykakasi is not installed, so kanji are passed through unconverted "
                     "(as the reference does without it). Add it with: pip install 'chatterbox-studio[ja]'")
 

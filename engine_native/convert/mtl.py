@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from engine_native.convert.errors import ConvertError
+from engine_native.language import LANGUAGES  # mtl_tts.SUPPORTED_LANGUAGES
 
 T3_FILE = "t3_mtl23ls_v2.safetensors"
 S3GEN_FILE = "s3gen.pt"
@@ -27,9 +28,6 @@ TOKENIZER_FILE = "grapheme_mtl_merged_expanded_v1.json"
 CANGJIE_FILE = "Cangjie5_TC.json"
 HF_CACHE_REPO = "models--ResembleAI--chatterbox"
 
-# mtl_tts.SUPPORTED_LANGUAGES
-LANGUAGES = ("ar", "da", "de", "el", "en", "es", "fi", "fr", "he", "hi", "it", "ja", "ko",
-             "ms", "nl", "no", "pl", "pt", "ru", "sv", "sw", "tr", "zh")
 # alignment_stream_analyzer.LLAMA_ALIGNED_HEADS, flattened (layer, head, layer, head, ...)
 ALIGNED_HEADS = (12, 15, 13, 11, 9, 2)
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4

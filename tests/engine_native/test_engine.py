@@ -20,7 +20,7 @@ import pytest
 import soundfile as sf
 
 from engine_native import (EmptyTextError, Engine, EngineError, ModelError, ParameterError, Voice, split_text)
-from engine_native.engine import _StreamVocoder
+from engine_native.bench import StageWatch
 from tests.helpers.models import model_path
 
 TEXT = "Hello there. This is a test!"
@@ -84,6 +84,35 @@ def test_stream_chunks_agree_with_synthesize(engine):
         assert {"t3_ms", "s3gen_ms", "hift_ms", "seed"} <= set(c.timings)
 
 
+def test_stages_time_themselves_and_tell_the_profile_hooks(engine):
+    """Every chunk carries its stages' timings (Chunk.stages; Chunk.timings as a dict), and
+    Engine.profile's hook hears each stage start and end, in order, with its outcome."""
+    events = []
+    with engine.profile(events.append):
+        chunks = list(engine.stream("Hello there.", seed=5, max_tokens=N, first_chunk_tokens=4, chunk_tokens=5))
+    engine.synthesize("Hi.", seed=0, max_tokens=4)  # outside: not heard
+    first = chunks[0].stages
+    assert first.seed == 5 and first.attempts == 1 and first.t3_tokens == first.speech_tokens >= 4
+    assert first.t3_prompt_ms > 0 and first.t3_steps_ms > 0 and first.hift_ms > 0
+    assert 0 < first.encoder_ms + first.cfm_ms <= first.s3gen_ms
+    assert sum(c.stages.t3_tokens for c in chunks) == N and chunks[-1].stages.speech_tokens == N
+    assert chunks[0].timings["t3_ms"] == pytest.approx(first.t3_prompt_ms + first.t3_steps_ms)
+    assert chunks[0].timings["audio_s"] == chunks[0].samples.size / engine.sample_rate
+    open_stages = []
+    for e in events:  # every end closes the innermost stage open
+        if e.phase == "start":
+            open_stages.append(e.stage)
+        else:
+            assert open_stages.pop() == e.stage and e.outcome == "finished" and e.ms >= 0
+    assert open_stages == []
+    names = [e.stage for e in events if e.phase == "start"]
+    assert names[:2] == ["t3_prompt", "t3_steps"] and names.count("t3_prompt") == 1
+    assert {"s3gen", "encoder", "cfm", "hift"} <= set(names)
+    assert names.count("hift") == len(chunks)
+    assert sum(e.ms for e in events if e.phase == "end" and e.stage == "hift") == pytest.approx(
+        sum(c.stages.hift_ms for c in chunks))
+
+
 def test_cancel_from_another_thread_stops_within_one_chunk(engine):
     text = "One two three. Four five six. Seven eight nine. Ten eleven twelve."
     it = engine.stream(text, seed=1, max_tokens=40, first_chunk_tokens=4, chunk_tokens=4)
@@ -112,26 +141,8 @@ def test_cancel_during_a_long_graph_computation_frees_the_engine_at_once(engine,
     cancelling 50 ms into a long S3Gen pass (or the HiFT pass after it: 0.2 s on a fast host)
     ends the stream without that chunk, and the engine is free within a bound far below the
     pass's length. The bound is generous (a loaded machine); the measured latency is printed."""
-    started, interrupted = threading.Event(), []
-    mel, push = engine._mel, _StreamVocoder.push
-
-    def watched(original):
-        def run(*a, **k):
-            started.set()
-            try:
-                out = original(*a, **k)
-            except Exception:
-                interrupted.append(True)
-                raise
-            interrupted.append(False)
-            return out
-        return run
-
-    if stage == "s3gen":
-        engine._mel = watched(mel)
-    else:
-        _StreamVocoder.push = watched(push)
-    try:
+    watch = StageWatch({stage})  # the S3Gen pass (encoder and CFM), or HiFT's
+    with engine.profile(watch):
         # One 200-token first chunk: one long S3Gen pass (prompt + 200 tokens) and HiFT on 8 s of audio.
         it = engine.stream("A long sentence to cancel.", seed=1, max_tokens=200, first_chunk_tokens=200)
         got, freed = [], []
@@ -141,17 +152,15 @@ def test_cancel_during_a_long_graph_computation_frees_the_engine_at_once(engine,
 
         t = threading.Thread(target=consume)
         t.start()
-        assert started.wait(600)
+        assert watch.started.wait(600)
         time.sleep(0.05)
         t0 = time.perf_counter()
         it.cancel()
-        with engine._lock:  # the engine is free: the next caller gets in
+        with engine.stages.exclusive():  # the engine is free: the next caller gets in
             freed.append(time.perf_counter() - t0)
         t.join(timeout=60)
         assert not t.is_alive()
-    finally:
-        engine.__dict__.pop("_mel", None)
-        _StreamVocoder.push = push
+    interrupted = [outcome == "cancelled" for outcome in watch.outcome]
     print(f"cancel during {stage}: engine free after {freed[0] * 1e3:.0f} ms")
     assert interrupted == [True]       # the pass was cut short, not waited for
     assert got == []                   # no chunk of the cancelled sentence

@@ -28,15 +28,15 @@ def recording(tmp_path_factory):
 
 def test_encoders_load_on_use_and_release(recording):
     engine = Engine(model_path("nano", "q4_0"), threads=2)
-    synthesis_only = engine._file.buffer_bytes
+    synthesis_only = engine.stages.file.buffer_bytes
     engine.synthesize("Hi.", seed=0, max_tokens=4)
-    assert engine._file.buffer_bytes == synthesis_only          # synthesis never loads them
+    assert engine.stages.file.buffer_bytes == synthesis_only          # synthesis never loads them
     first = engine.voice_from_audio(*recording)
-    loaded = engine._file.buffer_bytes
+    loaded = engine.stages.file.buffer_bytes
     assert loaded > synthesis_only
     print(f"model buffers: {synthesis_only / 2**20:.0f} MB synthesis-only, {loaded / 2**20:.0f} MB cloning")
     assert engine.release_voice_encoders() == loaded - synthesis_only
-    assert engine._file.buffer_bytes == synthesis_only
+    assert engine.stages.file.buffer_bytes == synthesis_only
     assert engine.release_voice_encoders() == 0                 # nothing left to free
     again = engine.voice_from_audio(*recording)                 # loads them again
     for name in TENSORS:
@@ -45,8 +45,8 @@ def test_encoders_load_on_use_and_release(recording):
 
 def test_encoders_held_elsewhere_are_not_freed(recording):
     engine = Engine(model_path("nano", "q4_0"), threads=2)
-    with engine._lock:
-        held = engine._voice_encoders()["s3tok"]                # a caller still holds one
+    with engine.stages.lock:
+        held = engine.stages.cloner.encoders()["s3tok"]         # a caller still holds one
     assert engine.release_voice_encoders() == 0                 # its weights must stay
     del held
     engine.voice_from_audio(*recording)
@@ -56,13 +56,13 @@ def test_encoders_held_elsewhere_are_not_freed(recording):
 def test_idle_timer_releases_them(recording):
     engine = Engine(model_path("nano", "q4_0"), threads=2)
     engine.CLONER_IDLE_SECONDS = 0.5
-    base = engine._file.buffer_bytes
+    base = engine.stages.file.buffer_bytes
     engine.voice_from_audio(*recording)
-    assert engine._file.buffer_bytes > base
+    assert engine.stages.file.buffer_bytes > base
     deadline = time.monotonic() + 30
-    while engine._file.buffer_bytes > base and time.monotonic() < deadline:
+    while engine.stages.file.buffer_bytes > base and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert engine._file.buffer_bytes == base
+    assert engine.stages.file.buffer_bytes == base
 
 
 _SYNTH_CHILD = """
@@ -71,7 +71,7 @@ from engine_native import Engine
 e = Engine(sys.argv[1], threads=2)
 wav = e.synthesize("Hello there.", seed=3, max_tokens=12)
 np.save(sys.argv[2], wav)
-print(e._file.buffer_bytes)
+print(e.stages.file.buffer_bytes)
 """
 
 
@@ -85,10 +85,10 @@ def test_lookup_tables_are_mapped_not_copied(tmp_path):
 
     path = model_path("nano", "q4_0")
     engine = Engine(path, threads=2)
-    names = [n for n in engine._file.tensor_names() if n.startswith("t3.") and ("_emb." in n or n == "t3.wpe.weight")]
+    names = [n for n in engine.stages.file.tensor_names() if n.startswith("t3.") and ("_emb." in n or n == "t3.wpe.weight")]
     assert names, "no lookup tables found"
-    table_bytes = sum(4 * int(np.prod(engine._file.tensor_info(n)[1])) for n in names
-                      if engine._file.tensor_info(n)[0] == "f32")
+    table_bytes = sum(4 * int(np.prod(engine.stages.file.tensor_info(n)[1])) for n in names
+                      if engine.stages.file.tensor_info(n)[0] == "f32")
     assert table_bytes > 100 * 2**20                            # nano: 200 MB of f32 tables
     del engine
     result = {}

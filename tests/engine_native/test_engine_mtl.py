@@ -33,7 +33,7 @@ import soundfile as sf
 
 from engine_native import Engine, EngineError, IncompatibleVoiceError, ParameterError, Voice
 from engine_native.audio import resample_soxr
-from engine_native.engine import _CancelToken
+from engine_native.pipeline.concurrency import CancelToken
 from engine_native.text import Sentence
 from engine_native.voice import save_clip
 from tests.helpers import audio_fixtures as af
@@ -136,7 +136,7 @@ def test_languages_and_detection(engine, caplog):
     for text, lang in (("Hello there, how are you?", "en"), ("Die Straße ist groß.", "de"),
                        ("¿Cómo estás?", "es"), ("Ça va ? Très bien.", "fr"), ("1 2 3", "en")):
         assert engine.detect_language(text) == lang, text
-    with caplog.at_level(logging.INFO, logger="engine_native.engine"):
+    with caplog.at_level(logging.INFO, logger="engine_native.pipeline.text_frontend"):
         ids = engine.text_tokens("Привет, мир!")
     assert ids == engine.text_tokens("Привет, мир!", "ru") and "detected ru" in caplog.text
     assert engine.text_tokens("Hello.", "EN") == engine.text_tokens("Hello.", "en")  # as generate's lower()
@@ -163,12 +163,12 @@ def test_text_budget_in_tokens(engine):
     pieces that fit, each keeping its span in the text."""
     text = "前言。" + "今天天气很好" * 100 + "。"   # 600 glyphs of about 4 ids each in the table
     assert len(engine.text_tokens(text[3:], "zh")) > 2050
-    pieces = engine._fit_budget(Sentence(text[3:], 3, len(text)), "zh")
+    pieces = engine.stages.text.fit_budget(Sentence(text[3:], 3, len(text)), "zh")
     assert len(pieces) > 1 and pieces[0].start == 3 and pieces[-1].end >= len(text) - 1  # (a lone 。 is no piece)
     for p in pieces:
         assert len(engine.text_tokens(p.text, "zh")) <= 2050 and text[p.start:p.end] == p.text
     # The splitter's 300-character pieces fit already.
-    assert all(len(engine.text_tokens(p.text, "zh")) <= 2050 for p in engine._sentences(text, _CancelToken(), "zh"))
+    assert all(len(engine.text_tokens(p.text, "zh")) <= 2050 for p in engine.stages.text.sentences(text, CancelToken(), "zh"))
 
 
 def test_voice_of_another_variant_is_remade_from_its_clip(engine, cloned, recordings, tmp_path):

@@ -1,6 +1,6 @@
 """A long streamed sentence: each chunk's S3Gen pass covers a bounded window (the voice
-prompt, _STREAM_CONTEXT_TOKENS of left context, the new tokens), and takes the voice prompt
-as a cached prefix (its keys and values computed once, engine._STREAM_CACHED_PROMPT), so its
+prompt, scheduler.STREAM_CONTEXT_TOKENS of left context, the new tokens), and takes the voice prompt
+as a cached prefix (its keys and values computed once, s3gen_flow.STREAM_CACHED_PROMPT), so its
 cost does not grow with the sentence beyond its chunk; the joined stream still equals the
 batch synthesis in length and within rel 0.05 (measured: 0.0165 here; full-size Turbo
 figures by sentence length in docs/CPU.md, benchmarks/bench_stream_context.py).
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine_native import Engine, _core
-from engine_native import engine as engine_module
+from engine_native.pipeline import s3gen_flow, scheduler
 from tests.helpers.models import model_path
 
 TEXT = "A long sentence that goes on and on for the streaming window test."
@@ -28,19 +28,19 @@ def test_long_stream_passes_are_windowed_and_match_batch(engine):
     opts = dict(seed=4, max_tokens=N, cfm_steps=1)
     batch = engine.synthesize(TEXT, **opts)
     passes = []
-    mel = engine._mel
+    mel = engine.stages.flow.mel
 
-    def watched(speech, voice, seed, final, p, start=0, cached_prompt=False):
-        passes.append((len(speech), start))
-        return mel(speech, voice, seed, final, p, start, cached_prompt)
+    def watched(speech, voice, seed, *, start=0, **kw):  # records each pass's window (a wrapper of the
+        passes.append((len(speech), start))            # stage's public method on the instance)
+        return mel(speech, voice, seed, start=start, **kw)
 
-    engine._mel = watched
+    engine.stages.flow.mel = watched
     try:
         chunks = list(engine.stream(TEXT, first_chunk_tokens=10, chunk_tokens=25, **opts))
     finally:
-        del engine._mel
+        del engine.stages.flow.mel
     streamed = np.concatenate([c.samples for c in chunks])
-    ctx = engine_module._STREAM_CONTEXT_TOKENS
+    ctx = scheduler.STREAM_CONTEXT_TOKENS
     # A pass starts at most the context plus the frames not yet final (HiFT's 12 frames of
     # context, 4 held back, 6 of lookahead dropped: 11 tokens) before the previous pass's end.
     print(f"passes (speech tokens, window start): {passes}")
@@ -58,25 +58,18 @@ def test_t3_worker_samples_beside_s3gen_and_leaves_the_audio_unchanged(engine, m
     CPU backend) while the passes run: the same chunks, sample for sample, as T3 and S3Gen
     taking turns; Stop with the worker running ends it and frees the engine."""
     opts = dict(seed=5, max_tokens=60, cfm_steps=1, first_chunk_tokens=10, chunk_tokens=10)
-    assert engine._t3.own_backend                # a CPU model: T3 has its own backend
-    monkeypatch.setattr(engine, "_overlap", True)  # off by default (CBS_STREAM_OVERLAP=1); restored after
-    monkeypatch.setattr(engine, "_t3_lock", engine_module._FairLock())
-    started = []
-
-    class Counted(engine_module._TokenWorker):
-        def __init__(self, *a):
-            started.append(True)
-            super().__init__(*a)
-
-    monkeypatch.setattr(engine_module, "_TokenWorker", Counted)
+    t3 = engine.stages.t3
+    assert t3.model.own_backend                  # a CPU model: T3 has its own backend
+    monkeypatch.setattr(t3, "beside_s3gen", True)  # off by default (CBS_STREAM_OVERLAP=1); restored after
+    started = t3.workers_started
     overlapped = [c.samples for c in engine.stream(TEXT, **opts)]
-    assert started == [True]
-    engine._overlap = False
+    assert t3.workers_started == started + 1
+    t3.beside_s3gen = False
     try:
         serial = [c.samples for c in engine.stream(TEXT, **opts)]
     finally:
-        engine._overlap = True
-    assert started == [True]
+        t3.beside_s3gen = True
+    assert t3.workers_started == started + 1
     assert len(overlapped) == len(serial) > 2
     if _core.amx_available() or _core.vnni_available():
         assert all(np.array_equal(a, b) for a, b in zip(overlapped, serial))
@@ -93,13 +86,13 @@ def test_t3_worker_samples_beside_s3gen_and_leaves_the_audio_unchanged(engine, m
 
     it = engine.stream(TEXT, **{**opts, "max_tokens": 200})
     next(it)                                   # the worker is sampling now
-    assert engine._t3_workers == 1
+    assert t3.workers_running == 1
     it.cancel()
     assert list(it) == []
-    with engine._t3_lock, engine._lock:        # the engine is free (T3 and S3Gen)
+    with engine.stages.exclusive():            # the engine is free (T3 and S3Gen)
         pass
     it.close()                                 # joins the worker
-    assert engine._t3_workers == 0
+    assert t3.workers_running == 0
     assert engine.synthesize("Hi.", seed=0, max_tokens=4).size > 0
 
 
@@ -111,16 +104,17 @@ def test_prepared_voice_prompt_serves_the_streams(engine):
     engine.release_stream_prefixes()
     stopped = engine.prepare_stream(cfm_steps=1)
     stopped.cancel()
-    assert list(stopped) == [] and engine._prefixes == {}
+    flow = engine.stages.flow
+    assert list(stopped) == [] and flow.cached_prefixes == {}
     opts = dict(seed=6, max_tokens=40, cfm_steps=1, first_chunk_tokens=10, chunk_tokens=10)
     made_by_stream = np.concatenate([c.samples for c in engine.stream(TEXT, **opts)])
     engine.release_stream_prefixes()
     assert list(engine.prepare_stream(cfm_steps=1)) == []
-    (key, prefix), = engine._prefixes.items()
+    (key, prefix), = flow.cached_prefixes.items()
     enc, cfm = prefix
     assert enc.tokens == engine.builtin_voice.prompt_token.size and cfm.frames == engine.builtin_voice.prompt_feat.shape[0]
     prepared = np.concatenate([c.samples for c in engine.stream(TEXT, **opts)])
-    assert engine._prefixes[key] is prefix       # used, not made again
+    assert flow.cached_prefixes[key] is prefix   # used, not made again
     assert np.array_equal(prepared, made_by_stream)
-    assert list(engine.prepare_stream(cfm_steps=2)) == [] and len(engine._prefixes) == engine_module._STREAM_PREFIXES
-    assert engine.release_stream_prefixes() > 0 and engine._prefixes == {}
+    assert list(engine.prepare_stream(cfm_steps=2)) == [] and len(flow.cached_prefixes) == s3gen_flow.STREAM_PREFIXES
+    assert engine.release_stream_prefixes() > 0 and flow.cached_prefixes == {}

@@ -132,7 +132,7 @@ def test_a_lexicon_entry_changes_the_token_ids_of_its_word_and_nothing_else(engi
         j += 1
     assert k > 0 and j > 0                              # tokens before and after the word are untouched
     # What differs decodes to the word and its respelling only.
-    tok = engine._tokenizer
+    tok = engine.stages.text.tokenizer
     assert tok.decode(before[k:len(before) - j]).strip() == "NGUYEN"
     assert tok.decode(after[k:len(after) - j]).strip() == "Win"
     # Spans of the spoken text map back to the input's.

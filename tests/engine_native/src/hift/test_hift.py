@@ -136,7 +136,7 @@ _INFERENCE = """
 import sys, numpy as np
 from engine_native import Engine
 mel = np.load(sys.argv[2])
-np.save(sys.argv[3], Engine(sys.argv[1], threads=2)._hift.inference(mel, 0))
+np.save(sys.argv[3], Engine(sys.argv[1], threads=2).stages.vocoder.hift.inference(mel, 0))
 """
 
 
