@@ -12,6 +12,7 @@ import hashlib
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from filelock import FileLock
@@ -50,8 +51,11 @@ def model_path(variant: str, quant: str = "f32", seed: int = 0, size: str = "ful
     out.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out) + ".lock"):
         if not out.exists():
+            # Other converters' files go once they are a day old: a checkout beside this one
+            # (another branch's converter) may still be reading its own.
             for stale in out.parent.glob(f"{variant}-{size}-s{seed}-{quant}-*.gguf"):
-                stale.unlink()
+                if time.time() - stale.stat().st_mtime > 86400:
+                    stale.unlink(missing_ok=True)
             res = run_cli_without_torch("convert", str(snap), "-o", str(out), "--quant", quant)
             if res.returncode != 0:
                 raise RuntimeError(f"conversion failed:\n{res.stdout}\n{res.stderr}")
