@@ -40,16 +40,34 @@ def to_mono(samples: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
+def _fix_length(y: np.ndarray, n_in: int, src: int, dst: int) -> np.ndarray:
+    """librosa.resample's fix_length: ceil(n_in * dst / src) samples (the ratio in double), cut
+    or zero-padded, float32."""
+    n = int(np.ceil(n_in * (float(dst) / src)))
+    y = y[:n] if y.shape[0] >= n else np.pad(y, (0, n - y.shape[0]))
+    return np.asarray(y, np.float32)
+
+
 def resample_soxr(x: np.ndarray, src: int, dst: int) -> np.ndarray:
     """librosa.resample(x, orig_sr=src, target_sr=dst) with its default res_type soxr_hq."""
     if src == dst:
         return np.asarray(x, np.float32)
     import soxr
 
-    y = soxr.resample(np.asarray(x, np.float32), src, dst, quality="HQ")
-    n = int(np.ceil(x.shape[0] * float(dst) / src))  # librosa's fix_length
-    y = y[:n] if y.shape[0] >= n else np.pad(y, (0, n - y.shape[0]))
-    return np.asarray(y, np.float32)
+    x = np.asarray(x, np.float32)
+    return _fix_length(soxr.resample(x, src, dst, quality="HQ"), x.shape[0], src, dst)
+
+
+def resample_polyphase(x: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """librosa.resample(x, orig_sr=src, target_sr=dst, res_type="polyphase"): scipy's
+    resample_poly with the reduced ratio and its default Kaiser window, float32 in and out."""
+    if src == dst:
+        return np.asarray(x, np.float32)
+    from scipy.signal import resample_poly
+
+    x = np.asarray(x, np.float32)
+    g = math.gcd(int(src), int(dst))
+    return _fix_length(resample_poly(x, dst // g, src // g), x.shape[0], src, dst)
 
 
 @lru_cache(maxsize=16)

@@ -8,9 +8,14 @@
 `Engine` names the steps of `ChatterboxTurboTTS.generate()` and delegates each to a stage of
 `engine.stages` (engine_native.pipeline): the text front end (punc_norm, the tokenizer,
 sentences) -> a T3 session (speech tokens) -> S3Gen's flow (encoder, CFM) -> a vocoder
-stream (HiFT) -> Chunks, driven sentence by sentence by `pipeline.scheduler`; cloning is
-`pipeline.cloning`. Each sentence has its own seed (seed + index), so regenerating one
-sentence reproduces it.
+stream (HiFT) -> the Perth watermark -> Chunks, driven sentence by sentence by
+`pipeline.scheduler`; cloning is `pipeline.cloning`. Each sentence has its own seed (seed +
+index), so regenerating one sentence reproduces it.
+
+Watermark: like the official package, the engine marks everything it speaks with Resemble
+AI's Perth implicit watermark (imperceptible; `chatterbox-studio detect` or
+`engine_native.watermark` finds it), on by default: `Engine(model, watermark=False)` or
+`engine.watermark = False` turns it off for every later synthesize/stream of that engine.
 
 Concurrency: any number of threads may call one Engine (`pipeline.concurrency`): native
 computations run with the GIL released, in arrival order; every generation has its own T3
@@ -29,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from engine_native import options as schema
-from engine_native.errors import EmptyTextError, ModelError
+from engine_native.errors import EmptyTextError, ModelError, ParameterError
 from engine_native.pipeline import scheduler
 from engine_native.pipeline.cloning import MIN_SPEECH_SECONDS, MIN_VOICE_SECONDS, MIN_VOICE_SECONDS_MTL  # noqa: F401
 from engine_native.pipeline.concurrency import CancelToken, Stream
@@ -41,6 +46,7 @@ from engine_native.pipeline.stages import Stages
 from engine_native.pipeline.text_frontend import check_text
 from engine_native.text import Sentence, split_text
 from engine_native.voice import Voice, clip_path
+from engine_native.watermark import find_model
 
 # Chatterbox's output rate, for a front end that needs a rate before any model is loaded;
 # a loaded model's own value (`Engine.sample_rate`, from the GGUF) always wins.
@@ -62,19 +68,25 @@ GUIDED_LOW_LATENCY_CFM_STEPS = 7
 
 class Engine:
     def __init__(self, model_path: str | os.PathLike, *, device: str = "auto", threads: int | None = None,
-                 backend: str | None = None):
+                 backend: str | None = None, watermark: bool = True):
         """`device`: "auto" (the fastest present), "cpu", "cuda:0", "vulkan:0", ... (`devices()`
         lists them); one that is not present raises DeviceError naming those that are. A device
         that fails to start or to hold the model falls back to the CPU: `device_note` says why.
-        `backend` is the former name of `device`."""
+        `backend` is the former name of `device`. `watermark`: mark what the engine speaks
+        with the Perth watermark (the `watermark` property); on, a missing watermark model is
+        a ModelError naming the command that makes it."""
         t0 = time.perf_counter()
         self.path = Path(model_path)
         if not self.path.is_file():
             raise ModelError(f"model file not found: {self.path}")
         if threads is not None:
             schema.check("threads", threads)
+        if watermark:
+            find_model()  # a missing watermark model fails before the model loads
         self._threads = int(threads or 0)  # 0: one per core
         self.stages = Stages(self.path, str(backend or device).lower(), self._threads)
+        self._watermark = False
+        self.watermark = watermark
         config = self.stages.config
         self.variant, self.sample_rate, self.defaults = config.variant, config.sample_rate, config.defaults
         self.device, self.device_note = self.stages.device, self.stages.device_note
@@ -82,6 +94,21 @@ class Engine:
         self.load_seconds = time.perf_counter() - t0
 
     # ---------------------------------------------------------------- information
+    @property
+    def watermark(self) -> bool:
+        """Whether synthesize and stream mark their audio with the Perth watermark (each
+        Chunk says so: `Chunk.watermarked`). Setting it applies to requests made afterwards;
+        turning it on loads the watermark model (ModelError when there is none)."""
+        return self._watermark
+
+    @watermark.setter
+    def watermark(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise ParameterError(f"watermark must be True or False, got {on!r}")
+        if on:
+            self.stages.marking.load()
+        self._watermark = on
+
     @property
     def token_rate(self) -> int:
         """Speech tokens per second of audio (from the GGUF)."""
@@ -189,12 +216,14 @@ class Engine:
     # ---------------------------------------------------------------- synthesis
     def synthesize(self, text: str, voice: Voice | None = None, *, seed: int | None = None,
                    language: str | None = None, **options) -> np.ndarray:
-        """The whole text as one float32 array at `sample_rate` (sentence by sentence).
+        """The whole text as one float32 array at `sample_rate` (sentence by sentence; each
+        sentence watermarked whole, as the reference marks one generate() call, while
+        `watermark` is on).
         Multilingual models also take `language` (a code of `languages`; None: detected from
         the text, the guess logged), `exaggeration` and `cfg_weight`; Turbo and Nano refuse
         those three unless None (ParameterError)."""
         voice, seed, p = self._request(text, voice, seed, options, language)
-        chunks = scheduler.chunks(self.stages, text, voice, seed, p, ChunkPlan(), CancelToken())
+        chunks = scheduler.chunks(self.stages, text, voice, seed, p, ChunkPlan(), CancelToken(), self._watermark)
         return np.concatenate([c.samples for c in chunks])
 
     def stream(self, text: str, voice: Voice | None = None, *, first_chunk_tokens: int = 10, chunk_tokens: int = 25,
@@ -202,12 +231,14 @@ class Engine:
         """A Stream of Chunks; returns at once (the text is split as the stream runs). The
         options are synthesize's. A sentence's first chunk holds first_chunk_tokens speech
         tokens, each later one chunk_tokens or the sentence's tokens so far when that is
-        more (scheduler.CHUNK_GROWTH)."""
+        more (scheduler.CHUNK_GROWTH). While `watermark` is on, each chunk is marked as it
+        comes, its last ~20 ms held back for the next chunk (pipeline.watermark_stream)."""
         plan = ChunkPlan(schema.check("first_chunk_tokens", first_chunk_tokens),
                          schema.check("chunk_tokens", chunk_tokens))
         # Validate everything now, so a bad request fails here and not at the first next().
         voice, seed, p = self._request(text, voice, seed, options, language)
-        return Stream(lambda cancel: scheduler.chunks(self.stages, text, voice, seed, p, plan, cancel))
+        mark = self._watermark
+        return Stream(lambda cancel: scheduler.chunks(self.stages, text, voice, seed, p, plan, cancel, mark))
 
     def speech_tokens(self, text: str, voice: Voice | None = None, *, seed: int | None = None,
                       language: str | None = None, **options) -> list[list[int]]:

@@ -63,16 +63,11 @@ echo "setup: building and installing chatterbox-studio$extras into .venv (GPU pr
 
 # --- the Perth watermark model (resemble-perth's trained weights, MIT) -------
 # The engine marks what it makes as the official chatterbox-tts does; its weights come from
-# the resemble-perth wheel on PyPI, converted once into the app's data folder (where the app
-# and `chatterbox-studio detect` look for it; CBS_WATERMARK_MODEL overrides). The wheel stays
-# in the cache folder, so a second run converts without the network.
-data_dir=$(.venv/bin/python -c "from app.core.paths import app_data_dir; print(app_data_dir())")
-if [ ! -f "$data_dir/perth.gguf" ]; then
-  echo "setup: converting resemble-perth 1.0.1's watermarker into $data_dir/perth.gguf"
-  mkdir -p "$data_dir"
-  .venv/bin/python -m engine_native.convert.perth \
-    --download "${CBS_CACHE_DIR:-$HOME/.cache/chatterbox-studio}/perth" -o "$data_dir/perth.gguf"
-fi
+# the resemble-perth wheel on PyPI, converted once into the app's data folder (where the
+# engine and `chatterbox-studio detect` look for it; CBS_WATERMARK_MODEL overrides). The wheel
+# stays in the cache folder, so a second run converts without the network; an existing
+# perth.gguf is kept.
+.venv/bin/chatterbox-studio watermark-model
 
 # --- the PyTorch oracle, in its own venv ------------------------------------
 if [ "$mode" = test ]; then

@@ -25,6 +25,19 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _watermark_model():
+    """Every engine marks its audio (the default, as in the app): the suite's engines, command
+    lines and servers find the Perth model through $CBS_WATERMARK_MODEL (a given one is kept)."""
+    from engine_native.watermark import MODEL_ENV
+
+    if not os.environ.get(MODEL_ENV):
+        from tests.helpers.models import watermark_model_path
+
+        os.environ[MODEL_ENV] = str(watermark_model_path())
+    yield os.environ[MODEL_ENV]
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_memory_after_each_module():
     """Engines are module fixtures; a Stream's generator and its Engine can form a reference

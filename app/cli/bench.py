@@ -64,7 +64,8 @@ def cmd_bench(args) -> int:
 
     try:
         r = run_bench(args.model, threads=args.threads, n_tokens=args.tokens, device=args.device,
-                      language=args.language, exaggeration=args.exaggeration, cfg_weight=args.cfg_weight)
+                      language=args.language, exaggeration=args.exaggeration, cfg_weight=args.cfg_weight,
+                      watermark=not args.no_watermark)
     except EngineError as e:
         print(f"chatterbox-studio: error: {e}", file=sys.stderr)
         return 1
@@ -102,11 +103,18 @@ def cmd_bench(args) -> int:
     ref_gen = (ref["t3_ms"] + ref["s3gen_ms"] + ref["hift_ms"]) if ref else None
     print(_row("generation (end to end)", r["generation_ms"], ref_gen))
     print(_row("generation RTF", r["rtf"], ref_gen / 1e3 / ref["audio_s"] if ref else None, "", "{:.3f}"))
+    marked = " (watermarked)" if r["watermark"] else ""
     for key, label in (("ttfa_low_latency", "low-latency"), ("ttfa_default", "quality")):
-        print(_row(f"first audio, {label}", r[f"{key}_ms"]) + "   (voice prepared)")
+        print(_row(f"first audio, {label}", r[f"{key}_ms"]) + f"   (voice prepared){marked}")
+        if f"{key}_unmarked_ms" in r:
+            ms = r[f"{key}_unmarked_ms"]
+            print(_row("  without the watermark", ms) + f"   (the mark adds {100 * (r[f'{key}_ms'] / ms - 1):+.1f} %)")
         if f"{key}_first_ms" in r:
             print(_row("  the voice's first stream", r[f"{key}_first_ms"]))
-    print(_row("whole synthesis (batch)", r["batch_ms"]))
+    print(_row("whole synthesis (batch)", r["batch_ms"]) + marked)
+    if r["watermark"]:
+        print(_row("  of which the watermark", r["batch_watermark_ms"])
+              + f"   ({100 * r['batch_watermark_ms'] / r['batch_ms']:.1f} % of the batch)")
     for name, label in (("low_latency", "low-latency"), ("quality", "quality")):
         ms = r[f"stream_{name}_ms"]
         print(_row(f"whole stream, {label}", ms) + f"   RTF {r[f'stream_{name}_rtf']:.3f}, "
@@ -152,6 +160,9 @@ def add_parser(sub) -> None:
                    help="also time the PyTorch reference on this snapshot (the model's source weights)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: all cores)")
     p.add_argument("--tokens", type=int, default=250, help="speech tokens (default 250 = 10 s)")
+    p.add_argument("--no-watermark", action="store_true",
+                   help="the engine without the Perth watermark (by default it marks, and first audio is timed "
+                   "without the mark too)")
     from app.cli.common import add_device_argument, add_multilingual_arguments
 
     add_device_argument(p)

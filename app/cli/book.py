@@ -22,7 +22,7 @@ import sys
 import threading
 
 from engine_native.options import random_seed
-from app.cli.common import UserError, add_engine_arguments, guarded, load_engine, log, resolve_voice
+from app.cli.common import UserError, add_engine_arguments, guarded, load_engine, log, provenance, resolve_voice
 from app.cli.script_cli import ScriptSetup, add_script_arguments
 
 CHAPTER_FORMATS = ("mp3", "m4a", "flac", "ogg", "wav")
@@ -212,7 +212,8 @@ def _render(args, book, engine, voice, setup, kind, cover) -> int:
         sys.stderr.write("\n")
     narrator = args.narrator or (voice.name if voice is not None else os.path.splitext(os.path.basename(args.model))[0])
     tags = Tags(args.title or book.title, args.author if args.author is not None else book.author, narrator,
-                book.year, comment=f"Read by {narrator} with Chatterbox Studio")
+                book.year, comment=f"Read by {narrator} with Chatterbox Studio",
+                provenance=provenance(engine, setup.voices))
     try:
         plan = loudness_plan([c.path for c in result.chapters], result.rate,
                              target=LOUDNESS_TARGET_LUFS if args.loudness is None else args.loudness)

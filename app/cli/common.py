@@ -2,7 +2,9 @@
 errors and logging, the engine / voice / sampling arguments, loading the engine and the voice,
 and where the audio goes (a file, raw PCM on stdout, or the sound card).
 
-Audio goes to a file (WAV/FLAC/OGG/MP3 by extension, written atomically), to stdout as raw
+Speech is watermarked (the engine's default; `--no-watermark` turns it off). Audio goes to a
+file (WAV/FLAC/OGG/MP3 by extension, written atomically, with its provenance in the tags), to
+stdout as raw
 s16le 24 kHz mono PCM (`-o -`, flushed chunk by chunk: pipe it into `aplay`/`ffplay`/
 `play`), or without `-o` to the sound card. Logs go to stderr, so stdout stays clean.
 """
@@ -68,7 +70,23 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, sampling: bool = True) -
                    "a little less detail and likeness)")
     for name in schema.SAMPLING + schema.STREAMING:
         add_option_argument(g, name)
+    add_watermark_argument(g)
     add_multilingual_arguments(p)
+
+
+WATERMARK_NOTE = ("on by default: it marks generated speech as machine-made (Resemble AI's Perth watermark), as the "
+                  "official Chatterbox does; `chatterbox-studio detect` finds it")
+
+
+def add_watermark_argument(group) -> None:
+    group.add_argument("--no-watermark", action="store_true",
+                       help=f"do not watermark the speech ({WATERMARK_NOTE})")
+
+
+def marks_speech(args) -> bool:
+    """Whether this command's engine watermarks: commands that speak do unless --no-watermark;
+    the others (bake, lab) speak nothing and need no watermark model."""
+    return hasattr(args, "no_watermark") and not args.no_watermark
 
 
 def add_multilingual_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,9 +117,11 @@ def load_engine(args):
     from engine_native import Engine
 
     t0 = time.perf_counter()
-    engine = Engine(args.model, device=getattr(args, "device", "auto"), threads=args.threads)
+    engine = Engine(args.model, device=getattr(args, "device", "auto"), threads=args.threads,
+                    watermark=marks_speech(args))
     log(f"model     {args.model} ({engine.variant} {engine.info['quantization']}, on {engine.device}, loaded in "
-        f"{(time.perf_counter() - t0):.1f} s)")
+        f"{(time.perf_counter() - t0):.1f} s)" + ("" if engine.watermark or not hasattr(args, "no_watermark")
+                                                 else "; not watermarking (--no-watermark)"))
     if engine.device_note:
         log(f"device    {engine.device_note}")
     return engine
@@ -149,11 +169,21 @@ def stream_options(args, engine) -> dict:
             opts[k] = getattr(args, k)
     return opts
 
-class Output:
-    """Where chunks go: stdout PCM, the sound card, or memory (for a file at the end)."""
+def provenance(engine, voices):
+    """The tags of the files a command writes (app.core.provenance): `voices` as
+    app.core.provenance.voice_names takes them."""
+    from app.core.provenance import Provenance, voice_names
 
-    def __init__(self, target: str | None, rate: int):
+    return Provenance.of(engine, voice_names(voices, engine.builtin_voice.name))
+
+
+class Output:
+    """Where chunks go: stdout PCM, the sound card, or memory (for a file at the end, tagged
+    with `provenance`)."""
+
+    def __init__(self, target: str | None, rate: int, provenance=None):
         self.target, self.rate, self.kept = target, rate, []
+        self.provenance = provenance
         self._stream = None
         if target is None:
             import sounddevice as sd
@@ -191,7 +221,7 @@ class Output:
 
             audio = np.concatenate(self.kept) if self.kept else np.zeros(0, np.float32)
             try:
-                export_audio(audio, self.rate, self.target)
+                export_audio(audio, self.rate, self.target, self.provenance)
             except ExportError as e:
                 raise UserError(str(e)) from None
             log(f"wrote     {self.target} ({audio.size / self.rate:.2f} s)")

@@ -1,5 +1,5 @@
 """`chatterbox-studio detect FILE...`: does a recording carry the Perth watermark that the
-engine (and the official chatterbox-tts) put on what they make?
+engine (and the official chatterbox-tts) put on what they make? (app.core.watermark_check)
 
 One line a file: `PATH: marked (confidence 1.00)` or `PATH: not marked (confidence 0.00)`,
 the confidence being the mean of the detector's rounded bits as the official `perth` CLI
@@ -13,35 +13,20 @@ import argparse
 import sys
 
 
-def _check(path: str, wm) -> str:
-    from engine_native import EngineError
-    from voice_lab import VoiceLabError
-    from voice_lab.decode import decode
-
-    try:
-        samples, rate = decode(path)   # the file's own rate and channels; mixed to mono below
-        d = wm.detect(samples, rate)
-    except (VoiceLabError, EngineError, OSError) as e:
-        raise ValueError(str(e)) from None
-    verdict = "marked" if d.marked else "not marked"
-    return f"{path}: {verdict} (confidence {d.confidence:.2f})"
-
-
 def _cmd_detect(args: argparse.Namespace) -> int:
-    from app.core.paths import app_data_dir
+    from app.core.watermark_check import CheckError, check_recording, watermarker
     from engine_native import EngineError
-    from engine_native.watermark import Watermarker
 
     try:
-        wm = Watermarker(args.watermark_model, data_dirs=[app_data_dir()])
+        wm = watermarker(args.watermark_model)
     except EngineError as e:
         print(f"chatterbox-studio: error: {e}", file=sys.stderr)
         return 1
     failed = 0
     for path in args.files:
         try:
-            print(_check(path, wm), flush=True)
-        except ValueError as e:
+            print(f"{path}: {check_recording(path, wm).text}", flush=True)
+        except CheckError as e:
             failed += 1
             message = str(e)
             print(message if message.startswith(path) else f"{path}: {message}", flush=True)

@@ -228,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.cli.detect import add_parser as add_detect_parser
 
     add_detect_parser(sub)
+    from app.cli.watermark_model import add_parser as add_watermark_model_parser
+
+    add_watermark_model_parser(sub)
 
     p = sub.add_parser("lab", help="prepare a recording for voice cloning: find the speech, "
                        "pick a window, clean it, write a 24 kHz mono clip")

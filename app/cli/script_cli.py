@@ -35,6 +35,7 @@ from app.cli.common import (
     guarded,
     load_engine,
     log,
+    provenance,
     read_text,
     resolve_voice,
     stream_options,
@@ -232,12 +233,13 @@ def cmd_say(args) -> int:
         cache = None
         if file_out and not args.no_resume:
             cache = PartsCache(parts_dir_for(args.output), model_path=args.model, stream_options=setup.stream,
-                               rate=engine.sample_rate)
+                               rate=engine.sample_rate, watermark=engine.watermark)
             if cache.count():
                 log(f"resume    {cache.count()} finished pieces in {cache.folder}")
         # a render kept for resuming keeps its seed with its pieces (PartsCache.seed)
         seed = cache.seed(args.seed) if cache is not None else (args.seed if args.seed is not None else random_seed())
-        out = Output(args.output, engine.sample_rate)   # a file target: kept in memory, written at the end
+        tags = provenance(engine, setup.voices)
+        out = Output(args.output, engine.sample_rate, tags)   # a file target: kept in memory, written at the end
         progress = Progress(items)
         report = ProgressReport(args.progress if file_out else "none")
         starts = [c[1] for c in chapters(text, args.chapters)] if args.chapters else [0]
@@ -265,7 +267,7 @@ def cmd_say(args) -> int:
         audio_s = pos / engine.sample_rate
         if file_out and args.chapter_files:
             _write_chapter_files(args.output, out.kept, bounds, chapters(text, args.chapters) if args.chapters
-                                 else [("", 0)], engine.sample_rate)
+                                 else [("", 0)], engine.sample_rate, tags)
         else:
             out.finish()
             if file_out and args.chapters:
@@ -280,7 +282,7 @@ def cmd_say(args) -> int:
     return guarded(body)
 
 
-def _write_chapter_files(output: str, kept: list, bounds, chs, rate: int) -> None:
+def _write_chapter_files(output: str, kept: list, bounds, chs, rate: int, tags) -> None:
     from app.core.long_render import chapter_files
     from app.core.take import ExportError, export_audio
 
@@ -288,7 +290,7 @@ def _write_chapter_files(output: str, kept: list, bounds, chs, rate: int) -> Non
     used = [(t, b) for (t, _), b in zip(chs, bounds) if b is not None and b[1] > b[0]]
     for path, (title, (a, b)) in zip(chapter_files(output, len(used)), used):
         try:
-            export_audio(audio[a:b], rate, path)
+            export_audio(audio[a:b], rate, path, tags)
         except ExportError as e:
             raise UserError(str(e)) from None
         log(f"chapter   {path} ({(b - a) / rate:.2f} s) {title}")
@@ -327,7 +329,6 @@ class ScriptStream:
         self._gen.close()
 
 
-def live_script(args, engine, voice):
+def live_script(setup: ScriptSetup, engine):
     """For `live`: a function text, seed -> ScriptStream (each typed sentence is a small script)."""
-    setup = ScriptSetup(args, engine, voice)
     return lambda text, seed: ScriptStream(setup, engine, text, seed)

@@ -7,7 +7,7 @@ import logging
 import os
 import time
 
-from app.cli.common import log
+from app.cli.common import WATERMARK_NOTE, log
 from app.server.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -66,7 +66,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                           max_body_bytes=args.max_body_bytes, max_audio_seconds=args.max_audio_seconds,
                           max_client_requests=args.max_client_requests, allowed_hosts=list(args.allowed_hosts),
                           cors_origins=list(args.cors_origins),
-                          log_level="info" if args.verbose else "warning")
+                          log_level="info" if args.verbose else "warning", watermark=not args.no_watermark)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from app.server.runner import load_engine, serve_forever
@@ -79,7 +79,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         log(f"chatterbox-studio: error: {e}")
         return 1
     log(f"model     {args.model} ({engine.variant} {engine.info['quantization']}, loaded in "
-        f"{time.perf_counter() - t0:.1f} s)")
+        f"{time.perf_counter() - t0:.1f} s)" + ("" if engine.watermark else "; not watermarking (--no-watermark)"))
 
     def ready(cfg, service) -> None:
         voices = [e.id for e in service.catalog.entries()]
@@ -137,6 +137,8 @@ def add_parser(sub) -> None:
                    help=f"largest request body; larger gets 413 (default {MAX_BODY_BYTES:,})")
     p.add_argument("--max-audio-seconds", type=float, default=MAX_AUDIO_SECONDS, metavar="S",
                    help=f"a response's audio ends here, whole but cut short (default {MAX_AUDIO_SECONDS:g})")
+    p.add_argument("--no-watermark", action="store_true",
+                   help=f"do not watermark the speech ({WATERMARK_NOTE}); requests cannot turn it off themselves")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
     p.epilog = ("Requests whose Host is not this server's (localhost, an IP address, an --allowed-host) and requests "
                 "from web pages of other origins (unless --cors-origin) get 403.")

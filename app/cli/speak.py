@@ -18,6 +18,7 @@ from app.cli.common import (
     guarded,
     load_engine,
     log,
+    provenance,
     resolve_voice,
     stream_options,
 )
@@ -98,8 +99,9 @@ def cmd_live(args) -> int:
         engine = load_engine(args)
         voice = resolve_voice(engine, args)
         opts = stream_options(args, engine)
-        script = script_cli.live_script(args, engine, voice)
-        out = Output(args.output, engine.sample_rate)
+        setup = script_cli.ScriptSetup(args, engine, voice)
+        script = script_cli.live_script(setup, engine)
+        out = Output(args.output, engine.sample_rate, provenance(engine, setup.voices))
         stop = threading.Event()
         todo: queue.Queue = queue.Queue()
         seed = args.seed

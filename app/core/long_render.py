@@ -5,7 +5,8 @@ script") keeps a sidecar folder `OUT.parts/` beside the output. Every finished p
 sentence, or the part of one between two timed pauses) is written there at once, as a
 float32 WAV named by the SHA-256 of everything its samples depend on: the text actually
 spoken (after the lexicon), the voice's conditioning tensors, the piece's seed, the
-synthesis and streaming options, best-of-N and the model file (name and size). Each file
+synthesis and streaming options, best-of-N, the model file (name and size) and whether the
+engine watermarks its audio. Each file
 is written atomically (engine_native.files), so a crash or Ctrl-C leaves only whole
 pieces. Running the same command again serves the pieces already there, renders the rest,
 and assembles the output (pauses are exact zeros and cost nothing); float32 WAV keeps the
@@ -47,7 +48,7 @@ class PartsCache:
     """Finished pieces of one render, on disk (see the module)."""
 
     def __init__(self, folder: str | os.PathLike, *, model_path: str | os.PathLike | None = None,
-                 stream_options: dict | None = None, rate: int = 24000):
+                 stream_options: dict | None = None, rate: int = 24000, watermark: bool = False):
         self.folder = Path(folder)
         self.rate = rate
         self.stream_options = dict(stream_options or {})
@@ -56,6 +57,8 @@ class PartsCache:
             self.model_id = f"{Path(model_path).name}:{st.st_size}" if st else ""
         except OSError:
             self.model_id = str(model_path)
+        if watermark:  # what made the pieces: marked ones never stand in for unmarked, nor the reverse
+            self.model_id += ":watermark"
         self.hits = 0
         self.written = 0
         self._voices: dict[int, str] = {}
@@ -128,6 +131,7 @@ def render_script_file(engine, text: str, path: str, *, voices: dict, seed: int 
     module). `voices`: speaker name (None: the narrator) -> Voice; `options`: synthesis and
     stream options; `progress(fraction, eta_s, done, total)` after each finished piece;
     `cancel` (anything with `is_set()`) stops between chunks and raises Cancelled."""
+    from app.core.provenance import Provenance, voice_names
     from app.core.take import export_audio
     from engine_native.errors import Cancelled
     from engine_native.script import Progress, parse_script, render
@@ -136,7 +140,8 @@ def render_script_file(engine, text: str, path: str, *, voices: dict, seed: int 
     opts = dict(options)
     stream = {k: opts.pop(k) for k in ("first_chunk_tokens", "chunk_tokens") if k in opts}
     opts.pop("seed", None)
-    cache = PartsCache(parts_dir_for(path), model_path=model_path, stream_options=stream, rate=engine.sample_rate)
+    cache = PartsCache(parts_dir_for(path), model_path=model_path, stream_options=stream, rate=engine.sample_rate,
+                       watermark=engine.watermark)
     seed = cache.seed(seed)
     done = Progress(items)
     audio = []
@@ -149,7 +154,7 @@ def render_script_file(engine, text: str, path: str, *, voices: dict, seed: int 
     if cancel is not None and cancel.is_set():
         raise Cancelled("export cancelled")
     samples = np.concatenate(audio) if audio else np.zeros(0, np.float32)
-    export_audio(samples, engine.sample_rate, path)
+    export_audio(samples, engine.sample_rate, path, Provenance.of(engine, voice_names(voices)))
     cache.remove()
     return {"path": path, "seconds": samples.size / engine.sample_rate, "resumed": cache.hits, "seed": seed}
 
@@ -184,8 +189,8 @@ def ffmetadata(chapters: list[tuple[str, int, int]], rate: int, tags: dict[str, 
 
 
 def add_chapter_marks(path: str, chapters: list[tuple[str, int, int]], rate: int) -> None:
-    """Chapter marks into an MP3 (ID3v2 CHAP frames, via ffmpeg; the audio is copied, not
-    re-encoded), atomically."""
+    """Chapter marks into an MP3 (ID3v2 CHAP frames, via ffmpeg; the audio and the file's own
+    tags are copied, not re-encoded), atomically."""
     import tempfile
 
     from engine_native.files import atomic_write
@@ -202,7 +207,7 @@ def add_chapter_marks(path: str, chapters: list[tuple[str, int, int]], rate: int
             command = ffmpeg_run.ffmpeg_command(
                 "-y", *ffmpeg_run.file_input(audio_fd, "mp3", path),
                 *ffmpeg_run.file_input(meta_fd, "ffmetadata", meta_path),
-                "-map_metadata", "1", "-map_chapters", "1", "-c", "copy", "-id3v2_version", "3", "-f", "mp3", str(tmp))
+                "-map_metadata", "0", "-map_chapters", "1", "-c", "copy", "-id3v2_version", "3", "-f", "mp3", str(tmp))
             try:
                 ffmpeg_run.run(command, files=(audio_fd, meta_fd), max_output=0,
                                timeout=60 + os.fstat(audio_fd).st_size / 1e6, what="ffmpeg")

@@ -1,22 +1,16 @@
 """Where the desktop app keeps the user's files, found without Qt (the command line and the
-server use the same folders as the app: QStandardPaths.AppDataLocation's layout)."""
+server use the same folders as the app). The data folder itself is defined once, in
+engine_native.paths, where the engine looks for its watermark model."""
 
 from __future__ import annotations
 
 import os
-import sys
 
-ORG = APP = "chatterbox-studio"  # as app.qt.gui names them for QStandardPaths
+from engine_native.paths import APP, ORG, data_dir  # noqa: F401 - ORG and APP: app.qt.gui's names
 
 
 def app_data_dir() -> str:
-    if sys.platform == "win32":
-        base = os.environ.get("APPDATA") or os.path.expanduser("~/AppData/Roaming")
-    elif sys.platform == "darwin":
-        base = os.path.expanduser("~/Library/Application Support")
-    else:
-        base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    return os.path.join(base, ORG, APP)
+    return data_dir()
 
 
 def library_dir() -> str:

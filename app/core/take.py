@@ -1,5 +1,6 @@
 """A take: the audio of one synthesis, sentence by sentence, and its export to WAV/FLAC/OGG/MP3
-(and to raw 16-bit PCM, the CLI's `-o -` and the speech server's pcm/wav/flac).
+(and to raw 16-bit PCM, the CLI's `-o -` and the speech server's pcm/wav/flac), tagged with
+its provenance (app.core.provenance).
 
 Audio is kept per sentence so that one sentence can be regenerated and swapped in alone.
 """
@@ -15,6 +16,8 @@ import numpy as np
 
 from engine_native.engine import NOMINAL_SAMPLE_RATE
 from engine_native.files import WriteFailed, atomic_write
+
+from app.core.provenance import Provenance
 
 EXPORT_FORMATS = {  # extension -> (label, soundfile format and subtype, or None for ffmpeg)
     "wav": ("WAV (16-bit PCM)", ("WAV", "PCM_16")),
@@ -52,6 +55,7 @@ class Take:
     sentences: dict[int, TakeSentence] = field(default_factory=dict)
     complete: bool = False
     likeness: float | None = None  # how close it sounds to its voice (engine_native.likeness)
+    provenance: Provenance | None = None  # what made it, for the exported file's tags
     _cache: np.ndarray | None = None
 
     def add_audio(self, index: int, text: str, span: tuple[int, int], samples: np.ndarray) -> int:
@@ -134,9 +138,10 @@ def check_export_path(path: str) -> str:
     return ext
 
 
-def export_audio(samples: np.ndarray, rate: int, path: str) -> None:
-    """Write `samples` to `path`; the format comes from the extension. Atomic: the file is
-    complete (decoded back and its length checked) or the target is untouched."""
+def export_audio(samples: np.ndarray, rate: int, path: str, provenance: Provenance | None = None) -> None:
+    """Write `samples` to `path`; the format comes from the extension, with `provenance` in its
+    tags (generated speech always has one). Atomic: the file is complete (decoded back and its
+    length checked) or the target is untouched."""
     ext = check_export_path(path)
     x = np.clip(np.asarray(samples, np.float32).reshape(-1), -1.0, 1.0)
     if x.size == 0:
@@ -145,11 +150,14 @@ def export_audio(samples: np.ndarray, rate: int, path: str) -> None:
     def write(tmp) -> None:
         spec = EXPORT_FORMATS[ext][1]
         if spec is None:
-            _write_mp3(x, rate, str(tmp))
+            _write_mp3(x, rate, str(tmp), provenance)
         else:
             import soundfile as sf
 
-            sf.write(str(tmp), x, rate, format=spec[0], subtype=spec[1])
+            with sf.SoundFile(str(tmp), "w", rate, 1, subtype=spec[1], format=spec[0]) as f:
+                if provenance is not None:
+                    provenance.tag_soundfile(f)
+                f.write(x)
         _check_written(str(tmp), x.size, rate, ext)
 
     try:
@@ -187,15 +195,16 @@ def _decoded_frames_ffmpeg(path: str, frames: int, rate: int) -> int:
     return len(out) // 4
 
 
-def _write_mp3(x: np.ndarray, rate: int, path: str) -> None:
+def _write_mp3(x: np.ndarray, rate: int, path: str, provenance: Provenance | None) -> None:
     from voice_lab import ffmpeg_run
 
     if ffmpeg_run.ffmpeg_path() is None:
         raise ExportError("MP3 export needs ffmpeg, which is not installed (e.g. `apt install ffmpeg`); "
                           "WAV, FLAC and OGG work without it")
     # LAME writes its delay/padding into the Xing header, so decoders trim back to the exact length.
+    tags = provenance.ffmpeg_args() if provenance is not None else []
     command = ffmpeg_run.ffmpeg_command("-y", *ffmpeg_run.pcm_input("f32le", rate, 1), "-c:a", "libmp3lame",
-                                        "-q:a", "2", "-f", "mp3", path)
+                                        "-q:a", "2", *tags, "-f", "mp3", path)
     try:
         ffmpeg_run.run(command, stdin=x.astype("<f4").tobytes(), timeout=60 + 0.05 * x.size / rate,
                        max_output=0, what="ffmpeg")

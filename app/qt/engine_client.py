@@ -80,9 +80,10 @@ class EngineClient(QObject):
 
     # --- the operations -----------------------------------------------------------------------------
 
-    def load_model(self, path: str, threads: int = 0, device: str = "auto", *, success=None,
+    def load_model(self, path: str, threads: int = 0, device: str = "auto", *, watermark: bool = True, success=None,
                    failure=None) -> EngineJob:
-        """Load a model (the old one is freed first); modelChanged tells everyone."""
+        """Load a model (the old one is freed first; `watermark`: its speech marked, the
+        engine's default); modelChanged tells everyone."""
         self.cancel_background()  # scores for the old model: the load must not wait behind them
 
         def ok(result):
@@ -102,8 +103,18 @@ class EngineClient(QObject):
             if failure:
                 failure(e)
 
-        return self.submit(lambda w, _job: w.load_model(path, threads, device), label="load model", success=ok,
-                           failure=bad)
+        return self.submit(lambda w, _job: w.load_model(path, threads, device, watermark), label="load model",
+                           success=ok, failure=bad)
+
+    def set_watermark(self, on: bool, *, success=None, failure=None) -> EngineJob:
+        """Mark (or not) what the loaded engine speaks from now on; success gets the new state."""
+        def ok(state):
+            if self.info is not None:
+                self.info["watermark"] = state
+            if success:
+                success(state)
+
+        return self.submit(lambda w, _job: w.set_watermark(on), label="watermark", success=ok, failure=failure)
 
     def stream(self, text: str, voice, params: dict, *, on_chunk, success=None, failure=None,
                label="synthesis") -> EngineJob:

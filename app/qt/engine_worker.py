@@ -152,7 +152,7 @@ class EngineWorker(QObject):
 
     # --- the operations (EngineClient's methods of the same names) ---------------------------------
 
-    def load_model(self, path: str, threads: int, device: str) -> dict:
+    def load_model(self, path: str, threads: int, device: str, watermark: bool = True) -> dict:
         import functools
 
         from engine_native import DeviceError, Engine
@@ -162,9 +162,9 @@ class EngineWorker(QObject):
         self._voices.clear()
         note = ""
         try:
-            engine = Engine(path, threads=threads or None, device=device or "auto")
+            engine = Engine(path, threads=threads or None, device=device or "auto", watermark=watermark)
         except DeviceError as e:  # a device remembered from another machine (or unplugged)
-            engine = Engine(path, threads=threads or None, device="auto")
+            engine = Engine(path, threads=threads or None, device="auto", watermark=watermark)
             note = f"{e}; using {engine.device} instead"
         self.engine = engine
         try:  # read here, off the GUI thread: the tokenizer takes seconds to parse
@@ -172,6 +172,7 @@ class EngineWorker(QObject):
         except Exception:  # noqa: BLE001 - an unreadable tag list only leaves the menu with pauses
             tags = []
         info = dict(engine.info)
+        info["watermark"] = engine.watermark
         info["device_note"] = note or info.get("device_note", "")
         return {"info": info, "defaults": dict(engine.defaults),
                 "sample_rate": int(engine.sample_rate), "builtin": engine.builtin_voice.name,
@@ -204,6 +205,11 @@ class EngineWorker(QObject):
         job.check()
         return {"chunks": n, "seed": seed, "audio_s": audio / engine.sample_rate,
                 "compute_s": time.perf_counter() - t0}
+
+    def set_watermark(self, on: bool) -> bool:
+        """engine.watermark: whether later syntheses are marked (turning it on loads the model)."""
+        self.require_engine().watermark = on
+        return on
 
     def prepare_stream(self, job: EngineJob, voice, params: dict) -> None:
         """engine.prepare_stream: the voice's cached stream prefix for these settings."""

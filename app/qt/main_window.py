@@ -24,6 +24,7 @@ from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QSta
 from app.core.player import Player
 from app.core.voice_library import VARIANT_NAMES, VoiceStore
 from app.qt import theme
+from app.qt.background import error_text
 from app.qt.drops import DropFilter, dropped_media
 from app.qt.engine_client import EngineClient
 from app.qt.error_banner import ErrorBanner
@@ -151,6 +152,7 @@ class MainWindow(QMainWindow):
         for name in ("dark", "light"):
             appearance.addAction(name.capitalize(), lambda n=name: self.set_theme(n))
         m.addAction("Local API server…", lambda: self.api_server.open_dialog())
+        m.addAction("Check a recording for a watermark…", lambda: self.check_watermark())
         m.addSeparator()
         m.addAction("Export take…", lambda: self.takes.export_take())
         self.script.add_menu(m)
@@ -176,6 +178,7 @@ class MainWindow(QMainWindow):
         self.sampling_panel.presetChanged.connect(self._preset_shown)
         tb.sampling_button.setChecked(self.settings.sampling_panel_open)
         tb.sampling_button.toggled.connect(self._toggle_sampling)
+        self.sampling_panel.watermarkToggled.connect(self._watermark_toggled)
         self.lab.backRequested.connect(self.show_studio)
         self.lab.voiceSaved.connect(self.voices.saved)
         self.lab.playAudio.connect(self.preview_audio)
@@ -242,6 +245,30 @@ class MainWindow(QMainWindow):
         combo.setCurrentText(name)
         combo.blockSignals(False)
         self.voices.prepare_stream()
+
+    def check_watermark(self, path: str | None = None):
+        """The watermark check dialog (one, kept); with `path`, that file checked at once."""
+        from app.qt.watermark_dialog import WatermarkCheckDialog
+
+        if getattr(self, "watermark_dialog", None) is None:
+            self.watermark_dialog = WatermarkCheckDialog(self, self.settings.last_open_dir)
+        self.watermark_dialog.show()
+        self.watermark_dialog.raise_()
+        if path:
+            self.watermark_dialog.check(path)
+        return self.watermark_dialog
+
+    def _watermark_toggled(self, on: bool) -> None:
+        """The setting; the loaded engine follows it for every later take (and the API server)."""
+        self.settings.watermark = on
+        if self.client.info is not None:
+            def bad(e):
+                self.sampling_panel.show_watermark(not on)
+                self.settings.watermark = not on
+                self.show_error(f"Cannot turn the watermark {'on' if on else 'off'}: {error_text(e)}")
+
+            self.client.set_watermark(on, failure=bad)
+        self.api_server.apply()
 
     def _toggle_sampling(self, on: bool) -> None:
         self.sampling_panel.setVisible(on)

@@ -69,7 +69,8 @@ class ModelActions(QObject):
                 msg = f"{path}: {msg}"
             self.w.show_error(f"Could not load the model. {msg}", action=("Choose model…", lambda: self.choose_model()))
 
-        return self.client.load_model(path, self.settings.threads, self.settings.device, success=ok, failure=bad)
+        return self.client.load_model(path, self.settings.threads, self.settings.device,
+                                      watermark=self.settings.watermark, success=ok, failure=bad)
 
     def choose_model(self, first_run: bool = False):
         """Open the model dialog (window-modal, no nested event loop); returns it."""

@@ -13,6 +13,7 @@ import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.player import Player
+from app.core.provenance import Provenance
 from app.core.take import Take
 from app.qt.background import error_text
 from app.qt.engine_client import EngineClient
@@ -70,7 +71,7 @@ class PlaybackController(QObject):
             self.error.emit("Nothing to say: the script is empty.")
             return None
         take = Take(text, voice_name, self.client.sample_rate, text_offset=offset, in_history=in_history)
-        self._start_take(take)
+        self._start_take(take, list((script or {}).get("voices", {})))
         self.player.begin_segment(estimate_seconds(text))
         callbacks = {"on_chunk": lambda sc: self._on_chunk(take, sc, offset, 0),
                      "success": lambda r: self._on_done(take, r), "failure": lambda e: self._on_failed(take, e)}
@@ -198,7 +199,10 @@ class PlaybackController(QObject):
 
     # --- engine callbacks ------------------------------------------------------------------------
 
-    def _start_take(self, take: Take) -> None:
+    def _start_take(self, take: Take, cast=()) -> None:
+        """`cast`: the script's other speakers, named in the take's provenance after its voice."""
+        info = self.client.info or {}
+        take.provenance = Provenance.from_info(info, [take.voice_name, *cast], bool(info.get("watermark")))
         self.take = take
         self.player.reset()
         self._base_frame = 0

@@ -1,10 +1,10 @@
 """The expandable sampling settings panel (under the toolbar): temperature, top-k/p, penalties,
 CFM steps, token budget and seed, and a Multilingual model's exaggeration and guidance; plus the
-quality/speed presets that set the CFM steps."""
+quality/speed presets that set the CFM steps, and the watermark switch."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QDoubleSpinBox,
@@ -35,6 +35,9 @@ def engine_preset(name: str, presets: dict | None = None) -> dict:
 
 
 PRESETS = list(PRESET_KEYS)
+
+WATERMARK_NOTE = ("Marks generated speech as machine-made (Resemble AI's Perth watermark), as the official "
+                  "Chatterbox does.")
 
 
 FIELDS = [  # key, label, step, decimals, tooltip; type and range come from the engine's options schema
@@ -71,6 +74,7 @@ def spin_range(key: str, step: float) -> tuple[float, float]:
 class SamplingPanel(QFrame):
     changed = Signal()
     presetChanged = Signal(str)
+    watermarkToggled = Signal(bool)
 
     def __init__(self, settings: Settings, parent=None):
         super().__init__(parent)
@@ -130,9 +134,25 @@ class SamplingPanel(QFrame):
         self.reset_button.clicked.connect(self.reset_to_defaults)
         bottom.addWidget(self.reset_button)
         grid.addLayout(bottom, seed_row, 2, 1, 6)
+        self.watermark = QCheckBox("Watermark the speech")
+        self.watermark.setChecked(settings.watermark)
+        self.watermark.setToolTip(WATERMARK_NOTE + " Check a recording with ⋯ > Check a recording for a watermark…")
+        self.watermark.toggled.connect(self.watermarkToggled)
+        note = QLabel(WATERMARK_NOTE)
+        note.setObjectName("Muted")
+        note.setWordWrap(True)
+        note.setTextInteractionFlags(Qt.NoTextInteraction)
+        grid.addWidget(self.watermark, seed_row + 1, 0, 1, 2)
+        grid.addWidget(note, seed_row + 1, 2, 1, 6)
         self._show_model_options()
         for col in (1, 3, 5, 7):
             grid.setColumnStretch(col, 1)
+
+    def show_watermark(self, on: bool) -> None:
+        """The switch's state without telling anyone (a change the engine refused goes back)."""
+        self.watermark.blockSignals(True)
+        self.watermark.setChecked(on)
+        self.watermark.blockSignals(False)
 
     def set_defaults(self, defaults: dict, presets: dict | None = None) -> None:
         """The loaded model's defaults (and presets); they fill the panel unless the user customised it."""

@@ -296,13 +296,14 @@ class ServerPanel(QObject):
         threads = self.window.settings.threads or None
         return ServerConfig(model=model, port=self.prefs.port, api_key=self.prefs.api_key or None,
                             voices_dir=self.window.store.folder, threads=threads,
-                            exposed_voices=None if self.prefs.all_voices else list(self.prefs.voices))
+                            exposed_voices=None if self.prefs.all_voices else list(self.prefs.voices),
+                            watermark=self.window.settings.watermark)
 
     def apply(self) -> None:
         """Start, restart or stop to match the settings and the loaded model (never blocks)."""
         cfg = self.config()
         key = None if cfg is None else (cfg.model, cfg.port, cfg.api_key, cfg.threads,
-                                        None if cfg.exposed_voices is None else tuple(cfg.exposed_voices))
+                                        None if cfg.exposed_voices is None else tuple(cfg.exposed_voices), cfg.watermark)
         if key == self._config_key and self.controller.state in ("running", "starting"):
             return
         self._config_key = key

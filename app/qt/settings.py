@@ -100,6 +100,7 @@ class Settings:
     output_device = Setting("audio/output_device", str, "")  # "" = the system default
     preset = Setting("synthesis/preset", str, "Quality")
     seed = Setting("synthesis/seed", int, -1)  # -1: a new random seed per take
+    watermark = Setting("synthesis/watermark", bool, True)  # the Perth watermark on what the engine speaks
     temperature = OptionSetting("sampling/temperature", "temperature")
     top_k = OptionSetting("sampling/top_k", "top_k")
     top_p = OptionSetting("sampling/top_p", "top_p")

@@ -120,10 +120,10 @@ class TakeActions(QObject):
             path, _ = QFileDialog.getSaveFileName(self.w, "Export take", start, export_filters())
             if not path:
                 return None
-        samples, rate = take.samples.copy(), take.sample_rate
+        samples, rate, tags = take.samples.copy(), take.sample_rate, take.provenance
 
         def ok(_r):
             self.w.statusBar().showMessage(f"Exported {take.duration:.1f} s to {path}", 8000)
 
-        return BackgroundOp(lambda _rep: export_audio(samples, rate, path), success=ok,
+        return BackgroundOp(lambda _rep: export_audio(samples, rate, path, tags), success=ok,
                             failure=lambda e: self.w.show_error(f"Export failed: {error_text(e)}")).start()

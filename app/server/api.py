@@ -6,7 +6,9 @@
                               "prompt_seconds", "first_chunk_tokens", "chunk_tokens", "preset"}
     GET  /v1/models, /v1/audio/models, /v1/voices, /v1/audio/voices
 
-Audio always streams (chunked transfer) as the engine makes it; `stream_format="sse"` sends
+Audio always streams (chunked transfer) as the engine makes it, watermarked unless the server
+runs with --no-watermark (a request's `"watermark": false` is refused otherwise), with its
+provenance in the format's tags; `stream_format="sse"` sends
 `speech.audio.delta` events (base64 audio of the response format) and a `speech.audio.done`
 event. Errors are OpenAI's error JSON: 400 bad input, 401 bad key, 404 unknown voice,
 413 input too long, 503 queue full.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import itertools
 import json
 import logging
@@ -29,6 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.core.provenance import Provenance
 from app.server.config import ServerConfig
 from app.server.encode import FORMATS, MEDIA_TYPES, EncoderError, ffmpeg_available, make_encoder, needs_ffmpeg
 from app.server.errors import error_response
@@ -43,7 +47,7 @@ SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p
                    "prompt_seconds", "first_chunk_tokens", "chunk_tokens")
 OPENAI_FIELDS = ("model", "input", "voice", "response_format", "speed", "instructions", "stream_format")
 MULTILINGUAL_FIELDS = ("language", "exaggeration", "cfg_weight")  # a Multilingual model's; others refuse them
-OUR_FIELDS = ("seed", "preset") + MULTILINGUAL_FIELDS + SAMPLING_FIELDS
+OUR_FIELDS = ("seed", "preset", "watermark") + MULTILINGUAL_FIELDS + SAMPLING_FIELDS
 MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 
 
@@ -79,6 +83,7 @@ class SpeechService:
         self.model_id = f"chatterbox-{engine.variant}"
         self.created = int(os.path.getmtime(engine.path)) if os.path.exists(engine.path) else int(time.time())
         self._ids = itertools.count(1)
+        self.provenance = Provenance.of(engine)   # the model's part of every response's tags
 
     def close(self) -> None:
         self.worker.stop()
@@ -136,6 +141,13 @@ class SpeechService:
         unknown = sorted(k for k in body if k not in OPENAI_FIELDS + OUR_FIELDS)
         if unknown:
             log.info("ignoring unknown request field(s): %s", ", ".join(unknown))
+        mark = body.get("watermark")
+        if mark is not None and not isinstance(mark, bool):
+            raise ApiError(400, f"watermark must be true or false; got {mark!r}", param="watermark")
+        if mark is False and self.engine.watermark:
+            raise ApiError(400, "this server watermarks all its speech (Resemble AI's Perth watermark); a request "
+                           "cannot turn that off (the server's operator can: serve --no-watermark)",
+                           param="watermark", code="watermark_required")
         seed = body.get("seed")
         if seed is None:
             seed = random_seed()
@@ -180,8 +192,9 @@ class SpeechService:
             except RuntimeError:  # the loop is gone (server stopping)
                 pass
 
+        tags = dataclasses.replace(self.provenance, voices=(info.name,), watermarked=self.engine.watermark)
         try:
-            encoder = make_encoder(req["format"], emit, req["speed"])
+            encoder = make_encoder(req["format"], emit, req["speed"], tags)
         except EncoderError as e:
             stream.close()
             raise ApiError(400, str(e), param="response_format") from None
@@ -206,7 +219,8 @@ class SpeechService:
             raise ApiError(503, f"{e}; try again shortly", code="server_busy", headers={"Retry-After": "1"}) from None
         log.info("request %s: %d characters, voice %s, %s%s, seed %s", label, len(req["text"]), info.id,
                  req["format"], " (sse)" if req["stream_format"] == "sse" else "", req["seed"])
-        headers = {"X-Chatterbox-Seed": str(req["seed"]), "X-Chatterbox-Voice": info.id, "Cache-Control": "no-cache"}
+        headers = {"X-Chatterbox-Seed": str(req["seed"]), "X-Chatterbox-Voice": info.id, "Cache-Control": "no-cache",
+                   "X-Chatterbox-Watermark": "perth" if self.engine.watermark else "none"}
 
         async def audio():
             try:

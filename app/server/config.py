@@ -41,6 +41,9 @@ class ServerConfig:
     # Origins (scheme://host[:port]) whose web pages may call the API (CORS); none by default.
     cors_origins: list[str] = field(default_factory=list)
     log_level: str = "warning"
+    # Mark the speech with the Perth watermark (the engine's default). The server's choice alone:
+    # a request asking for unmarked audio is refused (400) unless the server runs --no-watermark.
+    watermark: bool = True
 
     @property
     def url(self) -> str:

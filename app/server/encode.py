@@ -4,6 +4,9 @@ pcm is raw s16le; wav is a 16-bit WAV whose header carries the "unknown length" 
 (0xFFFFFFFF) so it can go out before the audio is known; mp3, opus (Ogg), aac (ADTS) and
 flac go through one ffmpeg process per request, fed chunk by chunk. A speed other than 1
 runs every format through ffmpeg's `atempo` filter (a time stretch that keeps the pitch).
+Every format with metadata carries the speech's provenance (app.core.provenance): wav a LIST
+INFO chunk before its data, mp3 ID3v2, opus and flac Vorbis comments; aac (ADTS) and pcm
+have none.
 
 An encoder is fed from the engine's worker thread (`write`, `end`) and never blocks it:
 ffmpeg gets its own writer and reader threads. Output goes to `emit(bytes)`, and `emit(None)`
@@ -40,12 +43,24 @@ class EncoderError(Exception):
     pass
 
 
-def wav_header(rate: int = SAMPLE_RATE, channels: int = 1, bits: int = 16) -> bytes:
-    """A WAV header for a stream of unknown length (RIFF and data sizes 0xFFFFFFFF)."""
+def _info_chunk(provenance) -> bytes:
+    """A LIST INFO chunk: ISFT (software) and ICMT (comment), NUL-terminated, even-padded."""
+    if provenance is None:
+        return b""
+    body = b"INFO"
+    for key, text in ((b"ISFT", provenance.software), (b"ICMT", provenance.comment)):
+        data = text.encode("utf-8") + b"\0"
+        body += key + struct.pack("<I", len(data)) + data + (b"\0" if len(data) % 2 else b"")
+    return b"LIST" + struct.pack("<I", len(body)) + body
+
+
+def wav_header(rate: int = SAMPLE_RATE, channels: int = 1, bits: int = 16, provenance=None) -> bytes:
+    """A WAV header for a stream of unknown length (RIFF and data sizes 0xFFFFFFFF), with the
+    provenance's LIST INFO chunk when given."""
     block = channels * bits // 8
     return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVE"
             + b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, rate, rate * block, block, bits)
-            + b"data" + struct.pack("<I", 0xFFFFFFFF))
+            + _info_chunk(provenance) + b"data" + struct.pack("<I", 0xFFFFFFFF))
 
 
 def atempo_chain(speed: float) -> str:
@@ -72,22 +87,25 @@ def needs_ffmpeg(fmt: str, speed: float) -> bool:
 class Encoder:
     """pcm and wav at speed 1: converted in the caller's thread, no process."""
 
-    def __init__(self, fmt: str, emit):
-        self.fmt, self.emit = fmt, emit
+    def __init__(self, fmt: str, emit, provenance=None):
+        self.fmt, self.emit, self.provenance = fmt, emit, provenance
         self._started = False
+
+    def header(self) -> bytes:
+        return wav_header(provenance=self.provenance)
 
     def write(self, samples: np.ndarray) -> None:
         data = to_s16le(samples)
         if not self._started:
             self._started = True
             if self.fmt == "wav":
-                data = wav_header() + data
+                data = self.header() + data
         if data:
             self.emit(data)
 
     def end(self) -> None:
         if not self._started and self.fmt == "wav":
-            self.emit(wav_header())
+            self.emit(self.header())
         self._started = True
         self.emit(None)
 
@@ -96,15 +114,16 @@ class Encoder:
 
 
 class FfmpegEncoder(Encoder):
-    def __init__(self, fmt: str, emit, speed: float = 1.0):
-        super().__init__(fmt, emit)
+    def __init__(self, fmt: str, emit, speed: float = 1.0, provenance=None):
+        super().__init__(fmt, emit, provenance)
         if ffmpeg_run.ffmpeg_path() is None:
             raise EncoderError(f"response_format {fmt!r} (or a speed other than 1) needs ffmpeg, which is not "
                                "installed on the server; use wav or pcm at speed 1")
         args = ffmpeg_run.pcm_input("s16le", SAMPLE_RATE, 1)
         if speed != 1.0:
             args += ["-af", atempo_chain(speed)]
-        args += ["-ar", str(SAMPLE_RATE), "-ac", "1", *_FFMPEG_OUT[fmt], "-flush_packets", "1", "pipe:1"]
+        tags = provenance.ffmpeg_args() if provenance is not None and fmt in ("mp3", "opus", "flac") else []
+        args += ["-ar", str(SAMPLE_RATE), "-ac", "1", *_FFMPEG_OUT[fmt], *tags, "-flush_packets", "1", "pipe:1"]
         self._proc = ffmpeg_run.spawn(args)
         self._inbox: queue.Queue = queue.Queue()
         self._closed = False
@@ -146,7 +165,7 @@ class FfmpegEncoder(Encoder):
             if not data:
                 break
             if not header_sent:
-                data, header_sent = wav_header() + data, True
+                data, header_sent = self.header() + data, True
             self.emit(data)
         rc = self._proc.wait()
         err = self._proc.stderr.read().decode("utf-8", "replace").strip()[-300:]
@@ -156,7 +175,7 @@ class FfmpegEncoder(Encoder):
             self.emit(EncoderError(f"ffmpeg failed to encode {self.fmt} (exit {rc}): {err}"))
             return
         if not header_sent:
-            self.emit(wav_header())
+            self.emit(self.header())
         self.emit(None)
 
     def close(self) -> None:
@@ -169,7 +188,8 @@ class FfmpegEncoder(Encoder):
             self._proc.kill()   # the reader sees EOF, reaps it and closes the pipes
 
 
-def make_encoder(fmt: str, emit, speed: float = 1.0) -> Encoder:
+def make_encoder(fmt: str, emit, speed: float = 1.0, provenance=None) -> Encoder:
+    """`provenance` (app.core.provenance.Provenance): the tags of formats that hold them."""
     if needs_ffmpeg(fmt, speed):
-        return FfmpegEncoder(fmt, emit, speed)
-    return Encoder(fmt, emit)
+        return FfmpegEncoder(fmt, emit, speed, provenance)
+    return Encoder(fmt, emit, provenance)

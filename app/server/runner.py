@@ -34,7 +34,7 @@ def bind(host: str, port: int) -> socket.socket:
 def load_engine(config: ServerConfig):
     from engine_native import Engine
 
-    return Engine(config.model, threads=config.threads, device=config.device)
+    return Engine(config.model, threads=config.threads, device=config.device, watermark=config.watermark)
 
 
 def _uvicorn_server(app, config: ServerConfig):

@@ -4,7 +4,9 @@ Per sentence (its seed: the take's seed + the sentence's index, so regenerating 
 sentence reproduces it): a T3 session samples speech tokens; an early stop (too few speech
 tokens for the text) is sampled again with another seed while nothing has played; S3Gen
 renders the tokens into mel frames and the vocoder stream turns the frames not yet played
-into samples; the sentence's first samples get S3Gen's trim fade.
+into samples; the sentence's first samples get S3Gen's trim fade; where the request marks
+its audio, the sentence's marker (watermark_stream) marks them, holding a streamed chunk's
+last few milliseconds back for the next one.
 
 One loop serves both ways of cutting a sentence (`ChunkPlan`): whole (`Engine.synthesize`:
 all the tokens, then one S3Gen pass over the whole voice prompt, the reference's; of three
@@ -52,6 +54,7 @@ class Chunk:
     sentence_index: int
     n_sentences: int
     stages: StageTimes = field(default_factory=StageTimes)  # what it cost, stage by stage
+    watermarked: bool = False    # carries the Perth watermark (Engine(watermark=True), the default)
 
     @property
     def timings(self) -> dict:
@@ -78,30 +81,31 @@ class ChunkPlan:
         return max(self.chunk_tokens, int(CHUNK_GROWTH * n_so_far))
 
 
-def chunks(stages, text: str, voice, seed: int, p: dict, plan: ChunkPlan, cancel):
-    """The request's Chunks, sentence after sentence; ends quietly once `cancel` is set."""
+def chunks(stages, text: str, voice, seed: int, p: dict, plan: ChunkPlan, cancel, watermark: bool = False):
+    """The request's Chunks, sentence after sentence, each sentence watermarked when
+    `watermark`; ends quietly once `cancel` is set."""
     sentences = stages.text.sentences(text, cancel, p["language"])
     if sentences is None:
         return
     index = 0
     for si, sentence in enumerate(sentences):
         ids = stages.text.ids(sentence.text, p["language"])
-        for wav, final, times in sentence_chunks(stages, ids, voice, seed + si, p, plan, cancel):
+        for wav, final, times, marked in sentence_chunks(stages, ids, voice, seed + si, p, plan, cancel, watermark):
             if cancel.is_set():
                 return
             yield Chunk(samples=wav, sample_rate=stages.config.sample_rate, index=index,
                         is_last=final and si == len(sentences) - 1, text=sentence.text,
                         span=(sentence.start, sentence.end), sentence_index=si, n_sentences=len(sentences),
-                        stages=times)
+                        stages=times, watermarked=marked)
             index += 1
         if cancel.is_set():  # cancelled inside the sentence's computation: no later sentence
             return
 
 
-def sentence_chunks(stages, ids, voice, seed: int, p: dict, plan: ChunkPlan, cancel):
-    """One sentence's (samples, final, StageTimes), cut as `plan` says. From a streamed
-    sentence's first chunk on, a TokenWorker samples the next tokens while the passes run
-    (where T3 samples beside S3Gen)."""
+def sentence_chunks(stages, ids, voice, seed: int, p: dict, plan: ChunkPlan, cancel, watermark: bool = False):
+    """One sentence's (samples, final, StageTimes, watermarked), cut as `plan` says. From a
+    streamed sentence's first chunk on, a TokenWorker samples the next tokens while the
+    passes run (where T3 samples beside S3Gen)."""
     t3, flow, ratio = stages.t3, stages.flow, stages.config.token_mel_ratio
     times = StageTimes(seed=seed)
     attempt = 0
@@ -109,6 +113,7 @@ def sentence_chunks(stages, ids, voice, seed: int, p: dict, plan: ChunkPlan, can
     if session is None:
         return
     vocoder = stages.vocoder.stream(seed)  # its noise is drawn while T3 samples
+    marker = stages.marking.sentence() if watermark else None
     worker = None
     best = None           # whole: the longest of the attempts
     tokens: list[int] = []
@@ -168,12 +173,17 @@ def sentence_chunks(stages, ids, voice, seed: int, p: dict, plan: ChunkPlan, can
                 continue  # nothing new to play yet: this pass's cost goes to the next chunk
             if not started:
                 wav = stages.vocoder.fade_in(wav)
-                started = True
+                started = True  # audio exists: an early stop is no longer sampled again
+            if marker is not None:
+                with stages.s3gen_turn(cancel) as threads:
+                    wav = marker.push(wav, final, threads, times)
             if worker is None and not final and t3.beside_s3gen:
                 worker = TokenWorker(t3, session, tokens)  # samples on while this chunk plays
+            if wav.size == 0 and not final:
+                continue  # all held back by the watermark: it comes with the next chunk
             times.attempts, times.speech_tokens = attempt + 1, len(tokens)
             times.audio_s = wav.size / stages.config.sample_rate
-            yield wav, final, times
+            yield wav, final, times, marker is not None and marker.marked
             if final:
                 return
             times = StageTimes(seed=seed)

@@ -4,13 +4,14 @@
     stages.t3       t3_session.T3Sessions        text ids + voice -> speech tokens
     stages.flow     s3gen_flow.S3GenFlow         speech tokens -> mel (S3Gen's encoder, the CFM)
     stages.vocoder  vocoder_stream.Vocoder       mel -> samples (HiFT)
+    stages.marking  watermark_stream.Marking     samples -> watermarked samples (Perth)
     stages.cloner   cloning.VoiceCloner          a recording -> a Voice
     stages.config   model.ModelConfig            the hyper-parameters from the GGUF
     stages.profiler profile.Profiler             stage timings and hooks
 
 The scheduler (`scheduler`) drives them per sentence. On the CPU, T3 has a backend of its own
 (and, beside S3Gen, a lock of its own); S3Gen, HiFT and cloning take turns on the model's
-lock (`lock`), served in arrival order.
+lock (`lock`), served in arrival order; so does the watermark.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from engine_native.pipeline.s3gen_flow import S3GenFlow
 from engine_native.pipeline.t3_session import T3Sessions
 from engine_native.pipeline.text_frontend import TextFrontEnd
 from engine_native.pipeline.vocoder_stream import Vocoder
+from engine_native.pipeline.watermark_stream import Marking
 
 # While a stream's T3 worker samples beside S3Gen, the S3Gen / HiFT passes run with this
 # many threads fewer than the engine's (at least one), instead of the two taking turns on
@@ -72,18 +74,20 @@ class Stages:
         self.t3 = T3Sessions(parts.t3, self.config, self.lock, self.profiler)
         self.flow = S3GenFlow(parts.token_encoder, parts.cfm, self.config, f.device, self.lock, self.profiler)
         self.vocoder = Vocoder(parts.hift, self.config.trim_fade_samples, self.lock, self.profiler)
+        self.marking = Marking(self.config.sample_rate, self.lock, self.profiler)
         self.cloner = VoiceCloner(f, self.config, self.lock, threads)
 
     @contextmanager
     def s3gen_turn(self, cancel):
-        """S3Gen / HiFT's turn, Stop armed; while a stream's T3 worker runs, with the threads
-        it leaves free."""
+        """S3Gen / HiFT's (and the watermark's) turn, Stop armed; while a stream's T3 worker
+        runs, with the threads it leaves free. Gives the thread count in effect."""
         with self.lock, cancel.armed(self.file):
             beside = self.t3.workers_running > 0
+            threads = max(1, self.threads - S3GEN_BESIDE_T3_FEWER_THREADS) if beside else self.threads
             if beside:
-                self.file.set_threads(max(1, self.threads - S3GEN_BESIDE_T3_FEWER_THREADS))
+                self.file.set_threads(threads)
             try:
-                yield
+                yield threads
             finally:
                 if beside:
                     self.file.set_threads(self.threads)

@@ -60,3 +60,29 @@ def model_path(variant: str, quant: str = "f32", seed: int = 0, size: str = "ful
             if res.returncode != 0:
                 raise RuntimeError(f"conversion failed:\n{res.stdout}\n{res.stderr}")
     return out
+
+
+def installed_perth() -> Path | None:
+    """resemble-perth's trained watermarker as the reference venv installed it (the official
+    package's own weights; None when it is not installed)."""
+    from tests.reference import refenv
+
+    found = sorted((refenv.ref_venv() / "lib").glob("python3*/site-packages/perth/perth_net/pretrained/implicit"))
+    return found[0] if found else None
+
+
+def watermark_model_path() -> Path:
+    """perth.gguf converted from installed_perth(), cached beside the models and keyed by the
+    Perth converter's source (the suite's engines mark their audio with it, as the app's do)."""
+    from engine_native.convert import perth
+
+    source = installed_perth()
+    if source is None:
+        raise RuntimeError("resemble-perth is not installed in the reference venv (tests/reference/setup_venv.sh)")
+    fingerprint = hashlib.sha256(Path(perth.__file__).read_bytes()).hexdigest()[:12]
+    out = cache_root() / "models" / f"perth-{fingerprint}.gguf"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock"):
+        if not out.exists():
+            perth.convert_perth(source, out, log=None)
+    return out

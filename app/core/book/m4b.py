@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.core.provenance import Provenance
+
 LOUDNESS_TARGET_LUFS = -18.0
 TRUE_PEAK_CEILING_DBTP = -1.5
 LIMITER_MARGIN_DB = 1.0
@@ -64,10 +66,13 @@ class Tags:
     year: str | None = None
     comment: str = ""
     genre: str = "Audiobook"
+    provenance: Provenance | None = None   # how the speech was made: the comment's end, and encoded_by
 
     def ffmpeg(self) -> dict[str, str]:
+        comment = "; ".join(c for c in (self.comment, self.provenance and self.provenance.comment) if c)
         return {"title": self.title, "album": self.title, "artist": self.author, "album_artist": self.author,
-                "composer": self.narrator, "date": self.year or "", "genre": self.genre, "comment": self.comment}
+                "composer": self.narrator, "date": self.year or "", "genre": self.genre, "comment": comment,
+                "encoded_by": self.provenance.software if self.provenance else ""}
 
 
 @dataclass

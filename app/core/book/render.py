@@ -35,6 +35,7 @@ import numpy as np
 
 from app.core.book.model import Book, Chapter
 from app.core.long_render import PartsCache, _voice_digest
+from app.core.provenance import Provenance, voice_names
 from engine_native.script import (
     BEST_OF_SEED_STRIDE,
     DEFAULT_PARAGRAPH_PAUSE,
@@ -167,7 +168,8 @@ class _Renderer:
         self.rate = engine.sample_rate
         self.folder = Path(folder)
         self.cache = PartsCache(self.folder, model_path=model_path, stream_options=settings.stream_options,
-                                rate=self.rate)
+                                rate=self.rate, watermark=engine.watermark)
+        self.provenance = Provenance.of(engine, voice_names(settings.voices, engine.builtin_voice.name))
         self.cancel, self.on_event = cancel, on_event
         self.result = BookResult([], self.rate)
         chosen = book.included()
@@ -217,6 +219,7 @@ class _Renderer:
         def write(tmp) -> None:
             nonlocal frames, cancelled
             with sf.SoundFile(str(tmp), "w", self.rate, 1, "FLOAT", format="RF64") as f:
+                self.provenance.tag_soundfile(f)
                 try:
                     for samples in self.chapter_audio(k, number, chapter):
                         f.write(samples)

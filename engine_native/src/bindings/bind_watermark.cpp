@@ -1,11 +1,10 @@
-// Python bindings of the Perth watermarker and detector (watermark/perth.h) and of the two
-// resamplers under them (the `watermark`, `watermark_bits` seams; engine_native.watermark).
+// Python bindings of the Perth watermarker and detector at the model's rate (watermark/perth.h;
+// engine_native.watermark resamples, the `watermark`, `watermark_bits` seams go through it).
 #include <pybind11/stl.h>
 
 #include "bindings/helpers.h"
 #include "core/system_info.h"
 #include "watermark/perth.h"
-#include "watermark/resampler.h"
 
 namespace py = pybind11;
 using namespace cbs;
@@ -58,42 +57,35 @@ void bind_watermark(py::module_& m) {
         .def_property_readonly("hop", [](const PyPerth& p) { return p.impl->hparams().hop; })
         .def_property_readonly("subband", [](const PyPerth& p) { return p.impl->hparams().subband; })
         .def_property_readonly("parameters", [](const PyPerth& p) { return p.impl->parameters(); })
-        .def("min_samples", [](const PyPerth& p, int rate) { return p.impl->min_samples(rate); }, py::arg("sample_rate"),
-             "The shortest audio (samples at sample_rate) apply and decode accept.")
-        .def("apply", [](const PyPerth& p, const F32Array& samples, int rate, int threads) {
+        .def_property_readonly("min_length", [](const PyPerth& p) { return p.impl->min_length(); },
+                               "The shortest audio (samples at sample_rate) apply and decode accept.")
+        .def_property_readonly("encoder_radius", [](const PyPerth& p) { return p.impl->encoder_radius(); },
+                               "Frames each side a frame's watermark residual depends on.")
+        .def("apply", [](const PyPerth& p, const F32Array& samples, int threads, bool clip_start, bool clip_end,
+                         double loudest) {
             const float* x = mono(samples);
             const int64_t n = samples.size();
             const int t = thread_count(threads);
-            return to_numpy(released([&] { return p.impl->apply(x, n, rate, t); }));
-        }, py::arg("samples"), py::arg("sample_rate"), py::arg("threads") = 0,
-           "PerthImplicitWatermarker.apply_watermark(samples, sample_rate): the marked audio (float32).")
-        .def("decode", [](const PyPerth& p, const F32Array& samples, int rate, int threads, bool fast) {
+            PerthWindow w{clip_start, clip_end, loudest};
+            py::array_t<float> y = to_numpy(released([&] { return p.impl->apply(x, n, t, &w); }));
+            return py::make_tuple(y, w.loudest);
+        }, py::arg("samples"), py::arg("threads") = 0, py::arg("clip_start") = true, py::arg("clip_end") = true,
+           py::arg("loudest") = 0.0,
+           "apply_watermark's marking of float32 samples at sample_rate: (marked audio, the loudest frame). "
+           "A stretch of a longer clip says which of its ends are the clip's own and the loudest frame so far.")
+        .def("decode", [](const PyPerth& p, const F32Array& samples, int threads, bool fast) {
             const float* x = mono(samples);
             const int64_t n = samples.size();
             const int t = thread_count(threads);
-            const PerthDecoding d = released([&] { return p.impl->decode(x, n, rate, t, fast); });
+            const PerthDecoding d = released([&] { return p.impl->decode(x, n, t, fast); });
             py::dict out;
             out["score"] = d.score;
             out["slow"] = branch_dict(d.branches[0]);
             out["normal"] = branch_dict(d.branches[1]);
             out["fast"] = branch_dict(d.branches[2]);
             return out;
-        }, py::arg("samples"), py::arg("sample_rate"), py::arg("threads") = 0, py::arg("fast") = false,
-           "The detector (fast: its products on AMX where the CPU has it, ~1e-4 from f32): {score: get_watermark(samples, sample_rate, round=False), and per branch (slow, "
-           "normal, fast) its frames' attention, mark and mask with their masked means}.");
-
-    m.def("resample_like_librosa", [](const F32Array& samples, int in_rate, int out_rate, const std::string& method,
-                                      int threads) {
-        const float* x = mono(samples);
-        const int64_t n = samples.size();
-        const int t = thread_count(threads);
-        return to_numpy(released([&] {
-            if (method == "soxr_hq") return RationalResampler::soxr_hq(in_rate, out_rate).process(x, n, t);
-            if (method == "polyphase") return RationalResampler::polyphase(in_rate, out_rate).process(x, n, t);
-            throw ParameterError("method must be 'soxr_hq' or 'polyphase', got '" + method + "'");
-        }));
-    }, py::arg("samples"), py::arg("in_rate"), py::arg("out_rate"), py::arg("method") = "soxr_hq",
-       py::arg("threads") = 0,
-       "librosa.resample(samples, orig_sr=in_rate, target_sr=out_rate, res_type=method) for float32 "
-       "samples, as the watermarker runs it (soxr_hq: single-stage ratios only).");
+        }, py::arg("samples"), py::arg("threads") = 0, py::arg("fast") = false,
+           "The detector on float32 samples at sample_rate (fast: its products on AMX where the CPU has it, "
+           "~1e-4 from f32): {score: get_watermark(samples, round=False), and per branch (slow, normal, fast) "
+           "its frames' attention, mark and mask with their masked means}.");
 }

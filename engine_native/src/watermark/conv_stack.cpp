@@ -76,6 +76,12 @@ int64_t ConvStack::parameters() const {
     return n;
 }
 
+int ConvStack::receptive_radius() const {
+    int r = 0;
+    for (const Conv1dLayer& l : layers_) r += (l.kernel - 1) / 2;
+    return r;
+}
+
 std::vector<float> ConvStack::forward(const float* x, int64_t T, int threads, bool fast) const {
     const bool on_amx = fast && amx_available();
     if (on_amx)

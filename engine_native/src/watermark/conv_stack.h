@@ -35,6 +35,8 @@ public:
     int c_in() const { return layers_.front().c_in; }
     int c_out() const { return layers_.back().c_out; }
     int64_t parameters() const;
+    // Frames each side an output frame depends on: the sum of the layers' (kernel - 1) / 2.
+    int receptive_radius() const;
 
     // x [T][c_in()] -> [T][c_out()]; `fast`: on AMX where the CPU has it.
     std::vector<float> forward(const float* x, int64_t T, int threads, bool fast = false) const;

@@ -9,7 +9,6 @@
 #include "core/errors.h"
 #include "ggml.h"
 #include "gguf.h"
-#include "watermark/resampler.h"
 
 namespace cbs {
 
@@ -17,7 +16,6 @@ namespace {
 
 constexpr const char* kArch = "perth";
 constexpr const char* kBranches[3] = {"slow", "normal", "fast"};
-constexpr int kMinRate = 1000, kMaxRate = 768000;  // Hz: what a recording may come at
 
 // The GGUF file with its tensor data in host memory (the model is a few tens of MB).
 struct PerthFile {
@@ -198,28 +196,18 @@ int64_t Perth::parameters() const {
     return encoder_.parameters() + decoder_[0].parameters() + decoder_[1].parameters() + decoder_[2].parameters();
 }
 
-int64_t Perth::min_samples(int sample_rate) const {
-    if (sample_rate < kMinRate || sample_rate > kMaxRate)
-        throw ParameterError("sample rate must be between " + std::to_string(kMinRate) + " and " +
-                             std::to_string(kMaxRate) + " Hz, got " + std::to_string(sample_rate));
-    const double ratio = static_cast<double>(hp_.sample_rate) / sample_rate;
-    int64_t n = static_cast<int64_t>(std::ceil(stft_.min_length() / ratio));
-    while (static_cast<int64_t>(std::ceil(static_cast<double>(n - 1) * ratio)) >= stft_.min_length() && n > 1) --n;
-    while (static_cast<int64_t>(std::ceil(static_cast<double>(n) * ratio)) < stft_.min_length()) ++n;
-    return n;
-}
-
-void Perth::check_input(const float* x, int64_t n, int sample_rate) const {
-    const int64_t need = min_samples(sample_rate);  // checks the rate
+void Perth::check_input(const float* x, int64_t n) const {
     if (n <= 0) throw ParameterError("the audio is empty");
-    if (n < need)
+    if (n < min_length())
         throw ParameterError("the audio is too short for the watermark: " + std::to_string(n) + " samples at " +
-                             std::to_string(sample_rate) + " Hz, at least " + std::to_string(need) + " needed");
+                             std::to_string(hp_.sample_rate) + " Hz, at least " + std::to_string(min_length()) +
+                             " needed");
     for (int64_t i = 0; i < n; ++i)
         if (!std::isfinite(x[i])) throw ParameterError("the audio holds NaN or infinite samples");
 }
 
-void Perth::magnitudes(const Spectrogram& s, std::vector<float>& mag, std::vector<float>& mask) const {
+void Perth::magnitudes(const Spectrogram& s, int64_t n, PerthWindow* window, std::vector<float>& mag,
+                       std::vector<float>& mask) const {
     const int F = s.n_bins;
     const double min_db = 20.0 * std::log10(static_cast<double>(static_cast<float>(hp_.mag_min)));
     const double range = -min_db + hp_.headroom_db;
@@ -236,18 +224,27 @@ void Perth::magnitudes(const Spectrogram& s, std::vector<float>& mag, std::vecto
         }
         sums[t] = static_cast<float>(sum);
     }
-    const double threshold = static_cast<float>(*std::max_element(sums.begin(), sums.end()) * hp_.mask_fraction);
+    const PerthWindow whole;
+    const PerthWindow& w = window ? *window : whole;
+    const int64_t half = hp_.n_fft / 2;
+    double loudest = w.loudest;
+    for (int64_t t = 0; t < s.frames; ++t) {
+        const bool inside_start = w.clip_start || t * hp_.hop >= half;
+        const bool inside_end = w.clip_end || t * hp_.hop + half <= n;
+        if (inside_start && inside_end) loudest = std::max(loudest, sums[t]);
+    }
+    if (window) window->loudest = loudest;
+    const double threshold = static_cast<float>(loudest * hp_.mask_fraction);
     mask.resize(s.frames);
     for (int64_t t = 0; t < s.frames; ++t) mask[t] = sums[t] > threshold ? 1.0f : 0.0f;
 }
 
-std::vector<float> Perth::apply(const float* x, int64_t n, int sample_rate, int threads) const {
-    check_input(x, n, sample_rate);
-    const int sr = hp_.sample_rate, F = hp_.n_bins, S = hp_.subband;
-    const std::vector<float> x_model = RationalResampler::soxr_hq(sample_rate, sr).process(x, n, threads);
-    Spectrogram spec = stft_.forward(x_model.data(), static_cast<int64_t>(x_model.size()), threads);
+std::vector<float> Perth::apply(const float* x, int64_t n, int threads, PerthWindow* window) const {
+    check_input(x, n);
+    const int F = hp_.n_bins, S = hp_.subband;
+    Spectrogram spec = stft_.forward(x, n, threads);
     std::vector<float> mag, mask;
-    magnitudes(spec, mag, mask);
+    magnitudes(spec, n, window, mag, mask);
     const int64_t T = spec.frames;
     std::vector<float> low(static_cast<size_t>(T * S));
     for (int64_t t = 0; t < T; ++t) std::copy_n(mag.data() + t * F, S, low.data() + t * S);
@@ -276,19 +273,15 @@ std::vector<float> Perth::apply(const float* x, int64_t n, int sample_rate, int 
             spec.re[i] = static_cast<float>(lin * ur);
             spec.im[i] = static_cast<float>(lin * ui);
         }
-    const std::vector<float> y_model = stft_.inverse(spec, threads);
-    return RationalResampler::soxr_hq(sr, sample_rate).process(y_model.data(), static_cast<int64_t>(y_model.size()),
-                                                               threads);
+    return stft_.inverse(spec, threads);
 }
 
-PerthDecoding Perth::decode(const float* x, int64_t n, int sample_rate, int threads, bool fast) const {
-    check_input(x, n, sample_rate);
+PerthDecoding Perth::decode(const float* x, int64_t n, int threads, bool fast) const {
+    check_input(x, n);
     const int F = hp_.n_bins, S = hp_.subband;
-    const std::vector<float> x_model =
-        RationalResampler::polyphase(sample_rate, hp_.sample_rate).process(x, n, threads);
-    const Spectrogram spec = stft_.forward(x_model.data(), static_cast<int64_t>(x_model.size()), threads);
+    const Spectrogram spec = stft_.forward(x, n, threads);
     std::vector<float> mag, mask;
-    magnitudes(spec, mag, mask);
+    magnitudes(spec, n, nullptr, mag, mask);
     const int64_t T = spec.frames;
     std::vector<float> low(static_cast<size_t>(T * S));
     for (int64_t t = 0; t < T; ++t) std::copy_n(mag.data() + t * F, S, low.data() + t * S);

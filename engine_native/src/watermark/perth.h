@@ -1,22 +1,21 @@
 // Resemble AI's Perth implicit watermarker (resemble-perth 1.0.1, MIT), the step the
 // official chatterbox-tts runs on every output: PerthImplicitWatermarker.apply_watermark
-// and get_watermark, with the package's trained weights converted once into a small GGUF
-// (engine_native/convert/perth.py; general.architecture = "perth", every dimension and
-// constant in its metadata). Host-only: plain loops, the convolutions through
-// conv_stack.h's sgemm.
+// and get_watermark at the model's own rate, with the package's trained weights converted
+// once into a small GGUF (engine_native/convert/perth.py; general.architecture = "perth",
+// every dimension and constant in its metadata). Host-only: plain loops, the convolutions
+// through conv_stack.h's sgemm. The reference resamples with librosa on the way in and out;
+// engine_native.watermark does that with the libraries librosa calls (soxr, scipy).
 //
-// apply(x, rate): resample rate -> model rate with libsoxr HQ (librosa's default),
-//   STFT -> magnitude in normalised dB ((20 log10 max(|X|, mag_min) + 180) / 195) and phase;
-//   the encoder adds a residual to the lowest `subband` bins of the frames whose summed
-//   normalised magnitude exceeds mask_fraction of the loudest frame's; back to linear
+// apply(x): STFT -> magnitude in normalised dB ((20 log10 max(|X|, mag_min) + 180) / 195)
+//   and phase; the encoder adds a residual to the lowest `subband` bins of the frames whose
+//   summed normalised magnitude exceeds mask_fraction of the loudest frame's; back to linear
 //   (10^min(dB / 20, max_db_exponent)) with the original phase, inverse STFT
-//   (hop * (frames - 1) samples), resample back with libsoxr HQ.
-// score(x, rate): resample with scipy's resample_poly (librosa "polyphase"), STFT, the
-//   decoder's three branches (the low bins stretched to T x rate for each of
-//   decoder_rates, linear interpolation with aligned corners) each give per frame an
-//   attention and a mark logit; masked means over the frames (the frame mask stretched
-//   by nearest neighbour), a softmax over the three attentions weights the three marks;
-//   clipped to [0, 1]. get_watermark(round=True) rounds it (half to even): marked when 1.
+//   (hop * (frames - 1) samples).
+// decode(x): STFT, the decoder's three branches (the low bins stretched to T x rate for
+//   each of decoder_rates, linear interpolation with aligned corners) each give per frame an
+//   attention and a mark logit; masked means over the frames (the frame mask stretched by
+//   nearest neighbour), a softmax over the three attentions weights the three marks; clipped
+//   to [0, 1]. get_watermark(round=True) rounds it (half to even): marked when 1.
 #pragma once
 
 #include <array>
@@ -43,6 +42,16 @@ struct PerthBranch {
     float attention_mean = 0, mark_mean = 0;
 };
 
+// A stretch of a longer clip marked on its own (a stream marks a growing sentence window by
+// window): which of its ends are the clip's own, and the loudest frame seen so far. A frame
+// counts toward the loudest (and so the frame mask's threshold) only where its analysis
+// window lies inside the stretch or reaches past one of the clip's own ends, as in the whole
+// clip; the others are reflections of a cut. The defaults are the whole clip.
+struct PerthWindow {
+    bool clip_start = true, clip_end = true;
+    double loudest = 0;  // in: the loudest frame before; out: including this stretch's
+};
+
 struct PerthDecoding {
     std::array<PerthBranch, 3> branches;  // slow, normal, fast
     float score = 0;                      // get_watermark(round=False); NaN for digital silence
@@ -54,22 +63,26 @@ public:
     const PerthHparams& hparams() const { return hp_; }
     int64_t parameters() const;
 
-    // apply_watermark(x, sample_rate): hop * (frames - 1) samples at the model rate, as
-    // many as librosa gives back at `sample_rate` (a few ms shorter than x).
-    std::vector<float> apply(const float* x, int64_t n, int sample_rate, int threads) const;
-    // get_watermark(x, sample_rate, round=False), with each branch's frames. `fast`: the
+    // apply_watermark's marking of x at the model rate: hop * (frames - 1) samples, up to
+    // one hop shorter than x. `window`: x is a stretch of a longer clip (see PerthWindow).
+    std::vector<float> apply(const float* x, int64_t n, int threads, PerthWindow* window = nullptr) const;
+    // get_watermark(x, round=False) at the model rate, with each branch's frames. `fast`: the
     // decoder's products on AMX where the CPU has it (conv_stack.h), for a verdict.
-    PerthDecoding decode(const float* x, int64_t n, int sample_rate, int threads, bool fast = false) const;
+    PerthDecoding decode(const float* x, int64_t n, int threads, bool fast = false) const;
 
-    // The shortest input (samples at `sample_rate`) either call accepts: enough for the
-    // STFT's reflection padding at the model rate.
-    int64_t min_samples(int sample_rate) const;
+    // The shortest input (samples at the model rate) either call accepts: enough for the
+    // STFT's reflection padding.
+    int64_t min_length() const { return stft_.min_length(); }
+    // Frames each side whose magnitudes a frame's watermark residual depends on.
+    int encoder_radius() const { return encoder_.receptive_radius(); }
 
 private:
-    // Rejects what would reach an assertion or a meaningless result: rate, length, NaN.
-    void check_input(const float* x, int64_t n, int sample_rate) const;
-    // Normalised dB magnitudes [T][n_bins] of a spectrogram, and each frame's mask.
-    void magnitudes(const Spectrogram& s, std::vector<float>& mag, std::vector<float>& mask) const;
+    // Rejects what would reach an assertion or a meaningless result: length, NaN.
+    void check_input(const float* x, int64_t n) const;
+    // Normalised dB magnitudes [T][n_bins] of a spectrogram of n samples, and each frame's
+    // mask (its threshold from the frames `window` counts; all of them without one).
+    void magnitudes(const Spectrogram& s, int64_t n, PerthWindow* window, std::vector<float>& mag,
+                    std::vector<float>& mask) const;
 
     PerthHparams hp_;
     PerthStft stft_;
