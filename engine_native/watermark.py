@@ -209,43 +209,52 @@ def _resampler_reach(src: int, dst: int) -> float:
     return max(centre - above[0], above[-1] - centre) / dst
 
 
-# A streamed clip's seam: the last this many seconds a stretch emits are blended from the
-# previous stretch's marking of them (made with less right context) into this one's.
+# A streamed clip's pieces: the last STREAM_HOLDBACK_SECONDS of what has come are held back
+# (marked with only that much audio after them, and a mirror image of the audio beyond: see
+# StreamMarker); the first STREAM_CROSSFADE_SECONDS of them come with the next push, blended
+# from that marking into the next one's. Measured on real speech cut into 0.16 to 1 s pieces,
+# the joined pieces against the whole clip marked at once: rel 1e-4 to 5e-4 with 50 ms, 6e-4
+# to 2.3e-3 with 28 ms, 5e-5 to 3e-4 with 100 ms (docs/CPU.md); a streamed chunk's first audio
+# comes this much shorter.
+STREAM_HOLDBACK_SECONDS = 0.05
 STREAM_CROSSFADE_SECONDS = 0.010
 
 
 class StreamMarker:
     """Marks one clip that arrives in pieces (a streamed sentence) the way `apply` marks it
-    whole, piece by piece: `push(samples)` returns the marked audio that is ready (a little
-    less than came in: the held-back rest comes with the next push), `push(samples,
-    final=True)` the rest. The pieces joined are as long as the clip.
+    whole: `push(samples)` returns the marked audio that is ready (a little less than came
+    in: the held-back rest comes with the next push), `push(samples, final=True)` the rest.
+    The pieces joined are as long as the clip and its mark the whole clip's, but for the
+    audio around each seam.
 
     Each push marks a stretch: the samples not yet out, with `context` seconds before them
-    (the STFT's two half-windows, the encoder's receptive field and the resamplers' reach: so
-    the samples after that context are marked exactly as in the whole clip) and everything
-    that has come after them. The stretch's end is not the clip's: its last ~0.2 s are marked
-    as if the clip ended there, a little differently from the whole clip; the push returns
-    all but the last `holdback` seconds of them, the next push blends its own marking of the
-    first STREAM_CROSSFADE_SECONDS of what follows into the held-back marking of them (no
-    seam), and the frame mask's threshold uses the loudest frame so far (the whole clip's
-    uses its loudest overall; they differ only where a later frame is louder and an earlier
-    one sits between the two thresholds: near digital silence). A clip too short for the
-    model (`Watermarker.min_samples`) comes back unmarked (`marked` is then False)."""
+    (the STFT's two half-windows, the encoder's receptive field and the resamplers' reach: the
+    samples after that context are marked as in the whole clip, whose frames the stretch's are:
+    it starts on a whole hop of the model's STFT) and everything that has come after them.
+    The stretch's end is not the clip's: beyond it the marker puts the stretch's own last
+    `context` seconds time-reversed (their spectra are those of the speech before, as the
+    whole clip's next frames mostly are; silence or the STFT's reflection of a few ms would
+    tell the encoder the clip ends there), and returns all but the last `holdback` seconds;
+    the next push, which has the audio that really follows, blends its own marking of the
+    first STREAM_CROSSFADE_SECONDS of them into the held-back one (no seam). The frame mask's
+    threshold uses the loudest frame so far (the whole clip's its loudest overall: they differ
+    only where a later frame is louder and an earlier one sits between the two thresholds, near
+    digital silence). A clip too short for the model (`Watermarker.min_samples`) comes back
+    unmarked (`marked` is then False)."""
 
     def __init__(self, wm: Watermarker, sample_rate: int, threads: int):
         self._wm, self.rate, self._threads = wm, sample_rate, threads
         native, model = wm._native, wm.sample_rate
-        # A stretch starts on a whole hop of the model's STFT, so its frames are the clip's.
         self._step = Fraction(native.hop * sample_rate, model).numerator
         reach = _resampler_reach(sample_rate, model) + _resampler_reach(model, sample_rate)
         exact = (native.n_fft + native.hop * (native.encoder_radius + 1)) / model + reach
-        self.context = self._ceil_step(math.ceil(exact * sample_rate)) / sample_rate
         self._context = self._ceil_step(math.ceil(exact * sample_rate))
-        # Held back: one hop the stretch's own STFT leaves unmarked, the resamplers' edge, and
-        # the samples the next push blends.
+        self.context = self._context / sample_rate
+        # At least: the hop the stretch's own STFT leaves unmarked at its end, the resamplers'
+        # reach, and the samples the next push blends.
         self._crossfade = max(1, round(STREAM_CROSSFADE_SECONDS * sample_rate))
         edge = math.ceil((native.hop / model + reach) * sample_rate)
-        self._holdback = edge + self._crossfade
+        self._holdback = max(round(STREAM_HOLDBACK_SECONDS * sample_rate), edge + self._crossfade)
         self.holdback = self._holdback / sample_rate
         self._min = wm.min_samples(sample_rate)
         self._kept = np.zeros(0, np.float32)   # the clip's samples from `_kept_from` on
@@ -280,9 +289,10 @@ class StreamMarker:
                 return np.zeros(0, np.float32)
             self.marked = False   # the whole clip is shorter than the model reads
             return stretch[self._emitted - start:].copy()
-        y, self._loudest = self._wm._mark(stretch, self.rate, self._threads if threads is None else threads,
+        padded = stretch if final else np.concatenate([stretch, stretch[::-1][: self._context]])
+        y, self._loudest = self._wm._mark(padded, self.rate, self._threads if threads is None else threads,
                                           clip_start=start == 0, clip_end=final, loudest=self._loudest)
-        y = _with_length(y, stretch)
+        y = _with_length(y, padded)
         out = y[self._emitted - start:end - start].copy()
         blend = min(self._pending.size, out.size)
         if blend:

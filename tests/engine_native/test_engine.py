@@ -264,7 +264,8 @@ def test_cli_say_stdout_pcm_equals_the_wav_file(model, tmp_path):
     wav, rate = sf.read(out, dtype="int16")
     assert rate == 24000 and wav.size == 2 * (8 + 3) * 960
     pcm = np.frombuffer(r2.stdout, "<i2")
-    assert np.array_equal(pcm, wav)
+    # the same audio: the raw PCM scales by 32767, libsndfile's WAV by 32768 (app.core.take.to_s16le)
+    assert pcm.shape == wav.shape and np.abs(pcm.astype(np.int32) - wav).max() <= 2
     assert b"seed 7" in r2.stderr
 
 

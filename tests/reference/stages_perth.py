@@ -6,6 +6,8 @@ weights: nothing to build, the snapshot argument is unused). REFERENCE-VENV ONLY
 three branches' outputs per frame (forward hooks on slow/normal/fast_layers) and the frame mask.
 `perth_time`: seconds for apply on `samples` and get_watermark on `detect_samples`, with
 torch on `threads` threads (the best of `repeats`).
+`librosa_resample`: librosa.resample(samples, orig_sr, target_sr, res_type) as the package
+calls it (soxr_hq in apply_watermark, polyphase in get_watermark).
 """
 from __future__ import annotations
 
@@ -127,3 +129,15 @@ def perth_time_stage(snapshot: Path, inputs: Inputs) -> Inputs:
             wm.get_watermark(d, rate)
             detect_s.append(time.perf_counter() - t0)
     return {"apply_s": np.asarray(min(apply_s)), "detect_s": np.asarray(min(detect_s))}
+
+
+@stage("librosa_resample")
+def librosa_resample_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """samples, orig_sr, target_sr, res_type -> y."""
+    from librosa import resample
+
+    x = np.asarray(inputs["samples"], np.float32)
+    res_type = str(np.asarray(inputs["res_type"]))
+    y = resample(x, orig_sr=int(np.asarray(inputs["orig_sr"])), target_sr=int(np.asarray(inputs["target_sr"])),
+                 res_type=res_type)
+    return {"y": np.asarray(y)}
