@@ -27,7 +27,10 @@ def _clean(s: str) -> str:
 
 def voice_names(voices, builtin: str = "Built-in") -> list[str]:
     """The names of the voices that spoke (Voice objects, or None for the model's own voice,
-    named `builtin`; a dict's values: a script's cast, the narrator first)."""
+    named `builtin`; a dict's values: a script's cast, the narrator first; None: the model's
+    own voice alone)."""
+    if voices is None:
+        return [builtin]
     return [builtin if v is None else v.name for v in (voices.values() if isinstance(voices, dict) else voices)]
 
 
@@ -49,7 +52,7 @@ class Provenance:
     @classmethod
     def from_info(cls, info: dict, voices=(), watermarked: bool = False) -> Provenance:
         """From an engine's `info` dict (path, variant, quantization), as the GUI holds it."""
-        names = tuple(dict.fromkeys(_clean(v) for v in voices if v))
+        names = tuple(v for v in voices if v)
         return cls(os.path.basename(str(info.get("path") or "")), str(info.get("variant") or ""),
                    str(info.get("quantization") or ""), names, bool(watermarked))
 
@@ -66,7 +69,7 @@ class Provenance:
             kind = ", ".join(p for p in (self.variant, self.quantization) if p)
             parts.append(f"model: {_clean(self.model)}" + (f" ({kind})" if kind else ""))
         if self.voices:
-            parts.append(f"voice: {', '.join(self.voices)}")
+            parts.append(f"voice: {', '.join(dict.fromkeys(_clean(v) for v in self.voices))}")
         if self.watermarked:
             parts.append(WATERMARK_NOTE)
         return "; ".join(parts)

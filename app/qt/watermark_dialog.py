@@ -87,7 +87,9 @@ class WatermarkCheckDialog(QDialog):
         if path != self.path:
             return
         self.choose_button.setEnabled(True)
-        self.verdict.setText(f"Cannot check {os.path.basename(path)}: {error_text(e)}")
+        message = error_text(e)
+        message = message[len(path) + 2:] if message.startswith(f"{path}: ") else message
+        self.verdict.setText(f"Cannot check {os.path.basename(path)}: {message}")
 
     def dragEnterEvent(self, e) -> None:  # noqa: N802 - Qt's name
         if dropped_files(e.mimeData()):

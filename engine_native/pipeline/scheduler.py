@@ -175,6 +175,8 @@ def sentence_chunks(stages, ids, voice, seed: int, p: dict, plan: ChunkPlan, can
                 wav = stages.vocoder.fade_in(wav)
                 started = True  # audio exists: an early stop is no longer sampled again
             if marker is not None:
+                if cancel.is_set():
+                    return
                 with stages.s3gen_turn(cancel) as threads:
                     wav = marker.push(wav, final, threads, times)
             if worker is None and not final and t3.beside_s3gen:

@@ -17,13 +17,10 @@ The 60 s parity (and the detector's on 10 s) run with CBS_WATERMARK_LONG=1 (a mi
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 
 from tests.reference import refenv
 from tests.reference.runner import run_stage
@@ -284,35 +281,3 @@ def test_bad_input_is_one_clear_error(wm):
     assert wm.bits(x[: int(0.1 * RATE)], RATE).shape == ()
     silent = wm.detect(np.zeros(2 * RATE, np.float32), RATE)   # the reference's score is NaN there
     assert not silent.marked and np.isnan(silent.score)
-
-
-# --- chatterbox-studio detect ----------------------------------------------------------------
-
-def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
-
-
-def test_detect_command(tmp_path, wm, model_path):
-    x = real_speech(4.0, RATE, fetch=False)
-    marked, clean = tmp_path / "marked.flac", tmp_path / "clean.wav"
-    sf.write(marked, wm.apply(x, RATE), RATE)
-    sf.write(clean, to_rate(x, RATE, 44100), 44100)
-    (tmp_path / "notes.txt").write_text("not audio at all")
-    (tmp_path / "empty.wav").write_bytes(b"")
-    sf.write(tmp_path / "short.wav", x[: int(0.1 * RATE)], RATE)
-    files = [marked, clean, tmp_path / "notes.txt", tmp_path / "empty.wav", tmp_path / "short.wav",
-             tmp_path / "missing.mp3"]
-    r = _cli("detect", *map(str, files), env={MODEL_ENV: model_path})
-    lines = r.stdout.strip().splitlines()
-    assert len(lines) == len(files), r.stdout + r.stderr
-    assert lines[0] == f"{marked}: marked (confidence 1.00)"
-    assert lines[1] == f"{clean}: not marked (confidence 0.00)"
-    for line, path in zip(lines[2:], files[2:]):
-        assert line.startswith(f"{path}: ") and "marked" not in line, line
-    assert "too short" in lines[4]
-    assert r.returncode == 1
-    ok = _cli("detect", str(marked), str(clean), env={MODEL_ENV: model_path})
-    assert ok.returncode == 0 and len(ok.stdout.strip().splitlines()) == 2
-    gone = _cli("detect", str(marked), env={MODEL_ENV: str(tmp_path / "nope.gguf")})
-    assert gone.returncode == 1 and gone.stderr.count("\n") == 1 and MODEL_ENV in gone.stderr

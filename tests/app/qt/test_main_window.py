@@ -260,6 +260,52 @@ def test_play_streams_stays_responsive_and_stop_ends_within_one_chunk(studio, qt
             assert np.max(np.abs(data - np.clip(take.samples, -1, 1))) < 1e-4
 
 
+def test_takes_are_watermarked_exported_with_their_provenance_and_the_switch(studio, qtbot, tmp_path):
+    """A take is watermarked by default and its export says so in its tags; the sampling panel's
+    switch turns the mark off for later takes; ⋯ > Check a recording for a watermark… reads it."""
+    import json
+    import subprocess
+
+    import soundfile as sf
+
+    from engine_native.watermark import default_watermarker
+
+    w = studio
+    w.library.select("")
+    w.editor.set_text("A short take of the studio.")
+
+    def take_to(path):
+        qtbot.mouseClick(w.editor.play_button, Qt.LeftButton)
+        _wait(qtbot, lambda: w.controller.state != "generating" and w.controller.take.complete, 300, "the take")
+        op = w.takes.export_take(str(path))
+        _wait(qtbot, lambda: not op.running, 30, "the export")
+        tags = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format_tags=comment", "-of", "json",
+                               str(path)], capture_output=True, text=True, check=True).stdout
+        audio = sf.read(path, dtype="float32")[0]
+        return default_watermarker().detect(audio, 24000).marked, json.loads(tags)["format"]["tags"]["comment"]
+
+    assert w.sampling_panel.watermark.isChecked() and w.client.info["watermark"]
+    mark, comment = take_to(tmp_path / "marked.flac")
+    assert mark and comment.endswith("watermark: perth") and "(nano, q4_0)" in comment and "short take" not in comment
+    w.sampling_panel.watermark.setChecked(False)
+    _wait(qtbot, lambda: w.client.info["watermark"] is False, 30, "the engine to stop marking")
+    assert w.settings.watermark is False
+    try:
+        mark, comment = take_to(tmp_path / "plain.wav")
+        assert not mark and "watermark" not in comment
+    finally:
+        w.sampling_panel.watermark.setChecked(True)
+        _wait(qtbot, lambda: w.client.info["watermark"] is True, 30, "the engine to mark again")
+    check = next(a for a in w.toolbar.menu.actions() if a.text() == "Check a recording for a watermark…")
+    check.trigger()
+    dlg = w.watermark_dialog
+    assert dlg.isVisible()
+    dlg.check(str(tmp_path / "marked.flac"))
+    _wait(qtbot, lambda: not dlg.busy, 60, "the check")
+    assert dlg.verdict.text().startswith("<b>Marked</b>")
+    dlg.close()
+
+
 def test_live_typing_speaks_each_sentence_once_in_order(studio, qtbot):
     w = studio
     w.editor.set_text("")

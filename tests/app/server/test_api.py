@@ -208,6 +208,48 @@ def test_errors_have_the_right_status_and_message(client, server):
     assert health(client)["busy"] is False
 
 
+@pytest.mark.skipif(shutil.which("ffprobe") is None, reason="needs ffprobe")
+def test_speech_is_watermarked_and_tagged_unless_the_server_says_otherwise(client, server):
+    """A response is marked (the detector finds it) and its format's tags say what made it; a
+    request cannot turn the mark off, a server run with --no-watermark (its engine's switch) does."""
+    import io
+
+    import soundfile as sf
+
+    from engine_native.watermark import default_watermarker
+
+    def comment(data: bytes) -> str:
+        r = subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format_tags=comment:stream_tags=comment",
+                            "-of", "json", "-"], input=data, capture_output=True, check=True)
+        info = json.loads(r.stdout)
+        tags = {**info.get("format", {}).get("tags", {}), **(info.get("streams") or [{}])[0].get("tags", {})}
+        return tags.get("comment", tags.get("COMMENT", ""))
+
+    body = {**FAST, "max_tokens": 28}   # 1.24 s: long enough to read the mark
+    raw = client.audio.speech.with_raw_response.create(model="tts-1", voice="narrator", input=TEXT,
+                                                       response_format="wav", extra_body=body)
+    wav = raw.content
+    assert raw.headers["x-chatterbox-watermark"] == "perth"
+    assert default_watermarker().detect(sf.read(io.BytesIO(wav), dtype="float32")[0], RATE).marked
+    assert comment(wav).endswith("voice: The Narrator; watermark: perth") and "(nano, q4_0)" in comment(wav)
+    for fmt in ("flac", "mp3", "opus"):
+        assert comment(speak(client, response_format=fmt)).endswith("watermark: perth"), fmt
+    with pytest.raises(openai.BadRequestError) as e:
+        speak(client, extra={"watermark": False})
+    assert e.value.body["param"] == "watermark" and "serve --no-watermark" in e.value.message
+    engine = server.service.engine
+    engine.watermark = False   # as `serve --no-watermark` loads it
+    try:
+        raw = client.audio.speech.with_raw_response.create(model="tts-1", voice="default", input=TEXT,
+                                                           response_format="wav", extra_body={**body, "watermark": False})
+        wav = raw.content
+    finally:
+        engine.watermark = True
+    assert raw.headers["x-chatterbox-watermark"] == "none"
+    assert not default_watermarker().detect(sf.read(io.BytesIO(wav), dtype="float32")[0], RATE).marked
+    assert "watermark" not in comment(wav)
+
+
 def test_disconnect_mid_stream_frees_the_engine(client):
     before = health(client)["cancelled"]
     long = {**FAST, "max_tokens": 200}  # ~50 chunks: minutes of work if not cancelled
