@@ -51,7 +51,7 @@ def _check_window(path, turns, embed):
     from voice_lab.decode import decode
     from voice_lab.lab import prepare_clip
     from voice_lab.silence import Span
-    from voice_lab.speakers import find_speakers, segments
+    from voice_lab.speakers import find_speakers, windows
 
     result = prepare_clip(path, target=6.0, embed=embed)
     sp = result.report["speakers"]
@@ -66,7 +66,7 @@ def _check_window(path, turns, embed):
     found = find_speakers(mono, rate, [Span(a, b) for a, b in result.report["analysis"]["speech_regions"]], embed)
     c0, c1 = found.centroid(0), found.centroid(1)
     for a, b in spans:
-        for s in segments([Span(a, b)], 1.5) or [Span(a, b)]:
+        for s in windows([Span(a, b)], 1.5) or [Span(a, b)]:
             e = np.asarray(embed(mono[int(s.start * rate):int(s.end * rate)], rate), np.float64).reshape(-1)
             e = e / np.linalg.norm(e)
             assert e @ c0 > e @ c1
