@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 CHARS_PER_SECOND = 14.0
+#: Reading a score (cosine of speaker embeddings): at or above SAME_SPEAKER the take sounds
+#: like its voice; below DIFFERENT_SPEAKER like someone else; between, unsure.
+SAME_SPEAKER = 0.80
+DIFFERENT_SPEAKER = 0.70
 
 
 def likeness(engine, samples: np.ndarray, voice=None) -> float:
@@ -28,6 +32,18 @@ def likeness(engine, samples: np.ndarray, voice=None) -> float:
     emb = engine.speaker_embedding(samples, engine.sample_rate)
     denom = float(np.linalg.norm(emb) * np.linalg.norm(ref))
     return float(np.dot(emb, ref) / denom) if denom > 0 else 0.0
+
+
+def verdict(score: float) -> str:
+    """"same voice", "unsure" or "different voice" for a likeness score (see SAME_SPEAKER)."""
+    if score >= SAME_SPEAKER:
+        return "same voice"
+    return "different voice" if score < DIFFERENT_SPEAKER else "unsure"
+
+
+def describe(score: float) -> str:
+    """A score as a person reads it: "0.87 (same voice)"."""
+    return f"{score:.2f} ({verdict(score)})"
 
 
 def plausible_seconds(text: str) -> tuple[float, float]:

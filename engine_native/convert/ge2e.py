@@ -145,3 +145,25 @@ def default_path() -> Path:
         return Path(env)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "chatterbox-studio" / "speaker-encoder" / "ge2e-resemblyzer-0.1.4.gguf"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m engine_native.convert.ge2e",
+                                 description="Resemblyzer's wheel (or pretrained.pt) -> a speaker-encoder GGUF")
+    ap.add_argument("source", help=f"the wheel of {RESEMBLYZER} (pip download --no-deps {RESEMBLYZER}) "
+                                   "or its resemblyzer/pretrained.pt")
+    ap.add_argument("output", nargs="?", help=f"the .gguf to write (default {default_path()})")
+    args = ap.parse_args(argv)
+    try:
+        convert_speaker_encoder(args.source, args.output or default_path())
+    except ConvertError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
