@@ -54,14 +54,17 @@ def speakers_and_clips() -> dict[str, list[tuple[np.ndarray, int]]]:
     """Speaker -> real clips (16 kHz or 8 kHz), at least two per speaker."""
     out: dict[str, list] = {}
     for lang in rs.ASTERISK_LANGS:
+        voice, prompts = rs.asterisk_prompts(lang)
         clips = []
-        for p in rs.asterisk_prompts(lang):
+        for p in prompts:
             x, sr = rs.read_g722(p)
             if 3.0 <= x.size / sr <= 8.0:
                 clips.append((x, sr))
             if len(clips) == 4:
                 break
-        out[f"asterisk-{lang} (16k)"] = clips
+        # Allison Smith reads both the English and the Spanish prompts: one speaker, two languages
+        name = "asterisk Allison Smith (en + es, 16k)" if voice.endswith("_Allison") else f"asterisk {voice} (16k)"
+        out[name] = out.get(name, []) + (clips[:2] if voice.endswith("_Allison") else clips)
     for name in CODEC2_SINGLE:
         x, sr = rs.read(rs.codec2(name))
         n = int(PIECE_SECONDS * sr)
@@ -96,8 +99,9 @@ def parity(enc) -> None:
     clips += [(x[:15 * sr], sr), (x[15 * sr:], sr)]
     names += ["pyannote sample 0-15 s", "pyannote sample 15-30 s"]
     for lang in rs.ASTERISK_LANGS:
-        clips.append(rs.read_g722(rs.asterisk_prompts(lang)[10]))
-        names.append(f"asterisk-{lang} {rs.asterisk_prompts(lang)[10].stem}")
+        voice, prompts = rs.asterisk_prompts(lang)
+        clips.append(rs.read_g722(prompts[10]))
+        names.append(f"asterisk {voice} {prompts[10].stem}")
     ref = embed_clips(clips)
     print("\n## Parity: our VoiceEncoder (GE2E weights) vs Resemblyzer embed_utterance\n")
     print("| clip | s | same input: cosine | max_abs | rel L2 | end to end: cosine |")
@@ -178,9 +182,10 @@ def clustering(enc) -> None:
     for name in CODEC2_SINGLE:
         row(f"codec2 {name}", 1, *rs.read(rs.codec2(name)))
     for lang in rs.ASTERISK_LANGS:
-        clips = [rs.read_g722(p)[0] for p in rs.asterisk_prompts(lang)[20:32]]
+        voice, prompts = rs.asterisk_prompts(lang)
+        clips = [rs.read_g722(p)[0] for p in prompts[20:32]]
         gap = np.zeros(8000, np.float32)
-        row(f"asterisk-{lang} (12 prompts)", 1, np.concatenate([p for q in clips for p in (q, gap)]), 16000)
+        row(f"asterisk {voice} (12 prompts)", 1, np.concatenate([p for q in clips for p in (q, gap)]), 16000)
     print(f"\nsplit rule: centroid cosine <= {MAX_CENTROID_COSINE} or ratio >= 2 (see voice_lab/speakers.py)")
 
 

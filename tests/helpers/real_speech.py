@@ -9,8 +9,12 @@ Nothing here is synthesised. Each source is a package fetched with its ordinary 
   `raw/speech_orig_16k.wav` (10.8 s, 16 kHz: a man and a woman reading Harvard sentences in
   turn), and 8 kHz recordings of single speakers (`wav/hts1a`, `hts2a`, `mmt1`, `vk5qi`,
   `ve9qrp`, `david4`, `vk2tpm_004`, ...), ham-radio operators and codec test talkers.
-- Debian `asterisk-core-sounds-{en,es,fr,it,ru}-g722`: the Asterisk PBX prompts, one
-  professional voice talent per language, 16 kHz (G.722), hundreds of prompts each.
+- Debian `asterisk-core-sounds-{en,es,fr,it,ru}-g722`: the Asterisk PBX prompts, 16 kHz
+  (G.722), hundreds each, recorded by voice talents the packages name in their folders and
+  copyright files: Allison Smith (en_US_f_Allison and es_MX_f_Allison: one woman in two
+  languages), June Wallack (fr_CA_f_June), Carlo (it_IT_m_Carlo), a Russian woman
+  (ru_RU_f_IvrvoiceRU). A few files are not speech and are the same in every language
+  (tt-monkeys, beeps): `asterisk_prompts` gives the voicemail prompts (vm-*) only.
 - PyPI `Resemblyzer` 0.1.4 (Apache-2.0): Resemble AI's trained GE2E speaker encoder
   (`resemblyzer/pretrained.pt`), converted by engine_native.convert.ge2e.
 
@@ -141,11 +145,14 @@ def codec2(name: str) -> Path:
     return path
 
 
-def asterisk_prompts(lang: str) -> list[Path]:
-    """The Asterisk core prompts of one language (G.722, 16 kHz), largest first."""
-    base = _deb(f"asterisk-core-sounds-{lang}-g722")
-    files = [p for p in base.rglob("*.g722") if p.is_file()]
-    return sorted(files, key=lambda p: (-p.stat().st_size, p.name))
+def asterisk_prompts(lang: str) -> tuple[str, list[Path]]:
+    """(the voice's folder name, e.g. "en_US_f_Allison"; its voicemail prompts, largest first)."""
+    base = _deb(f"asterisk-core-sounds-{lang}-g722") / "usr" / "share" / "asterisk" / "sounds"
+    folders = [p for p in base.iterdir() if p.is_dir()]
+    if len(folders) != 1:
+        raise FetchError(f"asterisk-core-sounds-{lang}-g722: expected one voice folder, found {folders}")
+    files = [p for p in folders[0].glob("vm-*.g722") if p.is_file()]
+    return folders[0].name, sorted(files, key=lambda p: (-p.stat().st_size, p.name))
 
 
 def read_g722(path) -> tuple[np.ndarray, int]:
