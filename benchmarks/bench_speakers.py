@@ -1,7 +1,7 @@
 """Speaker identity on real recordings with the trained GE2E encoder: parity with Resemblyzer,
 likeness distributions and threshold, clustering statistics, one-speaker clone windows.
 
-    .venv/bin/python benchmarks/bench_speakers.py [--no-parity]
+    .venv/bin/python benchmarks/bench_speakers.py [parity likeness clustering windows assembled]
 
 Every recording is fetched from a package (tests/helpers/real_speech.py says which and why
 they are human); nothing is synthesised. Parity needs the reference venv with Resemblyzer
@@ -222,18 +222,65 @@ def windows_check(enc) -> None:
               f"{', '.join(f'{k} {v:.2f}' for k, v in sorted(share.items()))} |")
 
 
+def alternating(a: str, b: str, turns: int = 4, gap: float = 0.15):
+    """Prompts of two Asterisk voices (languages `a`, `b`) in turn, `gap` s apart (a quick
+    exchange: under the Voice Lab's 0.3 s pause, so each speech region holds both voices).
+    Real recordings, assembled: (samples, 16000, [(start, end, voice)])."""
+    pa, pb = rs.asterisk_prompts(a), rs.asterisk_prompts(b)
+    parts, known, t = [], [], 0.0
+    for i in range(turns):
+        for voice, prompts in ((pa[0], pa[1]), (pb[0], pb[1])):
+            x, sr = rs.read_g722(prompts[5 + i])
+            loud = np.flatnonzero(np.abs(x) > 0.02)
+            x = x[loud[0]:loud[-1] + 1]
+            known.append((t, t + x.size / sr, voice))
+            parts += [x, np.zeros(int(gap * sr), np.float32)]
+            t += x.size / sr + gap
+    return np.concatenate(parts), 16000, known
+
+
+def assembled_windows(enc) -> None:
+    import os
+    import tempfile
+
+    import soundfile as sf
+
+    from voice_lab.lab import prepare_clip
+
+    for a, b in (("it", "fr"), ("en", "fr"), ("en", "ru")):
+        x, sr, known = alternating(a, b)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "turns.wav")
+            sf.write(path, x, sr)
+            names = sorted({v for _, _, v in known})
+            for speaker in (0, 1):
+                try:
+                    r = prepare_clip(path, target=10.0, embed=enc.embed, speaker=speaker)
+                except Exception as e:
+                    print(f"| {' / '.join(names)} in turn ({x.size / sr:.0f} s, assembled) | - | {speaker + 1} | - | {e} |")
+                    continue
+                spans = r.report["window"]["spans"]
+                share = {}
+                for u, v in spans:
+                    for s0, e0, who in known:
+                        share[who] = share.get(who, 0.0) + max(0.0, min(v, e0) - max(u, s0))
+                print(f"| {' / '.join(names)} in turn ({x.size / sr:.0f} s, assembled) | {r.report['speakers']['count']} | "
+                      f"{speaker + 1} | {', '.join(f'{u:.2f}-{v:.2f}' for u, v in spans)} | known seconds in window: "
+                      f"{', '.join(f'{k} {v:.2f}' for k, v in sorted(share.items()) if v > 0)} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--no-parity", action="store_true", help="skip the comparison with Resemblyzer")
+    sections = {"parity": parity, "likeness": likeness, "clustering": clustering, "windows": windows_check,
+                "assembled": assembled_windows}
+    ap.add_argument("sections", nargs="*", choices=[[], *sections], default=[],
+                    help=f"which tables (default all: {', '.join(sections)}; parity needs the reference venv)")
     args = ap.parse_args()
     from engine_native.speaker_encoder import SpeakerEncoder
 
     enc = SpeakerEncoder(rs.speaker_encoder())
-    if not args.no_parity:
-        parity(enc)
-    likeness(enc)
-    clustering(enc)
-    windows_check(enc)
+    for name in args.sections or sections:
+        sections[name](enc)
 
 
 if __name__ == "__main__":
