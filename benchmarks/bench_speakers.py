@@ -206,20 +206,27 @@ def windows_check(enc) -> None:
               f"{', '.join(f'{a:.2f}-{b:.2f}' for a, b in spans)} | median F0 {', '.join(f'{f:.0f}' for f in f0)} Hz: "
               f"{'one voice (' + sexes.pop() + ')' if len(sexes) == 1 else 'MIXED'} |")
     wav, turns = rs.pyannote_sample()
+    known_turns_rows(enc, "pyannote sample (conversation)", wav, turns, 6.0)
+
+
+def known_turns_rows(enc, label: str, path, known, target: float) -> None:
+    """A table row per speaker picked: the window and how many seconds of each known speaker it holds."""
+    from voice_lab.lab import prepare_clip
+
     for speaker in (0, 1):
         try:
-            r = prepare_clip(wav, target=6.0, embed=enc.embed, speaker=speaker)
-        except Exception as e:  # one speaker found: there is no speaker 2 to pick
-            print(f"| pyannote sample | 1 | {speaker + 1} | - | {e} |")
+            r = prepare_clip(path, target=target, embed=enc.embed, speaker=speaker)
+        except Exception as e:  # one speaker found (no speaker 2), or too little speech
+            print(f"| {label} | - | {speaker + 1} | - | {e} |")
             continue
         spans = r.report["window"]["spans"]
-        share = {}
+        share: dict[str, float] = {}
         for a, b in spans:
-            for s, e, k in turns:
-                share[k] = share.get(k, 0.0) + max(0.0, min(b, e) - max(a, s))
-        print(f"| pyannote sample | {r.report['speakers']['count']} | {speaker + 1} | "
-              f"{', '.join(f'{a:.2f}-{b:.2f}' for a, b in spans)} | RTTM seconds in window: "
-              f"{', '.join(f'{k} {v:.2f}' for k, v in sorted(share.items()))} |")
+            for s, e, who in known:
+                share[who] = share.get(who, 0.0) + max(0.0, min(b, e) - max(a, s))
+        print(f"| {label} | {r.report['speakers']['count']} | {speaker + 1} | "
+              f"{', '.join(f'{a:.2f}-{b:.2f}' for a, b in spans)} | known seconds in window: "
+              f"{', '.join(f'{k} {v:.2f}' for k, v in sorted(share.items()) if v > 0)} |")
 
 
 def alternating(a: str, b: str, turns: int = 4, gap: float = 0.15):
@@ -245,28 +252,13 @@ def assembled_windows(enc) -> None:
 
     import soundfile as sf
 
-    from voice_lab.lab import prepare_clip
-
     for a, b in (("it", "fr"), ("en", "fr"), ("en", "ru")):
         x, sr, known = alternating(a, b)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "turns.wav")
             sf.write(path, x, sr)
-            names = sorted({v for _, _, v in known})
-            for speaker in (0, 1):
-                try:
-                    r = prepare_clip(path, target=10.0, embed=enc.embed, speaker=speaker)
-                except Exception as e:
-                    print(f"| {' / '.join(names)} in turn ({x.size / sr:.0f} s, assembled) | - | {speaker + 1} | - | {e} |")
-                    continue
-                spans = r.report["window"]["spans"]
-                share = {}
-                for u, v in spans:
-                    for s0, e0, who in known:
-                        share[who] = share.get(who, 0.0) + max(0.0, min(v, e0) - max(u, s0))
-                print(f"| {' / '.join(names)} in turn ({x.size / sr:.0f} s, assembled) | {r.report['speakers']['count']} | "
-                      f"{speaker + 1} | {', '.join(f'{u:.2f}-{v:.2f}' for u, v in spans)} | known seconds in window: "
-                      f"{', '.join(f'{k} {v:.2f}' for k, v in sorted(share.items()) if v > 0)} |")
+            names = " / ".join(sorted({v for _, _, v in known}))
+            known_turns_rows(enc, f"{names} in turn ({x.size / sr:.0f} s, assembled)", path, known, 10.0)
 
 
 def main() -> None:

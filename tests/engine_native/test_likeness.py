@@ -16,15 +16,14 @@ from tests.helpers import real_speech as rs
 
 
 @pytest.fixture(scope="module")
-def voices():
-    """{speaker: [embeddings of their clips]} for the codec2 man and woman and pyannote's two women."""
-    from engine_native.speaker_encoder import SpeakerEncoder
+def voices(speaker_encoder, harvard):
+    """{speaker: [embeddings of their clips]}: the codec2 man and woman, pyannote's speaker91."""
     from voice_lab.silence import detect_silence, speech_regions
 
+    enc = speaker_encoder
+    x, sr = rs.read(harvard)
     try:
-        enc = SpeakerEncoder(rs.speaker_encoder())
-        x, sr = rs.read(rs.codec2("raw/speech_orig_16k.wav"))
-        wav, turns = rs.pyannote_sample()
+        wav, _turns = rs.pyannote_sample()
     except rs.FetchError as e:
         pytest.skip(str(e))
     out: dict[str, list] = {"man": [], "woman": []}

@@ -129,28 +129,6 @@ def test_lab_reports_the_speakers(dialogue, tmp_path):
 MALE_BELOW_HZ = 165.0   # median F0 of a span: the codec2 recording's man reads 114-133 Hz, its woman 229 Hz
 
 
-@pytest.fixture(scope="module")
-def encoder():
-    from engine_native.speaker_encoder import SpeakerEncoder
-    from tests.helpers import real_speech as rs
-
-    try:
-        return SpeakerEncoder(rs.speaker_encoder())
-    except rs.FetchError as e:
-        pytest.skip(str(e))
-
-
-@pytest.fixture(scope="module")
-def harvard():
-    """codec2's recording of a man and a woman reading Harvard sentences in turn (16 kHz)."""
-    from tests.helpers import real_speech as rs
-
-    try:
-        return rs.codec2("raw/speech_orig_16k.wav")
-    except rs.FetchError as e:
-        pytest.skip(str(e))
-
-
 def _sex(path, spans):
     from tests.helpers import real_speech as rs
 
@@ -158,11 +136,11 @@ def _sex(path, spans):
     return {"man" if rs.median_f0(x[int(a * sr):int(b * sr)], sr) < MALE_BELOW_HZ else "woman" for a, b in spans}
 
 
-def test_real_man_and_woman_give_one_voice_windows(encoder, harvard):
+def test_real_man_and_woman_give_one_voice_windows(speaker_encoder, harvard):
     """Each speaker's clone window holds that speaker only (by pitch), and both are offered."""
     from voice_lab.lab import prepare_clip
 
-    first = prepare_clip(harvard, target=10.0, embed=encoder.embed)
+    first = prepare_clip(harvard, target=10.0, embed=speaker_encoder.embed)
     sp = first.report["speakers"]
     assert sp["count"] == 2, sp
     assert _sex(harvard, first.report["window"]["spans"]) == {"woman"}      # the one with more speech
@@ -171,10 +149,10 @@ def test_real_man_and_woman_give_one_voice_windows(encoder, harvard):
     from voice_lab.errors import TooLittleSpeechError
 
     with pytest.raises(TooLittleSpeechError, match="speech"):
-        prepare_clip(harvard, target=10.0, embed=encoder.embed, speaker=1)
+        prepare_clip(harvard, target=10.0, embed=speaker_encoder.embed, speaker=1)
 
 
-def test_real_one_voice_is_one_speaker(encoder):
+def test_real_one_voice_is_one_speaker(speaker_encoder):
     """A long recording of one radio amateur (codec2's ve9qrp, 8 kHz, 112 s): one speaker."""
     from tests.helpers import real_speech as rs
     from voice_lab.silence import detect_silence, speech_regions
@@ -186,15 +164,15 @@ def test_real_one_voice_is_one_speaker(encoder):
         pytest.skip(str(e))
     x = x[: 40 * sr]
     regions = speech_regions(detect_silence(x.reshape(-1, 1), sr, -30, 0.3), x.size / sr)
-    assert find_speakers(x, sr, regions, encoder.embed).count == 1
+    assert find_speakers(x, sr, regions, speaker_encoder.embed).count == 1
 
 
-def test_lab_names_real_speakers_and_times(encoder, harvard, tmp_path):
+def test_lab_names_real_speakers_and_times(speaker_encoder, harvard, tmp_path):
     import sys
 
     out = str(tmp_path / "clip.wav")
     r = subprocess.run([sys.executable, "-m", "app", "lab", str(harvard), "-o", out, "--speaker-encoder",
-                        encoder.path], capture_output=True, text=True, timeout=600, check=False)
+                        speaker_encoder.path], capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stderr
     assert "told apart by the GE2E speaker encoder" in r.stdout
     assert "speaker   1: " in r.stdout and "speaker   2: " in r.stdout and "speakers  2 found" in r.stdout
