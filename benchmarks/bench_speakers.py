@@ -197,14 +197,24 @@ def windows_check(enc) -> None:
     print("|---|---|---|---|---|")
     path = rs.codec2("raw/speech_orig_16k.wav")
     x, sr = rs.read(path)
-    for speaker in (0, 1):
-        r = prepare_clip(path, target=10.0, embed=enc.embed, speaker=speaker)
-        spans = r.report["window"]["spans"]
+
+    def voices(spans):
         f0 = [rs.median_f0(x[int(a * sr):int(b * sr)], sr) for a, b in spans]
         sexes = {"man" if f < 165 else "woman" for f in f0}
+        return (f"median F0 {', '.join(f'{f:.0f}' for f in f0)} Hz: "
+                f"{'one voice (' + next(iter(sexes)) + ')' if len(sexes) == 1 else 'MIXED'}")
+
+    for speaker in (0, 1):
+        try:
+            r = prepare_clip(path, target=10.0, embed=enc.embed, speaker=speaker)
+        except Exception as e:  # too little speech of this speaker to clone: show their spans
+            sp = prepare_clip(path, target=10.0, embed=enc.embed).report["speakers"]["speakers"][speaker]
+            print(f"| codec2 speech_orig_16k | 2 | {speaker + 1} | ({e.__class__.__name__}: {sp['seconds']:.1f} s) "
+                  f"spans {', '.join(f'{a:.2f}-{b:.2f}' for a, b in sp['spans'])} | {voices(sp['spans'])} |")
+            continue
+        spans = r.report["window"]["spans"]
         print(f"| codec2 speech_orig_16k | {r.report['speakers']['count']} | {speaker + 1} | "
-              f"{', '.join(f'{a:.2f}-{b:.2f}' for a, b in spans)} | median F0 {', '.join(f'{f:.0f}' for f in f0)} Hz: "
-              f"{'one voice (' + sexes.pop() + ')' if len(sexes) == 1 else 'MIXED'} |")
+              f"{', '.join(f'{a:.2f}-{b:.2f}' for a, b in spans)} | {voices(spans)} |")
     wav, turns = rs.pyannote_sample()
     known_turns_rows(enc, "pyannote sample (conversation)", wav, turns, 6.0)
 
