@@ -262,7 +262,7 @@ def assembled_windows(enc) -> None:
 
     import soundfile as sf
 
-    for a, b in (("it", "fr"), ("en", "fr"), ("en", "ru")):
+    for a, b in (("it", "fr"), ("it", "ru"), ("en", "fr"), ("en", "ru"), ("fr", "ru")):
         x, sr, known = alternating(a, b)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "turns.wav")

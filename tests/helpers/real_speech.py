@@ -23,7 +23,6 @@ Nothing here is synthesised. Each source is a package fetched with its ordinary 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -188,7 +187,3 @@ def f0_track(x: np.ndarray, rate: int, fmin: float = 60.0, fmax: float = 400.0) 
 def median_f0(x: np.ndarray, rate: int) -> float:
     f = f0_track(x, rate)
     return float(np.median(f)) if f.size >= 5 else float("nan")
-
-
-def env_ok() -> bool:
-    return os.environ.get("CBS_NO_FETCH") != "1"
