@@ -262,6 +262,9 @@ def assembled_windows(enc) -> None:
 
     import soundfile as sf
 
+    print("\n## One-speaker clone windows: real prompts of two voices in turn (checked by the known turns)\n")
+    print("| recording | speakers found | speaker picked | window (s) | check |")
+    print("|---|---|---|---|---|")
     for a, b in (("it", "fr"), ("it", "ru"), ("en", "fr"), ("en", "ru"), ("fr", "ru")):
         x, sr, known = alternating(a, b)
         with tempfile.TemporaryDirectory() as tmp:
