@@ -74,6 +74,22 @@ if [ ! -f "$data_dir/perth.gguf" ]; then
     --download "${CBS_CACHE_DIR:-$HOME/.cache/chatterbox-studio}/perth" -o "$data_dir/perth.gguf"
 fi
 
+# --- a trained speaker encoder for the Voice Lab (and the tests on real voices) ----
+# Resemble AI's GE2E encoder from the PyPI wheel Resemblyzer 0.1.4 (Apache-2.0), converted
+# into a 5.5 MB GGUF at the path engine_native.convert.ge2e.default_path() names; `lab`
+# tells speakers apart with it when it is there. Nothing of Resemblyzer is installed.
+ge2e=$(.venv/bin/python -c "from engine_native.convert.ge2e import default_path; print(default_path())")
+if [ ! -f "$ge2e" ]; then
+  echo "setup: converting Resemblyzer's GE2E speaker encoder into $ge2e"
+  wheel_dir=$(mktemp -d)
+  if .venv/bin/python -m pip download -q --no-deps --only-binary :all: -d "$wheel_dir" resemblyzer==0.1.4; then
+    .venv/bin/python -m engine_native.convert.ge2e "$wheel_dir"/*.whl "$ge2e"
+  else
+    echo "setup: could not fetch resemblyzer==0.1.4; the Voice Lab will tell speakers apart with a model's encoder"
+  fi
+  rm -rf "$wheel_dir"
+fi
+
 # --- the PyTorch oracle, in its own venv ------------------------------------
 if [ "$mode" = test ]; then
   bash tests/reference/setup_venv.sh
