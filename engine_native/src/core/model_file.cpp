@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "ggml-alloc.h"
+#include "core/backend.h"
 #include "core/q4_matmul.h"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -32,8 +33,14 @@ void ModelFile::open(ggml_context** ctx) {
         if (probe.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0)
             throw ModelError(path_ + ": not a GGUF model file");
     }
-    gguf_ = gguf_init_from_file(path_.c_str(), gguf_init_params{/*no_alloc=*/true, ctx});
-    if (!gguf_) throw ModelError(path_ + ": corrupt or truncated GGUF file");
+    {
+        GgmlLogCapture why;
+        gguf_ = gguf_init_from_file(path_.c_str(), gguf_init_params{/*no_alloc=*/true, ctx});
+        if (!gguf_)
+            throw ModelError(path_ + ": corrupt or truncated GGUF file" +
+                             (why.text().empty() ? std::string() : " (" + why.text() + ")") +
+                             "; download or convert it again");
+    }
     try {
         int64_t arch = gguf_find_key(gguf_, "general.architecture");
         if (arch < 0 || gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING ||
