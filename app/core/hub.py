@@ -192,7 +192,7 @@ def download(listing: RemoteRepo, f: RemoteFile, partial: str, on_bytes: Callabl
                 with open(partial, "ab" if have and r.status_code == 206 else "wb") as out:
                     if have and r.status_code != 206:  # the server sent the whole file again
                         on_bytes(-have)
-                    for chunk in r.iter_bytes(CHUNK):
+                    for chunk in r.iter_bytes():  # as they arrive: a pause is seen within one network read
                         if stop is not None and stop.is_set():
                             raise Cancelled(f"download of {f.name} paused")
                         out.write(chunk)

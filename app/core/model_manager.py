@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from app.core import hub
+from app.core.voice_library import VARIANT_NAMES
 from engine_native.errors import Cancelled
 
 QUANTS = ("q4_0", "q8_0", "f16", "f32")
@@ -46,27 +47,34 @@ class ManagerError(Exception):
 @dataclass(frozen=True)
 class CatalogueEntry:
     key: str
-    name: str
     repo: str
     variant: str
     languages: str
     about: str
+    required: tuple[str, ...] = ()   # the files to fetch; () = what the converter reads for the variant
+    optional: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"Chatterbox {VARIANT_NAMES.get(self.variant, self.variant)}"
 
     def files(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(required, fetched when the repository has them)."""
+        if self.required:
+            return self.required, self.optional
         from engine_native.convert import snapshot_files
 
         return snapshot_files(self.variant)
 
 
 CATALOGUE: dict[str, CatalogueEntry] = {e.key: e for e in (
-    CatalogueEntry("turbo", "Chatterbox Turbo", "ResembleAI/chatterbox-turbo", "turbo", "English",
+    CatalogueEntry("turbo", "ResembleAI/chatterbox-turbo", "turbo", "English",
                    "The best English voice; expression tags such as [laugh]."),
-    CatalogueEntry("mtl", "Chatterbox Multilingual", "ResembleAI/chatterbox", "mtl", "23 languages",
+    CatalogueEntry("mtl", "ResembleAI/chatterbox", "mtl", "23 languages",
                    "Arabic to Chinese; emotion exaggeration and guidance."),
-    CatalogueEntry("nano", "Chatterbox Nano", "ResembleAI/chatterbox-nano", "nano", "English",
+    CatalogueEntry("nano", "ResembleAI/chatterbox-nano", "nano", "English",
                    "Small and quick: for slower computers."),
 )}
-VARIANT_NAMES = {e.variant: e.name for e in CATALOGUE.values()}
 
 
 def model_file(models_dir: str, variant: str, quant: str) -> str:
@@ -103,7 +111,7 @@ class InstalledModel:
 
     @property
     def name(self) -> str:
-        return VARIANT_NAMES.get(self.variant, self.variant or "?")
+        return f"Chatterbox {VARIANT_NAMES.get(self.variant, self.variant or '?')}"
 
     def source_text(self) -> str:
         if self.source.get("repo"):
@@ -149,6 +157,7 @@ class Progress:
 @dataclass
 class PendingDownload:
     key: str
+    variant: str
     repo: str
     revision: str
     quant: str
@@ -158,7 +167,7 @@ class PendingDownload:
 
     @property
     def name(self) -> str:
-        return CATALOGUE[self.key].name if self.key in CATALOGUE else self.repo
+        return f"Chatterbox {VARIANT_NAMES.get(self.variant, self.repo)}"
 
 
 class _Rate:
@@ -181,8 +190,9 @@ class _Rate:
 
 
 class ModelManager:
-    def __init__(self, models_dir: str):
+    def __init__(self, models_dir: str, catalogue: dict[str, CatalogueEntry] | None = None):
         self.models_dir = models_dir
+        self.catalogue = CATALOGUE if catalogue is None else catalogue
         self._lock = threading.Lock()
 
     # --- what is installed ---------------------------------------------------------------------------
@@ -269,7 +279,8 @@ class ModelManager:
         for m in models:
             if what in (m.file, os.path.basename(m.file), os.path.basename(m.file).removesuffix(".gguf")):
                 return m
-        return next((m for m in models if m.variant == (CATALOGUE[what].variant if what in CATALOGUE else what)), None)
+        variant = self.catalogue[what].variant if what in self.catalogue else what
+        return next((m for m in models if m.variant == variant), None)
 
     # --- downloads in progress ---------------------------------------------------------------------------
 
@@ -290,13 +301,14 @@ class ModelManager:
                 continue
             files = [hub.RemoteFile.from_json(f) for f in state["files"]]
             have = sum(_have(os.path.join(root, name), f) for f in files)
-            out.append(PendingDownload(state["key"], state["repo"], state["revision"], state["quant"], have,
+            out.append(PendingDownload(state["key"], state.get("variant", ""), state["repo"], state["revision"],
+                                       state["quant"], have,
                                        sum(f.size for f in files), os.path.join(root, name)))
         return out
 
     def discard(self, key: str) -> None:
         """Throws a paused download away."""
-        shutil.rmtree(self._download_folder(CATALOGUE[key].repo), ignore_errors=True)
+        shutil.rmtree(self._download_folder(self.catalogue[key].repo), ignore_errors=True)
 
     # --- getting a model ----------------------------------------------------------------------------------
 
@@ -305,11 +317,9 @@ class ModelManager:
         """Download a catalogue model (resuming a paused download of it), verify it, convert it
         at `quant` and record it. Cancelled when `stop` is set (the download is kept: get()
         again resumes it); ManagerError (or hub.HubError) with a message otherwise."""
-        if key not in CATALOGUE:
-            raise ManagerError(f"unknown model {key!r}; choose {', '.join(CATALOGUE)}")
+        entry = self._entry(key)
         if quant not in QUANTS:
             raise ManagerError(f"unknown precision {quant!r}; choose {', '.join(QUANTS)}")
-        entry = CATALOGUE[key]
         report = progress or (lambda _p: None)
         out = model_file(self.models_dir, entry.variant, quant)
         if os.path.exists(out) and not force:
@@ -317,12 +327,26 @@ class ModelManager:
             if found is not None:
                 report(Progress("done", 1.0))
                 return found
+        folder, listing = self.download(key, quant, progress=report, stop=stop)
+        return self._convert(folder, out, quant, {"repo": entry.repo, "revision": listing.revision}, report, stop,
+                             keep_folder=keep_download)
+
+    def download(self, key: str, quant: str = "q4_0", *, progress: Callable[[Progress], None] | None = None,
+                 stop: threading.Event | None = None) -> tuple[str, hub.RemoteRepo]:
+        """The catalogue model's files, whole and verified, in its download folder (resuming what
+        is there): (the folder, the listing). The first half of get()."""
+        entry = self._entry(key)
+        report = progress or (lambda _p: None)
         folder = self._download_folder(entry.repo)
         os.makedirs(folder, exist_ok=True)
         listing = self._listing(entry, quant, folder, report)
         self._fetch(entry, listing, folder, quant, report, stop)
-        return self._convert(folder, out, quant, {"repo": entry.repo, "revision": listing.revision}, report, stop,
-                             keep_folder=keep_download)
+        return folder, listing
+
+    def _entry(self, key: str) -> CatalogueEntry:
+        if key not in self.catalogue:
+            raise ManagerError(f"unknown model {key!r}; choose {', '.join(self.catalogue)}")
+        return self.catalogue[key]
 
     def convert_folder(self, folder: str, quant: str = "q4_0", *, progress: Callable[[Progress], None] | None = None,
                        stop: threading.Event | None = None) -> InstalledModel:
@@ -358,7 +382,8 @@ class ModelManager:
                                "not a Chatterbox snapshot this version can convert")
         files = tuple(sorted((by_name[n] for n in (*required, *optional) if n in by_name), key=lambda f: f.size))
         listing = hub.RemoteRepo(entry.repo, listing.revision, files)
-        _write_state(folder, {"key": entry.key, "repo": entry.repo, "revision": listing.revision, "quant": quant,
+        _write_state(folder, {"key": entry.key, "variant": entry.variant, "repo": entry.repo,
+                              "revision": listing.revision, "quant": quant,
                               "endpoint": hub.endpoint(), "started_at": _now(),
                               "files": [f.as_json() for f in files]})
         return listing
@@ -375,7 +400,8 @@ class ModelManager:
                 paths[name] = p
         # Offline there is no list of checksums: the cache's files are taken as hf_hub_download left them.
         files = tuple(hub.RemoteFile(n, os.path.getsize(p)) for n, p in paths.items())
-        _write_state(folder, {"key": entry.key, "repo": entry.repo, "revision": commit, "quant": quant,
+        _write_state(folder, {"key": entry.key, "variant": entry.variant, "repo": entry.repo, "revision": commit,
+                              "quant": quant,
                               "endpoint": None, "started_at": _now(), "files": [f.as_json() for f in files]})
         return hub.RemoteRepo(entry.repo, commit, files)
 
@@ -392,13 +418,13 @@ class ModelManager:
         total = sum(f.size for f in to_download)
         done = sum(hub.partial_size(_partial(folder, f)) for f in to_download)
         self.check_space(entry, listing, quant, total - done)
-        rate, state = _Rate(), {"done": done, "last": 0.0}
+        rate, state = _Rate(), {"done": done, "last": 0.0, "file": None}
 
         def on_bytes(f, n):
             state["done"] += n
             now = time.monotonic()
-            if now - state["last"] >= 0.2 or state["done"] >= total:
-                state["last"] = now
+            if now - state["last"] >= 0.2 or state["done"] >= total or f.name != state["file"]:
+                state["last"], state["file"] = now, f.name
                 rate.add(state["done"])
                 speed = rate.speed()
                 eta = (total - state["done"]) / speed if speed > 0 else None

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.core.model_manager import CATALOGUE, ModelManager, Progress, size_text
+from app.core.model_manager import ModelManager, Progress, size_text
 from app.qt import theme
 from app.qt.background import BackgroundOp, error_text
 from app.qt.icons import icon
@@ -53,9 +53,10 @@ def card(title: str) -> tuple[QFrame, QVBoxLayout, QLabel]:
 class ModelManagerDialog(QDialog):
     modelChosen = Signal(str)   # "Use", "Open a file…", or a model just made: the window loads it
 
-    def __init__(self, models_dir: str, parent=None, current_model=lambda: ""):
+    def __init__(self, models_dir: str, parent=None, current_model=lambda: "", catalogue=None):
         super().__init__(parent)
-        self.manager = ModelManager(models_dir)
+        self.manager = ModelManager(models_dir, catalogue)
+        self.catalogue = self.manager.catalogue
         self.current_model = current_model
         self.models, self.pending = [], []
         self.op: BackgroundOp | None = None
@@ -113,7 +114,7 @@ class ModelManagerDialog(QDialog):
         grid.setVerticalSpacing(6)
         self.get_buttons: dict[str, QPushButton] = {}
         self.entry_notes: dict[str, QLabel] = {}
-        for r, entry in enumerate(CATALOGUE.values()):
+        for r, entry in enumerate(self.catalogue.values()):
             name = QLabel(f"<b>{entry.name}</b> · {entry.languages}")
             about = QLabel(f"{entry.about} <span style='color:{theme.colors().muted}'>{entry.repo}</span>")
             about.setWordWrap(True)
@@ -215,7 +216,7 @@ class ModelManagerDialog(QDialog):
             p = self._pending(key)
             if p is not None and key != self.active_key:
                 note.setText(f"paused: {size_text(p.have)} of {size_text(p.total)}")
-            elif CATALOGUE[key].variant in installed:
+            elif self.catalogue[key].variant in installed:
                 note.setText("installed")
             else:
                 note.setText("")
@@ -296,7 +297,7 @@ class ModelManagerDialog(QDialog):
         paused = self._pending(key)
         quant = quant or self.quant()
         manager = self.manager
-        return self._start(key, f"{CATALOGUE[key].name} ({quant})",
+        return self._start(key, f"{self.catalogue[key].name} ({quant})",
                            lambda report, stop: manager.get(key, quant, progress=report, stop=stop),
                            resuming=paused is not None)
 
@@ -334,11 +335,13 @@ class ModelManagerDialog(QDialog):
             self.progress_title.setText(f"Ready: {model.name} {model.quant}")
             self.detail.setText(f"{os.path.basename(model.file)}, {size_text(model.size)}")
             self.pause_button.hide()
+            self._update_buttons()
             self.refresh()
             self.modelChosen.emit(model.file)
 
         def bad(e) -> None:
             active, self.active_key = self.active_key, None
+            self._update_buttons()
             if isinstance(e, Cancelled):
                 if active is None:  # a conversion stopped: nothing to resume
                     self.progress_frame.hide()
