@@ -39,11 +39,12 @@ def hand_off(files, name: str | None = None) -> bool:
     if not sock.waitForConnected(CONNECT_MS):
         return False
     sock.write((json.dumps({"files": [os.path.abspath(f) for f in files]}) + "\n").encode())
-    sock.flush()
-    took = sock.waitForBytesWritten(REPLY_MS) and sock.waitForReadyRead(REPLY_MS) and \
-        bytes(sock.readAll().data()).startswith(b"ok")
+    sock.waitForBytesWritten(REPLY_MS)  # False when flushed already: what counts is the answer
+    reply = b""
+    while b"\n" not in reply and sock.waitForReadyRead(REPLY_MS):
+        reply += bytes(sock.readAll().data())
     sock.disconnectFromServer()
-    return took
+    return reply.startswith(b"ok")
 
 
 class InstanceServer(QObject):
