@@ -78,7 +78,7 @@ def resources_dir() -> str:
     bundled = os.environ.get("CHATTERBOX_STUDIO_RESOURCES")
     if bundled and os.path.isdir(bundled):
         return bundled
-    app_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    app_dir = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     installed = os.path.join(app_dir, "resources")
     if os.path.isdir(installed):
         return installed

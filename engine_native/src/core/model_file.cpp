@@ -76,7 +76,9 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_
             const char* name = gguf_get_tensor_name(gguf_, i);
             ggml_tensor* t = ggml_get_tensor(ctx_, name);
             uint64_t end = data_offset + gguf_get_tensor_offset(gguf_, i) + ggml_nbytes(t);
-            if (end > file_size) throw ModelError(path + ": truncated (tensor " + name + " runs past the end)");
+            if (end > file_size)
+                throw ModelError(path + ": truncated: tensor " + name +
+                                 " runs past the end of the file; download or convert it again");
             tensors_[name] = t;
             auto g = std::find_if(lazy_.begin(), lazy_.end(),
                                   [&](const LazyGroup& l) { return std::strncmp(name, l.prefix.c_str(), l.prefix.size()) == 0; });
