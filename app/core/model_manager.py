@@ -476,6 +476,10 @@ class ModelManager:
         model = self.record(out, source)
         if not keep_folder:
             shutil.rmtree(folder, ignore_errors=True)
+            try:
+                os.rmdir(os.path.dirname(folder))  # the downloads folder, when that was its last
+            except OSError:
+                pass
         report(Progress("done", 1.0))
         return model
 

@@ -91,8 +91,6 @@ class ModelActions(QObject):
             self.settings.model_choice_made = True  # asked once; the model button asks again
             if result and dlg.model_path:
                 self.load_model(dlg.model_path)
-            elif not self.manager_dialog or not self.manager_dialog.isVisible():
-                self.w.show_tour()
 
         dlg.finished.connect(finished)
         dlg.open()

@@ -111,23 +111,27 @@ class ModelManagerDialog(QDialog):
         box.addWidget(intro)
         grid = QGridLayout()
         grid.setHorizontalSpacing(14)
-        grid.setVerticalSpacing(6)
+        grid.setVerticalSpacing(10)
         self.get_buttons: dict[str, QPushButton] = {}
         self.entry_notes: dict[str, QLabel] = {}
         for r, entry in enumerate(self.catalogue.values()):
-            name = QLabel(f"<b>{entry.name}</b> · {entry.languages}")
-            about = QLabel(f"{entry.about} <span style='color:{theme.colors().muted}'>{entry.repo}</span>")
-            about.setWordWrap(True)
+            about = QVBoxLayout()
+            about.setSpacing(2)
+            for text, style in ((f"<b>{entry.name}</b> · {entry.languages}", ""), (f"{entry.about} · {entry.repo}",
+                                                                                   "Muted")):
+                label = QLabel(text)
+                label.setObjectName(style)
+                label.setMinimumHeight(label.sizeHint().height())  # a line whole, never squeezed
+                about.addWidget(label)
             note = QLabel("")
             note.setObjectName("Muted")
             b = QPushButton(" Download")
             b.clicked.connect(lambda _c=False, k=entry.key: self.get(k))
-            grid.addWidget(name, r, 0)
-            grid.addWidget(about, r, 1)
-            grid.addWidget(note, r, 2)
-            grid.addWidget(b, r, 3)
+            grid.addLayout(about, r, 0)
+            grid.addWidget(note, r, 1)
+            grid.addWidget(b, r, 2)
             self.get_buttons[entry.key], self.entry_notes[entry.key] = b, note
-        grid.setColumnStretch(1, 1)
+        grid.setColumnStretch(0, 1)
         box.addLayout(grid)
         row = QHBoxLayout()
         row.addWidget(QLabel("Precision"))

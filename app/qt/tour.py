@@ -28,7 +28,7 @@ class Tour(QDialog):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setWindowTitle("Getting started")
-        self.setMinimumWidth(560)
+        self.setFixedWidth(580)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(22, 20, 22, 18)
         lay.setSpacing(12)
@@ -60,6 +60,7 @@ class Tour(QDialog):
         self.ok_button.clicked.connect(self.accept)
         bottom.addWidget(self.ok_button)
         lay.addLayout(bottom)
+        self.setFixedHeight(lay.totalHeightForWidth(580))  # the wrapped text's own height, no gaps
 
 
 def show_once(window) -> Tour | None:

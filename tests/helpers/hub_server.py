@@ -13,7 +13,8 @@ from the Hub. What it answers (as huggingface_hub asks, see its file_download.py
 Faults a test asks for: `drop_once[file] = n` (the first GET of the file sends its headers and n
 bytes, then closes the connection), `hold[file] = n` (GETs send n bytes, then wait until
 `release` is set), `corrupt.add(file)` (one byte flipped, the true checksums advertised).
-`requests` records (method, path, Range) for every request.
+`rate_limit` (bytes per second, each response) makes it a slower network. `requests` records
+(method, path, Range) for every request.
 
     with HubServer({"ResembleAI/chatterbox-nano": folder}) as hub:
         os.environ["HF_ENDPOINT"] = hub.url
@@ -25,6 +26,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
@@ -92,6 +94,7 @@ class HubServer:
         self.hold: dict[str, int] = {}
         self.release = threading.Event()
         self.corrupt: set[str] = set()
+        self.rate_limit: float | None = None
         self.requests: list[tuple[str, str, str | None]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), _handler(self))
@@ -253,6 +256,8 @@ def _handler(hub: HubServer):
                             block = block[:i] + bytes([block[i] ^ 0xFF]) + block[i + 1:]
                         self.wfile.write(block)
                         pos += len(block)
+                        if hub.rate_limit:
+                            time.sleep(len(block) / hub.rate_limit)
             except (BrokenPipeError, ConnectionResetError, OSError):
                 self.close_connection = True
 
