@@ -22,7 +22,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.append(ROOT)  # tests.helpers (the stand-in); the app itself as installed (or from the venv's sources)
 
 
 def log(line: str) -> None:
