@@ -24,7 +24,7 @@ from app.core.model_manager import ModelManager
 from app.qt import theme
 from app.qt.background import BackgroundOp, error_text
 from app.qt.icons import icon
-from app.qt.model_manager_dialog import QUANT_CHOICES
+from app.qt.model_manager_dialog import QUANT_CHOICES, choose_model_file
 
 
 class ModelDialog(QDialog):
@@ -120,11 +120,9 @@ class ModelDialog(QDialog):
         self.accept()
 
     def open_file(self, path: str | None = None) -> None:
-        if path is None:
-            path, _ = QFileDialog.getOpenFileName(self, "Open a model", os.path.expanduser("~"),
-                                                  "GGUF models (*.gguf)")
-            if not path:
-                return
+        path = path or choose_model_file(self)
+        if not path:
+            return
         self.model_path = path
         self.accept()
 

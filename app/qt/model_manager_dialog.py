@@ -32,22 +32,22 @@ from app.core.model_manager import ModelManager, Progress, size_text
 from app.qt import theme
 from app.qt.background import BackgroundOp, error_text
 from app.qt.icons import icon
+from app.qt.script_editor import card
 from engine_native.errors import Cancelled
 
 QUANT_CHOICES = [("q4_0", "q4_0 · smallest, fastest"), ("q8_0", "q8_0 · near lossless"), ("f16", "f16"),
                  ("f32", "f32 · reference precision")]
 
 
-def card(title: str) -> tuple[QFrame, QVBoxLayout, QLabel]:
-    frame = QFrame()
-    frame.setObjectName("Card")
-    lay = QVBoxLayout(frame)
-    lay.setContentsMargins(14, 12, 14, 12)
-    lay.setSpacing(8)
-    label = QLabel(title)
-    label.setObjectName("CardTitle")
-    lay.addWidget(label)
-    return frame, lay, label
+def choose_model_file(parent) -> str | None:
+    """The file dialog for a GGUF model (the manager's and the welcome dialog's "Open a file")."""
+    path, _ = QFileDialog.getOpenFileName(parent, "Open a model", os.path.expanduser("~"), "GGUF models (*.gguf)")
+    return path or None
+
+
+def _card(title: str) -> tuple[QFrame, QVBoxLayout, QLabel]:
+    frame, body, head = card(title)
+    return frame, body, head.itemAt(0).widget()
 
 
 class ModelManagerDialog(QDialog):
@@ -69,7 +69,7 @@ class ModelManagerDialog(QDialog):
         lay.setContentsMargins(18, 16, 18, 16)
         lay.setSpacing(12)
 
-        frame, box, _ = card("On this computer")
+        frame, box, _ = _card("On this computer")
         self.table = QTreeWidget()
         self.table.setColumnCount(5)
         self.table.setHeaderLabels(["Model", "Precision", "Size", "Languages", "From"])
@@ -103,7 +103,7 @@ class ModelManagerDialog(QDialog):
         box.addLayout(row)
         lay.addWidget(frame)
 
-        frame, box, _ = card("Get a model from Hugging Face")
+        frame, box, _ = _card("Get a model from Hugging Face")
         intro = QLabel("The published weights are downloaded (checksums checked; a download can pause and resume, "
                        "also after a restart), then converted into one model file at the precision chosen.")
         intro.setWordWrap(True)
@@ -143,7 +143,7 @@ class ModelManagerDialog(QDialog):
         box.addLayout(row)
         lay.addWidget(frame)
 
-        self.progress_frame, box, self.progress_title = card("")
+        self.progress_frame, box, self.progress_title = _card("")
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(False)
@@ -258,11 +258,9 @@ class ModelManagerDialog(QDialog):
             self.hide()
 
     def open_file(self, path: str | None = None) -> None:
-        if path is None:
-            path, _ = QFileDialog.getOpenFileName(self, "Open a model", os.path.expanduser("~"),
-                                                  "GGUF models (*.gguf)")
-            if not path:
-                return
+        path = path or choose_model_file(self)
+        if not path:
+            return
         self.modelChosen.emit(path)
         self.hide()
 

@@ -22,6 +22,7 @@ bytes, then closes the connection), `hold[file] = n` (GETs send n bytes, then wa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -262,3 +263,25 @@ def _handler(hub: HubServer):
                 self.close_connection = True
 
     return Handler
+
+
+# The random Nano snapshot's small files (the voice encoder, the built-in voice, the tokenizer:
+# 7 MB), published as a repository of their own: downloads in seconds, not a whole snapshot.
+SMALL_FILES = ("ve.safetensors", "conds.pt", "vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json")
+SMALL_REPO = "test/chatterbox-small-files"
+
+
+@contextlib.contextmanager
+def small_files_hub(tmp_path, monkeypatch):
+    """The stand-in serving SMALL_REPO, HF_ENDPOINT pointed at it and a fresh HF_HOME; yields
+    (the server, a model-manager catalogue {"tiny": its entry})."""
+    from app.core.model_manager import CatalogueEntry
+    from tests.reference.cache import snapshot_dir
+
+    with HubServer({SMALL_REPO: (snapshot_dir("nano"), list(SMALL_FILES))}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        yield server, {"tiny": CatalogueEntry("tiny", SMALL_REPO, "nano", "English", "The small files of a snapshot.",
+                                              required=SMALL_FILES)}

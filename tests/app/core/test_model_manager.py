@@ -17,28 +17,31 @@ import threading
 import pytest
 
 from app.core import hub as hub_api
-from app.core.model_manager import CatalogueEntry, ManagerError, ModelManager
+from app.core.model_manager import ManagerError, ModelManager
 from engine_native.errors import Cancelled
-from tests.helpers.hub_server import HubServer
+from tests.helpers.hub_server import SMALL_FILES, SMALL_REPO, HubServer, small_files_hub
 from tests.reference.cache import snapshot_dir
 
-SMALL = ("ve.safetensors", "conds.pt", "vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json")
-TINY_REPO = "test/chatterbox-small-files"
-TINY = {"tiny": CatalogueEntry("tiny", TINY_REPO, "nano", "English", "test files", required=SMALL)}
+SMALL, TINY_REPO = SMALL_FILES, SMALL_REPO
 
 
 @pytest.fixture
-def hub(tmp_path, monkeypatch):
-    """The stand-in serving the Nano snapshot's small files; HF_ENDPOINT and a fresh HF_HOME."""
-    with HubServer({TINY_REPO: (snapshot_dir("nano"), list(SMALL))}) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        yield server
+def hub_and_catalogue(tmp_path, monkeypatch):
+    with small_files_hub(tmp_path, monkeypatch) as served:
+        yield served
 
 
-def test_a_paused_download_resumes_in_a_new_manager_through_a_dropped_connection(hub, tmp_path):
+@pytest.fixture
+def hub(hub_and_catalogue):
+    return hub_and_catalogue[0]
+
+
+@pytest.fixture
+def tiny(hub_and_catalogue):
+    return hub_and_catalogue[1]
+
+
+def test_a_paused_download_resumes_in_a_new_manager_through_a_dropped_connection(hub, tiny, tmp_path):
     models = tmp_path / "models"
     stages, stop = [], threading.Event()
     hub.hold["ve.safetensors"] = 2_000_000  # the server stalls there, as a slow network would
@@ -56,9 +59,9 @@ def test_a_paused_download_resumes_in_a_new_manager_through_a_dropped_connection
     t = threading.Thread(target=pause_when_held)
     t.start()
     with pytest.raises(Cancelled):
-        ModelManager(str(models), TINY).download("tiny", progress=progress, stop=stop)
+        ModelManager(str(models), tiny).download("tiny", progress=progress, stop=stop)
     t.join()
-    (pending,) = ModelManager(str(models), TINY).pending()
+    (pending,) = ModelManager(str(models), tiny).pending()
     kept = pending.have
     assert pending.key == "tiny" and pending.repo == TINY_REPO and 1_000_000 <= kept < pending.total
     down = [p for p in stages if p.stage == "downloading"]
@@ -70,7 +73,7 @@ def test_a_paused_download_resumes_in_a_new_manager_through_a_dropped_connection
     hub.release.clear()
     partial_size = (models / ".downloads" / TINY_REPO.replace("/", "--") / "ve.safetensors.part").stat().st_size
     hub.drop_once["ve.safetensors"] = partial_size + 1_500_000
-    folder, listing = ModelManager(str(models), TINY).download("tiny", progress=progress)
+    folder, listing = ModelManager(str(models), tiny).download("tiny", progress=progress)
     ranges = hub.gets("ve.safetensors")
     print("GETs of ve.safetensors (Range):", ranges)
     assert ranges[0] is None                                  # the first request: the whole file
@@ -81,15 +84,15 @@ def test_a_paused_download_resumes_in_a_new_manager_through_a_dropped_connection
         assert os.path.getsize(path) == f.size and not os.path.exists(path + ".part")
         assert hub_api.file_digest(path, "sha256") == hub.repos[TINY_REPO].files[f.name].sha256
     assert [p.stage for p in stages].count("verifying") >= 1
-    assert ModelManager(str(models), TINY).pending()[0].have == pending.total  # all there, not yet converted
+    assert ModelManager(str(models), tiny).pending()[0].have == pending.total  # all there, not yet converted
 
 
-def test_a_corrupted_file_is_refused_deleted_and_fetched_again(hub, tmp_path):
+def test_a_corrupted_file_is_refused_deleted_and_fetched_again(hub, tiny, tmp_path):
     models = tmp_path / "models"
     hub.corrupt.add("vocab.json")   # a git-blob (non-LFS) file
     hub.corrupt.add("conds.pt")     # an LFS file: its sha256 is the ETag
     with pytest.raises(hub_api.CorruptedDownload) as e:
-        ModelManager(str(models), TINY).download("tiny")
+        ModelManager(str(models), tiny).download("tiny")
     msg = str(e.value)
     print("\nrefused:", msg)
     assert "conds.pt" in msg and "corrupted" in msg and "deleted" in msg and "sha256" in msg
@@ -97,17 +100,17 @@ def test_a_corrupted_file_is_refused_deleted_and_fetched_again(hub, tmp_path):
     assert not (folder / "conds.pt").exists() and not (folder / "conds.pt.part").exists()
     hub.corrupt.discard("conds.pt")
     with pytest.raises(hub_api.CorruptedDownload) as e:
-        ModelManager(str(models), TINY).download("tiny")
+        ModelManager(str(models), tiny).download("tiny")
     assert "vocab.json" in str(e.value) and "sha1" in str(e.value)
     hub.corrupt.clear()
     before = {n: len(hub.gets(n)) for n in SMALL}
-    ModelManager(str(models), TINY).download("tiny")
+    ModelManager(str(models), tiny).download("tiny")
     again = {n: len(hub.gets(n)) - before[n] for n in SMALL}
     assert again["vocab.json"] == 1 and again["conds.pt"] == 0  # only what was refused is fetched again
     assert again["added_tokens.json"] == 0
 
 
-def test_not_enough_free_space_is_refused_before_any_download(hub, tmp_path, monkeypatch):
+def test_not_enough_free_space_is_refused_before_any_download(hub, tiny, tmp_path, monkeypatch):
     import shutil
 
     from app.core import model_manager
@@ -116,31 +119,31 @@ def test_not_enough_free_space_is_refused_before_any_download(hub, tmp_path, mon
     monkeypatch.setattr(model_manager.shutil, "disk_usage",
                         lambda p: real(p)._replace(free=3_000_000))  # a nearly full disk
     with pytest.raises(ManagerError) as e:
-        ModelManager(str(tmp_path / "models"), TINY).download("tiny")
+        ModelManager(str(tmp_path / "models"), tiny).download("tiny")
     print("\nrefused:", e.value)
     assert "not enough free space" in str(e.value) and "3.0 MB is free" in str(e.value)
     assert not any(m == "GET" and "/resolve/" in p for m, p, _r in hub.requests)
 
 
-def test_files_in_the_hugging_face_cache_are_used_online_and_offline(hub, tmp_path, monkeypatch):
+def test_files_in_the_hugging_face_cache_are_used_online_and_offline(hub, tiny, tmp_path, monkeypatch):
     from huggingface_hub import snapshot_download
 
     snapshot_download(TINY_REPO, endpoint=hub.url, cache_dir=hub_api.cache_dir())  # e.g. from the PyTorch package
     fetched = len([1 for m, p, _r in hub.requests if m == "GET" and "/resolve/" in p])
-    folder, _ = ModelManager(str(tmp_path / "online"), TINY).download("tiny")
+    folder, _ = ModelManager(str(tmp_path / "online"), tiny).download("tiny")
     assert len([1 for m, p, _r in hub.requests if m == "GET" and "/resolve/" in p]) == fetched  # none again
     assert sorted(os.listdir(folder)) == sorted([*SMALL, "download.json"])
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     n = len(hub.requests)
-    folder, listing = ModelManager(str(tmp_path / "offline"), TINY).download("tiny")
+    folder, listing = ModelManager(str(tmp_path / "offline"), tiny).download("tiny")
     assert len(hub.requests) == n  # offline: not one request
     assert listing.revision == hub.repos[TINY_REPO].commit
     for f in SMALL:
         assert os.path.getsize(os.path.join(folder, f)) == hub.repos[TINY_REPO].files[f].size
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
     with pytest.raises(ManagerError) as e:
-        ModelManager(str(tmp_path / "offline2"), TINY).download("tiny")
+        ModelManager(str(tmp_path / "offline2"), tiny).download("tiny")
     print("\noffline without the files:", e.value)
     assert "offline" in str(e.value) and "HF_HUB_OFFLINE" in str(e.value)
 

@@ -14,23 +14,14 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from app.core.model_manager import CatalogueEntry, ModelManager  # noqa: E402
-from tests.helpers.hub_server import HubServer  # noqa: E402
+from app.core.model_manager import ModelManager  # noqa: E402
+from tests.helpers.hub_server import small_files_hub  # noqa: E402
 from tests.helpers.main_window import _close, _make_window, _wait  # noqa: E402
-from tests.reference.cache import snapshot_dir  # noqa: E402
-
-SMALL = ("ve.safetensors", "conds.pt", "vocab.json", "merges.txt", "added_tokens.json", "tokenizer_config.json")
-REPO = "test/chatterbox-small-files"
-CATALOGUE = {"tiny": CatalogueEntry("tiny", REPO, "nano", "English", "The small files of a snapshot.", required=SMALL)}
-
 
 @pytest.fixture
-def hub(tmp_path, monkeypatch):
-    with HubServer({REPO: (snapshot_dir("nano"), list(SMALL))}) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.url)
-        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        yield server
+def hub_and_catalogue(tmp_path, monkeypatch):
+    with small_files_hub(tmp_path, monkeypatch) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +56,12 @@ def test_installed_models_are_listed_and_one_is_used(qtbot, tmp_path, model):
     assert chosen == [str(placed)] and not dlg.isVisible()
 
 
-def test_a_download_pauses_resumes_after_a_restart_and_a_failure_is_a_message(qtbot, tmp_path, hub):
+def test_a_download_pauses_resumes_after_a_restart_and_a_failure_is_a_message(qtbot, tmp_path, hub_and_catalogue):
     from app.qt.model_manager_dialog import ModelManagerDialog
 
+    hub, catalogue = hub_and_catalogue
     models = str(tmp_path / "models")
-    dlg = ModelManagerDialog(models, catalogue=CATALOGUE)
+    dlg = ModelManagerDialog(models, catalogue=catalogue)
     qtbot.addWidget(dlg)
     dlg.show()
     hub.hold["ve.safetensors"] = 2_000_000
@@ -93,7 +85,7 @@ def test_a_download_pauses_resumes_after_a_restart_and_a_failure_is_a_message(qt
 
     # A restart: a new dialog finds the paused download and resumes it.
     hub.hold.clear()
-    again = ModelManagerDialog(models, catalogue=CATALOGUE)
+    again = ModelManagerDialog(models, catalogue=catalogue)
     qtbot.addWidget(again)
     again.show()
     _wait(qtbot, lambda: again.resume_button.isVisible(), 30, "the paused download in a new dialog")
@@ -105,11 +97,11 @@ def test_a_download_pauses_resumes_after_a_restart_and_a_failure_is_a_message(qt
     print("message:", again.message.text())
     assert "no Chatterbox T3 checkpoint" in again.message.text() and "Traceback" not in again.message.text()
     assert again.get_buttons["tiny"].isEnabled()
-    (pending,) = ModelManager(models, CATALOGUE).pending()
+    (pending,) = ModelManager(models, catalogue).pending()
     assert pending.have == pending.total  # every file is there (and verified), kept for another try
     d = again.discard("tiny")
     _wait(qtbot, lambda: not d.running, 30, "the discard")
-    assert ModelManager(models, CATALOGUE).pending() == []
+    assert ModelManager(models, catalogue).pending() == []
 
 
 def test_the_welcome_dialog_leads_to_the_model_manager(qtbot, tmp_path):
