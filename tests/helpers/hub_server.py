@@ -38,16 +38,26 @@ CHUNK = 1 << 20
 
 
 class RepoFile:
-    def __init__(self, root: Path, rel: str):
+    def __init__(self, root: Path, rel: str, sha256: str | None = None):
+        """`sha256`: known already (a snapshot's SHA256SUMS), so a big file is not read to publish it."""
         self.path, self.name = root / rel, rel
         self.size = self.path.stat().st_size
-        sha256, sha1 = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % self.size)
-        with open(self.path, "rb") as f:
-            while block := f.read(8 * CHUNK):
-                sha256.update(block)
-                sha1.update(block)
-        self.sha256, self.blob_id = sha256.hexdigest(), sha1.hexdigest()
         self.lfs = self.size >= LFS_MIN or rel.endswith(LFS_SUFFIXES)
+        if self.lfs and sha256:
+            self.sha256 = sha256
+        else:
+            h = hashlib.sha256()
+            with open(self.path, "rb") as f:
+                while block := f.read(8 * CHUNK):
+                    h.update(block)
+            self.sha256 = h.hexdigest()
+        # git's blob id: of the content, or for an LFS file of its pointer (as the Hub lists it)
+        content = self.pointer() if self.lfs else self.path.read_bytes()
+        self.blob_id = hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+    def pointer(self) -> bytes:
+        return (f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\n"
+                f"size {self.size}\n").encode()
 
     @property
     def etag(self) -> str:
@@ -56,13 +66,13 @@ class RepoFile:
     def sibling(self) -> dict:
         d = {"rfilename": self.name, "size": self.size, "blobId": self.blob_id}
         if self.lfs:
-            d["lfs"] = {"sha256": self.sha256, "size": self.size, "pointerSize": 134}
+            d["lfs"] = {"sha256": self.sha256, "size": self.size, "pointerSize": len(self.pointer())}
         return d
 
     def tree_entry(self) -> dict:
         d = {"type": "file", "oid": self.blob_id, "size": self.size, "path": self.name}
         if self.lfs:
-            d["lfs"] = {"oid": self.sha256, "size": self.size, "pointerSize": 134}
+            d["lfs"] = {"oid": self.sha256, "size": self.size, "pointerSize": len(self.pointer())}
         return d
 
 
@@ -71,7 +81,13 @@ class Repo:
         self.id, self.folder = repo_id, Path(folder)
         names = files if files is not None else sorted(
             str(p.relative_to(self.folder)) for p in self.folder.rglob("*") if p.is_file())
-        self.files = {n: RepoFile(self.folder, n) for n in names}
+        known = {}
+        sums = self.folder / "SHA256SUMS"  # tests/reference's snapshots list their files' sha256
+        if sums.is_file():
+            for line in sums.read_text(encoding="utf-8").splitlines():
+                digest, _, name = line.partition("  ")
+                known[name.strip()] = digest.strip()
+        self.files = {n: RepoFile(self.folder, n, known.get(n)) for n in names}
         h = hashlib.sha1(repo_id.encode())
         for f in self.files.values():
             h.update(f.name.encode() + f.etag.encode())
