@@ -272,8 +272,8 @@ class ModelManagerDialog(QDialog):
             self._error("This model is in use: choose another one first, then delete this one.")
             return None
         box = QMessageBox(QMessageBox.Warning, "Delete model", f"Delete {os.path.basename(path)}?", parent=self)
-        box.setInformativeText(f"{size_text(os.path.getsize(path)) if os.path.exists(path) else ''} freed; "
-                               "it can be downloaded again later.")
+        size = next((m.size for m in self.models if m.file == path), 0)
+        box.setInformativeText(f"{size_text(size)} freed; it can be downloaded again later.")
         delete = box.addButton("Delete", QMessageBox.DestructiveRole)
         box.addButton(QMessageBox.Cancel)
 

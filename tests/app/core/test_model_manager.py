@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -172,8 +173,13 @@ def test_get_downloads_converts_records_and_the_engine_speaks(tmp_path, monkeypa
         models = tmp_path / "models"
         stop, stages = threading.Event(), []
 
+        t0, seen = time.monotonic(), set()
+
         def progress(p):
             stages.append(p.stage)
+            if p.stage not in seen:  # where the time goes, on a busy machine
+                seen.add(p.stage)
+                print(f"{time.monotonic() - t0:6.1f} s  {p.stage}")
             if p.stage == "downloading" and p.done > 200 << 20:
                 stop.set()
 
@@ -181,7 +187,8 @@ def test_get_downloads_converts_records_and_the_engine_speaks(tmp_path, monkeypa
             ModelManager(str(models)).get("nano", "q4_0", progress=progress, stop=stop)
         (paused,) = ModelManager(str(models)).pending()
         assert paused.key == "nano" and paused.have > 200 << 20
-        model = ModelManager(str(models)).get("nano", "q4_0", progress=lambda p: stages.append(p.stage))
+        seen.clear()
+        model = ModelManager(str(models)).get("nano", "q4_0", progress=progress)
     assert {"listing", "downloading", "verifying", "converting", "writing", "done"} <= set(stages)
     assert model.file == str(models / "chatterbox-nano-q4_0.gguf") and os.path.isfile(model.file)
     assert model.variant == "nano" and model.quant == "q4_0" and model.languages == ["en"]

@@ -116,4 +116,5 @@ def test_each_file_opens_for_what_it_is(qtbot, tmp_path, model, files):
     # a recording: the Voice Lab
     w.open_files([files["wav"]])
     assert w.stack.currentWidget() is w.lab
+    _wait(qtbot, lambda: w.lab.session.busy == "", 60, "the Voice Lab's analysis")  # before the window goes
     _close(w)
