@@ -34,8 +34,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"cpu variant       {info['cpu_variant'] or '(one variant built)'}")
     print(f"cpu features      {' '.join(info['cpu_features']) or '(none)'}")
     blas = f"OpenBLAS f32 products ({info['blas_core']} kernels)" if info.get("blas_core") else "OpenBLAS f32 products"
+    q4_isa = info.get("q4_kernel_isa") or ""
     kernels = [name for name, on in ((blas, info.get("blas")),
-                                     ("T3 Q4_0 kernel (AVX-512 VNNI)", info.get("q4_kernel")),
+                                     (f"T3 Q4_0 kernel ({q4_isa})", info.get("q4_kernel") and q4_isa),
                                      ("AMX products for quantised models", info.get("amx")),
                                      ("S3Gen Q4_0 products in int16 (AVX-512 VNNI)", info.get("vnni_products")))
                if on]
@@ -249,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.cli.detect import add_parser as add_detect_parser
 
     add_detect_parser(sub)
+    from app.cli.models import add_parser as add_models_parser
+
+    add_models_parser(sub)
 
     p = sub.add_parser("lab", help="prepare a recording for voice cloning: find the speech, "
                        "pick a window, clean it, write a 24 kHz mono clip")
@@ -287,8 +291,11 @@ def _open_gui(files: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from app.core.paths import migrate_legacy_data_dir
+
     argv = sys.argv[1:] if argv is None else argv
-    # No arguments, or only files (the desktop entry's %F: a .voice.gguf or a recording): the app.
+    migrate_legacy_data_dir()  # an earlier version's doubled data folder, moved once
+    # No arguments, or only files (the desktop entry's %F: models, voices, recordings, scripts): the app.
     if not argv or all(os.path.isfile(a) for a in argv):
         return _open_gui(argv)
     parser = build_parser()

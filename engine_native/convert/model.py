@@ -43,6 +43,17 @@ CONDS_FILE = "conds.pt"
 ENGLISH_MARKERS = ("t3_cfg.safetensors", "tokenizer.json")   # ChatterboxTTS (English, Llama 520M)
 # exactly the files ChatterboxMultilingualTTS.from_pretrained fetches
 MTL_DOWNLOAD = [mtl.VE_FILE, mtl.T3_FILE, mtl.S3GEN_FILE, mtl.TOKENIZER_FILE, CONDS_FILE, mtl.CANGJIE_FILE]
+# The GPT-2 tokenizer's files (tokenizer.read_tokenizer): the first two always, the others when present.
+TOKENIZER_FILES = ("vocab.json", "merges.txt")
+TOKENIZER_EXTRAS = ("added_tokens.json", "tokenizer_config.json")
+
+
+def snapshot_files(variant: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The files `convert` reads from a snapshot of `variant`: (required, read when present)."""
+    if variant == "mtl":
+        return (mtl.T3_FILE, mtl.S3GEN_FILE, mtl.VE_FILE, mtl.TOKENIZER_FILE, CONDS_FILE), (mtl.CANGJIE_FILE,)
+    spec = VARIANTS[variant]
+    return (spec.t3_file, spec.s3gen_file, VE_FILE, CONDS_FILE, *TOKENIZER_FILES), TOKENIZER_EXTRAS
 
 
 @dataclass
@@ -183,6 +194,19 @@ def _add_tensor(writer: GGUFWriter, report: ConvertReport, name: str, arr: np.nd
     report.types[qtype.name] += 1
 
 
+def _counted(sources, inputs, progress: Callable[[str, float], None]) -> Iterator[tuple[str, np.ndarray]]:
+    """The tensors of `sources` in turn, telling `progress` the share of the inputs' bytes
+    stored so far (the converted tensors are the inputs' arrays, folded or cast: close enough
+    for a progress bar; capped below 1 until the file is written)."""
+    total = max(1, sum(int(np.asarray(a).nbytes) for state in inputs for a in state.values()))
+    done = 0
+    for source in sources:
+        for name, arr in source:
+            yield name, arr
+            done += int(np.asarray(arr).nbytes)
+            progress("converting", min(done / total, 0.99))
+
+
 def _filterbank_tensors() -> Iterator[tuple[str, np.ndarray]]:
     yield "fb.mel_24k", filterbanks.mel_24k_filterbank()
     yield "fb.ve_mel", filterbanks.ve_mel_filterbank()
@@ -200,8 +224,11 @@ def _filterbank_metadata() -> dict:
 
 
 def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, variant: str = "auto",
-            quant: str = "f32", log: Callable[[str], None] | None = print) -> ConvertReport:
-    """Convert a snapshot folder into one GGUF file at `out_path` (written atomically)."""
+            quant: str = "f32", log: Callable[[str], None] | None = print,
+            progress: Callable[[str, float], None] | None = None) -> ConvertReport:
+    """Convert a snapshot folder into one GGUF file at `out_path` (written atomically).
+    `progress(stage, fraction)` hears "reading", then "converting" with the share of the
+    weights stored (quantised) so far, then "writing"."""
     started = time.perf_counter()
     snapshot, out_path = Path(snapshot_dir), Path(out_path)
     if quant not in QUANT_TYPES:
@@ -215,8 +242,10 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
         raise ConvertError(f"{snapshot}: holds a {detected} checkpoint, not {variant}")
     spec = VARIANTS[variant]
     log = log or (lambda _msg: None)
+    progress = progress or (lambda _stage, _fraction: None)
+    progress("reading", 0.0)
     if variant == "mtl":
-        return _convert_mtl(snapshot, out_path, spec, quant, log, started)
+        return _convert_mtl(snapshot, out_path, spec, quant, log, started, progress)
 
     # Read and validate every input before writing a byte.
     t3 = load_safetensors(snapshot / spec.t3_file)
@@ -253,10 +282,11 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
         for flag in ("special", "lstrip", "rstrip", "normalized", "single_word"):
             add_kv(w, f"{ARCH}.added_tokens.{flag}", [getattr(t, flag) for t in tok.added])
         add_kv(w, f"{ARCH}.added_tokens.id", [t.id for t in tok.added])
-        for source in (tensors.t3_tensors(t3, spec.t3_file), tensors.s3gen_tensors(s3, spec.s3gen_file),
-                       tensors.ve_tensors(ve, VE_FILE), iter(voice.items()), _filterbank_tensors()):
-            for name, arr in source:
-                _add_tensor(w, report, name, arr)
+        sources = (tensors.t3_tensors(t3, spec.t3_file), tensors.s3gen_tensors(s3, spec.s3gen_file),
+                   tensors.ve_tensors(ve, VE_FILE), iter(voice.items()), _filterbank_tensors())
+        for name, arr in _counted(sources, (t3, s3, ve, voice), progress):
+            _add_tensor(w, report, name, arr)
+        progress("writing", 0.0)
 
     _write_model(out_path, fill)
     report.seconds = time.perf_counter() - started
@@ -278,7 +308,8 @@ def load_pt_state(path: Path) -> dict[str, np.ndarray]:
     return dict(state)
 
 
-def _convert_mtl(snapshot: Path, out_path: Path, spec: Variant, quant: str, log, started: float) -> ConvertReport:
+def _convert_mtl(snapshot: Path, out_path: Path, spec: Variant, quant: str, log, started: float,
+                 progress: Callable[[str, float], None]) -> ConvertReport:
     """The Multilingual snapshot: Llama T3 + standard-CFM S3Gen + grapheme tokenizer + Cangjie."""
     t3 = load_safetensors(snapshot / spec.t3_file)
     s3 = load_pt_state(snapshot / spec.s3gen_file)
@@ -321,10 +352,11 @@ def _convert_mtl(snapshot: Path, out_path: Path, spec: Variant, quant: str, log,
         w.add_bos_token_id(tok.start_id)
         w.add_eos_token_id(tok.stop_id)
         w.add_unk_token_id(tok.unk_id)
-        for source in (mtl.t3_llama_tensors(t3, spec.t3_file), tensors.s3gen_tensors(s3, spec.s3gen_file),
-                       tensors.ve_tensors(ve, mtl.VE_FILE), iter(voice.items()), _filterbank_tensors()):
-            for name, arr in source:
-                _add_tensor(w, report, name, arr)
+        sources = (mtl.t3_llama_tensors(t3, spec.t3_file), tensors.s3gen_tensors(s3, spec.s3gen_file),
+                   tensors.ve_tensors(ve, mtl.VE_FILE), iter(voice.items()), _filterbank_tensors())
+        for name, arr in _counted(sources, (t3, s3, ve, voice), progress):
+            _add_tensor(w, report, name, arr)
+        progress("writing", 0.0)
 
     _write_model(out_path, fill)
     report.seconds = time.perf_counter() - started
@@ -341,11 +373,25 @@ def _read(path: Path) -> GGUFReader:
     try:
         reader = GGUFReader(str(path))
     except Exception as e:  # gguf raises ValueError, struct.error, IndexError... on corrupt files
-        raise ConvertError(f"{path}: not a readable GGUF file ({e})") from None
+        raise ConvertError(damaged_gguf_message(path, e)) from None
     arch = reader.get_field("general.architecture")
     if arch is None or arch.contents() != ARCH:
         raise ConvertError(f"{path}: not a Chatterbox model (architecture {arch.contents() if arch else None!r})")
     return reader
+
+
+def damaged_gguf_message(path, error: BaseException) -> str:
+    """One line for a GGUF file gguf's reader failed on: what is wrong with its header or data
+    (engine_native.gguf_header) rather than the numpy words the reader fails with."""
+    from engine_native.gguf_header import GGUFFileError, read_header
+
+    try:
+        read_header(path).check_complete()
+    except GGUFFileError as e:
+        return str(e)
+    except OSError as e:
+        return f"{path}: cannot be read ({e.strerror or e})"
+    return f"{path}: not a readable GGUF file ({error})"
 
 
 def _tensor_as_float(t) -> np.ndarray:
@@ -425,11 +471,11 @@ def inspect_model(path: str | os.PathLike) -> dict:
 
 def download_and_convert(repo_id: str, out_path: str | os.PathLike, *, quant: str = "f32",
                          variant: str = "auto", log: Callable[[str], None] | None = print) -> ConvertReport:
-    """Fetch a snapshot with huggingface_hub (optional dependency), then convert it."""
+    """Fetch a snapshot with huggingface_hub, then convert it."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise ConvertError("downloading needs huggingface_hub: pip install 'chatterbox-studio[download]'") from None
+        raise ConvertError("downloading needs huggingface_hub: pip install huggingface_hub") from None
     try:
         mtl_repo = variant == "mtl" or (variant == "auto" and repo_id == "ResembleAI/chatterbox")
         patterns = MTL_DOWNLOAD if mtl_repo else ["*.safetensors", "*.json", "*.txt", "*.pt"]

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "ggml-alloc.h"
+#include "core/backend.h"
 #include "core/q4_matmul.h"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -32,8 +33,14 @@ void ModelFile::open(ggml_context** ctx) {
         if (probe.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0)
             throw ModelError(path_ + ": not a GGUF model file");
     }
-    gguf_ = gguf_init_from_file(path_.c_str(), gguf_init_params{/*no_alloc=*/true, ctx});
-    if (!gguf_) throw ModelError(path_ + ": corrupt or truncated GGUF file");
+    {
+        GgmlLogCapture why;
+        gguf_ = gguf_init_from_file(path_.c_str(), gguf_init_params{/*no_alloc=*/true, ctx});
+        if (!gguf_)
+            throw ModelError(path_ + ": corrupt or truncated GGUF file" +
+                             (why.text().empty() ? std::string() : " (" + why.text() + ")") +
+                             "; download or convert it again");
+    }
     try {
         int64_t arch = gguf_find_key(gguf_, "general.architecture");
         if (arch < 0 || gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING ||
@@ -69,7 +76,9 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_
             const char* name = gguf_get_tensor_name(gguf_, i);
             ggml_tensor* t = ggml_get_tensor(ctx_, name);
             uint64_t end = data_offset + gguf_get_tensor_offset(gguf_, i) + ggml_nbytes(t);
-            if (end > file_size) throw ModelError(path + ": truncated (tensor " + name + " runs past the end)");
+            if (end > file_size)
+                throw ModelError(path + ": truncated: tensor " + name +
+                                 " runs past the end of the file; download or convert it again");
             tensors_[name] = t;
             auto g = std::find_if(lazy_.begin(), lazy_.end(),
                                   [&](const LazyGroup& l) { return std::strncmp(name, l.prefix.c_str(), l.prefix.size()) == 0; });

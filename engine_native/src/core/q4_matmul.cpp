@@ -374,6 +374,15 @@ bool q4_packed_available() {
 #endif
 }
 
+const char* q4_kernel_isa() {
+    if (!q4_packed_available()) return "";
+#ifdef CBS_Q4_X86
+    return use_avx512() ? "AVX-512 VNNI" : "AVX2";
+#else
+    return "";
+#endif
+}
+
 void q4_pack(const void* src, void* dst, int64_t n_rows, int64_t K) {
     const int64_t nb = K / kBlock;
     const auto* in = static_cast<const BlockQ4*>(src);

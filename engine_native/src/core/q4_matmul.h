@@ -31,6 +31,9 @@ namespace cbs {
 // Whether this CPU runs the kernel (AVX-512 F/BW/VL/VNNI, else AVX2 with FMA and F16C) and
 // CBS_Q4_MATMUL is not 0.
 bool q4_packed_available();
+// The instruction set the kernel runs with here: "AVX-512 VNNI", "AVX2", or "" when it does
+// not run (q4_packed_available() is false).
+const char* q4_kernel_isa();
 
 // Rewrites `src` (n_rows rows of ggml block_q4_0, K values each) into the packed layout at
 // `dst` (the same number of bytes; src and dst must not overlap).
