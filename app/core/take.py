@@ -114,8 +114,8 @@ class Take:
 
 def to_s16le(samples: np.ndarray) -> bytes:
     """Raw 16-bit little-endian PCM: clipped to [-1, 1], scaled by 32767 (symmetric: +-1.0 map
-    to +-32767) and rounded half to even. Every raw PCM the project writes goes through here;
-    libsndfile's WAV/FLAC files (export_audio) scale by 32768: at most two steps apart."""
+    to +-32767) and rounded half to even. Every 16-bit sample the project writes goes through
+    here: raw PCM, and the WAV/FLAC files of export_audio."""
     x = np.clip(np.asarray(samples, np.float32).reshape(-1), -1.0, 1.0)
     return np.rint(x * np.float32(32767)).astype("<i2").tobytes()
 
@@ -149,7 +149,10 @@ def export_audio(samples: np.ndarray, rate: int, path: str) -> None:
         else:
             import soundfile as sf
 
-            sf.write(str(tmp), x, rate, format=spec[0], subtype=spec[1])
+            # 16-bit files hold to_s16le's values exactly (libsndfile's own conversion rounds
+            # otherwise), so a WAV and the raw PCM of the same take are the same samples.
+            data = np.frombuffer(to_s16le(x), "<i2") if spec[1] == "PCM_16" else x
+            sf.write(str(tmp), data, rate, format=spec[0], subtype=spec[1])
         _check_written(str(tmp), x.size, rate, ext)
 
     try:
