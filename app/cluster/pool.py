@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from app.cluster import ClusterError
-from app.cluster.workers import CONTROL, PieceWorker
+from app.cluster.workers import CONTROL, SETUPS_KEPT, PieceWorker
 
 PER_WORKER = 2                 # pieces out per worker: one rendering, one queued behind it
 MAX_PIECE_LOSSES = 3           # a piece whose worker died this often ends the render
@@ -46,6 +46,7 @@ class Ticket:
     submitted: float = 0.0
     losses: int = 0
     key: str | None = None       # the piece's key in the parts folder
+    cache: object = None         # the parts folder (PartsCache) it goes to
     spoken: str = ""             # its text for the engine
     result: dict | None = None
 
@@ -152,7 +153,7 @@ class WorkerPool:
         self._start_failures = 0
         self.note(f"worker    {slot.number} ready on {facts['where']['host']} (pid {slot.pid}, model loaded in "
                   f"{facts['load_s']:.1f} s)")
-        for setup_id, (voices_ref, lexicon_ref) in self._setups.items():
+        for setup_id, (voices_ref, lexicon_ref, _) in self._setups.items():
             slot.actor.use.remote(setup_id, voices_ref, lexicon_ref)
 
     def _drop(self, slot: _Slot) -> None:
@@ -198,12 +199,18 @@ class WorkerPool:
 
     def use(self, voices: dict, lexicon) -> str:
         """Ships a render's voices and lexicon to every worker once; returns the setup's id."""
+        same = (tuple((k, id(v)) for k, v in voices.items()), id(lexicon))
+        for setup_id, (_, _, known) in self._setups.items():
+            if known == same:       # a render nested in another with the same voices (a retake)
+                return setup_id
         setup_id = f"{os.getpid()}-{next(self._jobs)}"
-        refs = (self.ray.put(voices), self.ray.put(lexicon))
-        self._setups = {setup_id: refs}
+        refs = (self.ray.put(voices), self.ray.put(lexicon), same)
+        self._setups[setup_id] = refs         # a replacement worker gets the renders still going
+        while len(self._setups) > SETUPS_KEPT:
+            self._setups.pop(next(iter(self._setups)))
         for slot in self._slots:
             if slot.ready:
-                slot.actor.use.remote(setup_id, *refs)
+                slot.actor.use.remote(setup_id, *refs[:2])
         return setup_id
 
     def submit(self, ticket: Ticket) -> None:
@@ -274,20 +281,23 @@ class WorkerPool:
         self.stats.compute_s.append(r["ended"] - r["started"])
         slot.last_ended = r["ended"]
 
-    def cancel(self) -> None:
-        """Stops every piece out: the running ones at their next chunk, the queued ones unrun."""
-        self._backlog.clear()
+    def cancel(self, tickets: list[Ticket] | None = None) -> None:
+        """Stops these pieces (default: every piece out): the running ones at their next chunk,
+        the queued ones unrun."""
+        gone = None if tickets is None else {id(t) for t in tickets}
+        self._backlog = deque(t for t in self._backlog if gone is not None and id(t) not in gone)
         for slot in self._slots:
-            if not slot.in_flight:
+            refs = [ref for ref, t in slot.in_flight.items() if gone is None or id(t) in gone]
+            if not refs:
                 continue
-            jobs = [t.job for t in slot.in_flight.values()]
             try:
-                slot.actor.cancel.options(concurrency_group=CONTROL).remote(jobs)
-                for ref in slot.in_flight:
+                slot.actor.cancel.options(concurrency_group=CONTROL).remote([slot.in_flight[r].job for r in refs])
+                for ref in refs:
                     self.ray.cancel(ref)
             except Exception:
                 pass
-            slot.in_flight.clear()
+            for ref in refs:
+                del slot.in_flight[ref]
 
     def call(self, method: str, *args, **kw):
         """A method of one ready worker (check a voice, clone one), sent to another if it dies."""

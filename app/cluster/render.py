@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from app.cluster.pool import Ticket, WorkerPool
+from engine_native import errors
 from engine_native.script import Part, Pause, pause_samples, spoken_text, voice_for
 
 LOOKAHEAD = 4
@@ -32,7 +33,10 @@ WAIT_S = 0.5     # a wait for results, between checks of the cancel event
 
 def render_on_cluster(pool: WorkerPool, items, *, voices: dict | None = None, seed: int = 0, lexicon=None,
                       best_of: int = 1, score: bool = False, options: dict | None = None,
-                      stream_options: dict | None = None, cache=None, cancel=None) -> Iterator[Part]:
+                      stream_options: dict | None = None, cache=None, cancel=None, refused=None) -> Iterator[Part]:
+    """See the module. `refused(piece, error)`, when given, is told of a piece the engine
+    refused (ParameterError, EmptyTextError) and the render goes on without it; without it
+    the error is raised, as a local render raises it."""
     options = dict(options or {})
     stream_options = dict(stream_options or {})
     rate = pool.engine.sample_rate
@@ -40,11 +44,15 @@ def render_on_cluster(pool: WorkerPool, items, *, voices: dict | None = None, se
     setup = pool.use(dict(voices or {}), lexicon)
     source = iter(items)
     ahead: deque = deque()          # Parts ready to yield, or Tickets out on the cluster, in order
+    mine: list[Ticket] = []         # this render's tickets (the pool may serve another render too)
     exhausted = False
 
     def read_ahead() -> None:
         nonlocal exhausted
-        while not exhausted and pool.outstanding < pool.capacity and len(ahead) < LOOKAHEAD * pool.capacity:
+        # (one piece at least even when the pool is full: a render nested in another, such as a
+        # book's retake of one piece, waits behind the outer render's pieces, never for ever)
+        while not exhausted and (pool.outstanding < pool.capacity or not ahead) \
+                and len(ahead) < LOOKAHEAD * pool.capacity:
             item = next(source, None)
             if item is None:
                 exhausted = True
@@ -63,9 +71,10 @@ def render_on_cluster(pool: WorkerPool, items, *, voices: dict | None = None, se
                 ahead.append(Part(hit, rate, item, True, s_seed, spoken, cached=True))
                 continue
             ticket = Ticket(item.index, item, seed, setup, options, stream_options, best_of, score, key=key,
-                            spoken=spoken)
+                            spoken=spoken, cache=cache)
             pool.submit(ticket)
             ahead.append(ticket)
+            mine.append(ticket)
 
     try:
         while True:
@@ -80,14 +89,20 @@ def render_on_cluster(pool: WorkerPool, items, *, voices: dict | None = None, se
             if head.result is None:
                 if cancel is not None and cancel.is_set():
                     return
-                for t in pool.wait(WAIT_S):
-                    if t.key is not None and t.result["samples"] is not None:
-                        cache.put(t.key, t.result["samples"])
+                for t in pool.wait(WAIT_S):      # any render's: each finished piece kept at once
+                    if t.cache is not None and t.key is not None and t.result["samples"] is not None:
+                        t.cache.put(t.key, t.result["samples"])
                 continue
             ahead.popleft()
             r = head.result
+            if r["refused"] is not None:
+                error = getattr(errors, r["refused"][0])(r["refused"][1])
+                if refused is None:
+                    raise error
+                refused(head.piece, error)
+                continue
             if r["samples"] is None:      # cancelled on its worker
                 return
             yield Part(r["samples"], rate, head.piece, True, r["seed"], head.spoken, r["score"], r["candidates"])
     finally:
-        pool.cancel()
+        pool.cancel([t for t in mine if t.result is None])

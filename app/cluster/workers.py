@@ -90,7 +90,9 @@ class PieceWorker:
     def render(self, job: int, setup_id: str, piece, seed: int, options: dict, stream_options: dict, best_of: int,
                score: bool) -> dict:
         """One piece as `engine_native.script.render` makes it locally: its samples (None when
-        it holds nothing to say, or was cancelled), the seed of the take kept, likeness scores."""
+        it holds nothing to say, or was cancelled), the seed of the take kept, likeness scores;
+        `refused` (error type, message) when the engine refused the piece's text or options."""
+        from engine_native.errors import EmptyTextError, ParameterError
         from engine_native.script import render
 
         started = time.time()
@@ -105,12 +107,15 @@ class PieceWorker:
                                score=score, options=options, stream_options=stream_options, cancel=cancel):
                 got.append(part.samples)
                 last = part
+        except (ParameterError, EmptyTextError) as e:  # this piece's own fault: the driver decides
+            return {"samples": None, "refused": (type(e).__name__, str(e)), "started": started,
+                    "ended": time.time(), "pid": os.getpid(), "cancelled": False}
         finally:
             with self._lock:
                 self._jobs.pop(job, None)
                 self._cancelled.discard(job)
         done = last is not None and last.final and not cancel.is_set()
-        return {"samples": np.concatenate(got) if done else None, "seed": last.seed if last else None,
+        return {"samples": np.concatenate(got) if done else None, "refused": None, "seed": last.seed if last else None,
                 "spoken": last.spoken_text if last else "", "score": last.score if last else None,
                 "candidates": last.candidates if last else [], "started": started, "ended": time.time(),
                 "pid": os.getpid(), "cancelled": cancel.is_set()}
