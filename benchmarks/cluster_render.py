@@ -41,6 +41,26 @@ WORDS = ("The lighthouse keeper counted the ships that passed before the storm c
          "The train was late again, and the platform was cold")
 
 
+# The scheduler's floor: an empty actor call's round trip from a driver (a worker node's actor).
+PING = """
+import statistics, sys, time, ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+@ray.remote(num_cpus=1)
+class Echo:
+    def ping(self, x=None):
+        return x
+a = Echo.remote()
+ray.get(a.ping.remote())
+times = []
+for _ in range(200):
+    t = time.perf_counter(); ray.get(a.ping.remote()); times.append(time.perf_counter() - t)
+blob = b"x" * (24000 * 4 * 5)      # a 5-second piece of float32 audio
+t = time.perf_counter(); [ray.get(a.ping.remote(blob)) for _ in range(20)]; big = (time.perf_counter() - t) / 20
+print(f"empty actor call round trip median {1000 * statistics.median(times):.2f} ms, p90 "
+      f"{1000 * sorted(times)[179]:.2f} ms; with a 5 s piece of audio there and back {1000 * big:.2f} ms")
+"""
+
+
 def script(sentences: int) -> str:
     lines, para = [], []
     for i in range(sentences):
@@ -116,6 +136,8 @@ def main() -> None:
         if not args.no_kill:
             runs["killed"] = say(args, str(text_file), str(out / "killed.wav"), flags, e,
                                  kill_after=max(2, args.sentences // 4))
+        ping = subprocess.run([sys.executable, "-c", PING, cluster.address], capture_output=True, text=True, env=e)
+        print(f"ray      {ping.stdout.strip() or ping.stderr.strip()[-300:]}", flush=True)
     ref, _ = sf.read(str(out / "local.wav"), dtype="float32")
     for name, r in runs.items():
         got, _ = sf.read(str(out / f"{name}.wav"), dtype="float32")

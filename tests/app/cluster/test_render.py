@@ -99,3 +99,29 @@ def test_a_render_finished_locally_resumes_on_the_cluster_from_its_parts(ray_clu
     assert rc == 0, text
     assert "resume    2 finished pieces" in text and "cluster   0 pieces on 1 workers" in text
     assert np.array_equal(_audio(tmp_path / "out.wav"), first)
+
+
+def test_book_on_the_cluster_writes_the_local_renders_chapters(ray_cluster, model, tmp_path):
+    """`book --cluster`: every chapter's float32 WAV in the parts folder equals the local one
+    (same name: the chapter's key; same samples), retakes of implausible lengths included."""
+    from tests.helpers.book_files import SHORT_BOOK, write_epub
+
+    write_epub(tmp_path / "short.epub", SHORT_BOOK)
+    common = ["book", "short.epub", "-m", model, "--seed", "5", "--max-tokens", "4", "--retries", "1",
+              "--keep-parts", "--progress", "none"]
+    environ = {**env(), "XDG_DATA_HOME": str(tmp_path / "xdg")}
+
+    def book(out, *extra):
+        r = subprocess.run([sys.executable, "-m", "app", *common, "-o", out, *extra], capture_output=True, text=True,
+                           cwd=tmp_path, env=environ, timeout=900)
+        assert r.returncode == 0, r.stderr
+        return r.stderr
+
+    book("local.m4b", "--threads", "2")
+    log = book("cluster.m4b", "--cluster", ray_cluster.address, "--workers", "2", "--threads", "1")
+    assert "3 chapters" in log and "cluster   " in log
+    local = sorted((tmp_path / "local.m4b.parts" / "chapters").glob("*.wav"))
+    remote = sorted((tmp_path / "cluster.m4b.parts" / "chapters").glob("*.wav"))
+    assert [p.name for p in local] == [p.name for p in remote] and len(local) == 3
+    for a, b in zip(local, remote):
+        assert np.array_equal(_audio(a), _audio(b)), a.name
