@@ -97,7 +97,11 @@ def free_port(host: str) -> int:
 def start_on_cluster(config: ServerConfig, address: str, *, replicas: int, threads: int = 1) -> None:
     """Deploys the server (returns once every replica is up); `config.port` 0 takes a free port."""
     ray = connect(address)
+    import logging
+
     from ray import serve
+
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)   # the command's own lines say what runs
 
     if config.port == 0:
         config.port = free_port(config.host)

@@ -1,7 +1,7 @@
 """The work a cluster node does: one loaded Engine per Ray actor, rendering one piece per call.
 
-A `PieceWorker` loads the model once (from the path on its node, or from the bytes the driver
-shipped through Ray's object store, kept in a cache file on the node), keeps the render's
+A `PieceWorker` loads the model once (from the path on its node, or, with --ship-model, from the
+bytes the driver shipped through Ray's object store, kept as a file on the node), keeps the render's
 voices and lexicon (shipped once per render, `use`) and renders a piece with
 `engine_native.script.render` exactly as a local render does it: the piece carries its index
 in the whole script, so its seed is `seed + index` wherever it runs, and the samples equal
@@ -54,7 +54,7 @@ class PieceWorker:
 
         t0 = time.perf_counter()
         name = os.path.basename(model_path)
-        local = model_path if os.path.isfile(model_path) or shipped is None else unpack_model(name, shipped[0])
+        local = model_path if shipped is None else unpack_model(name, shipped[0])
         self.engine = Engine(local, threads=threads, device=device)
         # the key the parts folder uses: the file's name and size, however it reached this node
         self.model_id = model_identity(local).replace(os.path.basename(local), name)
