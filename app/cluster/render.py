@@ -44,7 +44,6 @@ def render_on_cluster(pool: WorkerPool, items, *, voices: dict | None = None, se
     setup = pool.use(dict(voices or {}), lexicon)
     source = iter(items)
     ahead: deque = deque()          # Parts ready to yield, or Tickets out on the cluster, in order
-    mine: list[Ticket] = []         # this render's tickets (the pool may serve another render too)
     exhausted = False
 
     def read_ahead() -> None:
@@ -74,7 +73,6 @@ def render_on_cluster(pool: WorkerPool, items, *, voices: dict | None = None, se
                             spoken=spoken, cache=cache)
             pool.submit(ticket)
             ahead.append(ticket)
-            mine.append(ticket)
 
     try:
         while True:
@@ -104,5 +102,5 @@ def render_on_cluster(pool: WorkerPool, items, *, voices: dict | None = None, se
             if r["samples"] is None:      # cancelled on its worker
                 return
             yield Part(r["samples"], rate, head.piece, True, r["seed"], head.spoken, r["score"], r["candidates"])
-    finally:
-        pool.cancel([t for t in mine if t.result is None])
+    finally:  # this render's pieces still out (the pool may be serving another render too)
+        pool.cancel([t for t in ahead if isinstance(t, Ticket) and t.result is None])

@@ -11,3 +11,22 @@ def ray_cluster():
 
     with LocalRayCluster(workers=2) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def cluster_model(tmp_path_factory):
+    """The Nano Q4_0 test model, linked into a folder of this session: the shared cache may
+    replace its file (another converter's fingerprint) while the workers still read it."""
+    import os
+
+    from tests.helpers.models import model_path
+
+    source = model_path("nano", "q4_0")
+    kept = tmp_path_factory.mktemp("model") / source.name
+    try:
+        os.link(source, kept)
+    except OSError:  # another file system: a copy
+        import shutil
+
+        shutil.copyfile(source, kept)
+    return str(kept)

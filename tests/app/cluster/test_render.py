@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.helpers.models import model_path
 from tests.helpers.ray_cluster import env
 
 pytestmark = pytest.mark.cluster
@@ -22,8 +21,8 @@ PIECES = 10
 
 
 @pytest.fixture(scope="module")
-def model():
-    return str(model_path("nano", "q4_0"))
+def model(cluster_model):
+    return cluster_model
 
 
 def _say(tmp_path, model, out, *extra, kill_after=None, interrupt_after=None):

@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from tests.helpers.models import model_path
 from tests.helpers.ray_cluster import env, free_port
 
 pytestmark = pytest.mark.cluster
@@ -20,11 +19,11 @@ TEXT = "The lighthouse keeper counted the ships. A small bell rang twice."
 
 
 @pytest.fixture(scope="module")
-def server(ray_cluster, tmp_path_factory):
+def server(ray_cluster, cluster_model, tmp_path_factory):
     pytest.importorskip("openai")
     port = free_port()
     voices = tmp_path_factory.mktemp("voices")
-    cmd = [sys.executable, "-m", "app", "serve", "-m", str(model_path("nano", "q4_0")), "--cluster",
+    cmd = [sys.executable, "-m", "app", "serve", "-m", cluster_model, "--cluster",
            ray_cluster.address, "--replicas", "2", "--threads", "1", "--port", str(port), "--voices", str(voices)]
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env(), start_new_session=True)
     log = []
@@ -97,6 +96,26 @@ def test_errors_are_the_local_servers(server):
     with pytest.raises(BadRequestError) as e:
         client.audio.speech.create(model="tts-1", voice="default", input="hello", response_format="wav", speed=9)
     assert e.value.body["param"] == "speed"
+
+
+def test_sse_events_stream_through_the_proxy(server):
+    import base64
+    import json
+
+    import httpx
+
+    base, _ = server
+    events = []
+    with httpx.stream("POST", f"{base}/audio/speech", timeout=300, json={
+            "model": "tts-1", "voice": "default", "input": TEXT, "response_format": "pcm", "stream_format": "sse",
+            "seed": 7, "max_tokens": 6}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    assert [e["type"] for e in events[:-1]] == ["speech.audio.delta"] * (len(events) - 1) and len(events) > 2
+    assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["output_tokens"] > 0
+    assert sum(len(base64.b64decode(e["audio"])) for e in events[:-1]) > 0
 
 
 def test_a_replica_killed_while_streaming_fails_cleanly_and_is_replaced(server):
