@@ -102,14 +102,15 @@ def test_sse_events_stream_through_the_proxy(server):
     import base64
     import json
 
-    import httpx
+    from openai import OpenAI
 
     base, _ = server
     events = []
-    with httpx.stream("POST", f"{base}/audio/speech", timeout=300, json={
-            "model": "tts-1", "voice": "default", "input": TEXT, "response_format": "pcm", "stream_format": "sse",
-            "seed": 7, "max_tokens": 6}) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    client = OpenAI(base_url=base, api_key="none", timeout=300.0)
+    with client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="default", input=TEXT, response_format="pcm",
+            extra_body={"stream_format": "sse", "seed": 7, "max_tokens": 6}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
             if line.startswith("data: "):
                 events.append(json.loads(line[6:]))
