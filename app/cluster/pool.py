@@ -90,7 +90,7 @@ class WorkerPool:
             num_cpus=0 if gpu else max(1, int(threads or 1)), num_gpus=1 if gpu else 0, max_restarts=0,
             max_task_retries=0, scheduling_strategy="SPREAD")
         self._args = (model_path, threads, device,
-                      [ray.put(_read_model(model_path))] if ship_model else None)
+                      ray.put(_read_model(model_path)) if ship_model else None)   # resolved to bytes on each node
         self._slots: list[_Slot] = []
         self._backlog: deque[Ticket] = deque()
         self._numbers = itertools.count(1)

@@ -54,7 +54,7 @@ class PieceWorker:
 
         t0 = time.perf_counter()
         name = os.path.basename(model_path)
-        local = model_path if shipped is None else unpack_model(name, shipped[0])
+        local = model_path if shipped is None else unpack_model(name, shipped)
         self.engine = Engine(local, threads=threads, device=device)
         # the key the parts folder uses: the file's name and size, however it reached this node
         self.model_id = model_identity(local).replace(os.path.basename(local), name)
