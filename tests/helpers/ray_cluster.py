@@ -11,6 +11,7 @@ pins the node's address to 127.0.0.1. A driver that joins sets LOOPBACK_ENV too 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -109,6 +110,7 @@ class LocalRayCluster:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         self.procs.clear()
+        shutil.rmtree(self.temp, ignore_errors=True)   # the nodes' logs and object spill files
 
     def __enter__(self) -> "LocalRayCluster":
         return self.start()
