@@ -303,6 +303,15 @@ def voice_for(voices: dict | None, speaker: str | None):
     return voices.get(None)
 
 
+def spoken_text(piece: Piece, tags, lexicon=None) -> str:
+    """What the engine is given for a piece: its expression tags in the model's spelling
+    (`tags`: the engine's expression_tags), then the lexicon's respellings."""
+    from engine_native.tags import canonical_tags
+
+    spoken = canonical_tags(piece.text, tags)
+    return lexicon.respell(spoken) if lexicon is not None else spoken
+
+
 def render(engine, items, *, voices: dict | None = None, seed: int = 0, lexicon=None, best_of: int = 1,
            score: bool = False, options: dict | None = None, stream_options: dict | None = None,
            cache=None, cancel=None) -> Iterator[Part]:
@@ -331,11 +340,7 @@ def render(engine, items, *, voices: dict | None = None, seed: int = 0, lexicon=
         if isinstance(item, Pause):
             yield Part(pause_samples(item.seconds, rate), rate, item, True)
             continue
-        from engine_native.tags import canonical_tags
-
-        spoken = canonical_tags(item.text, tags)
-        if lexicon is not None:
-            spoken = lexicon.respell(spoken)
+        spoken = spoken_text(item, tags, lexicon)
         if not spoken.strip():
             continue
         voice = voice_for(voices, item.speaker)
