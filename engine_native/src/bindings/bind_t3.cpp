@@ -9,8 +9,9 @@
 #include <memory>
 
 #include "bindings/helpers.h"
-#include "core/ggml_ops.h"
-#include "core/q4_matmul.h"
+#include "core/graph_runner.h"
+#include "cpu/products.h"
+#include "cpu/q4_matmul.h"
 #include "t3/decode_attention.h"
 #include "t3/sampler.h"
 #include "t3/t3_llama.h"

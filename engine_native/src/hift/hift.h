@@ -17,7 +17,7 @@
 
 #include "ggml-backend.h"
 #include "core/fft.h"
-#include "core/ggml_ops.h"
+#include "core/graph_runner.h"
 #include "hift/stft.h"
 #include "core/model_file.h"
 

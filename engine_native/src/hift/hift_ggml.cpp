@@ -181,7 +181,7 @@ static ggml_tensor* mul_mat(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b) {
     return y;
 }
 
-// Conv1d as core/ggml_ops conv1d (F32 im2col), its product in full F32; b may be null.
+// Conv1d as core/graph_helpers.h conv1d (F32 im2col), its product in full F32; b may be null.
 static ggml_tensor* conv1d_f32(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad,
                                int dil) {
     ggml_tensor* cols = ggml_im2col(ctx, w, x, stride, 0, pad, 0, dil, 0, false, GGML_TYPE_F32);  // [K*Cin, L_out]

@@ -3,7 +3,7 @@
 // two seams f0() and decode(), the same checks, F32 throughout.
 //
 // Layout: a signal of C channels and L frames is ne [L, C] (time fastest), the layout of
-// ggml's im2col. Conv1d = im2col + one matrix product (core/ggml_ops conv1d);
+// ggml's im2col. Conv1d = im2col + one matrix product (core/graph_helpers.h conv1d);
 // ConvTranspose1d(stride s) = its s phases as one Conv1d of J = ceil(K / s) taps to s * Cout
 // channels, interleaved by a permute; Snake = mul, sin, sqr, mul, add; the source's STFT =
 // im2col framing times a windowed DFT matrix; the ISTFT = an inverse-DFT matrix times the
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/ggml_ops.h"
+#include "core/graph_runner.h"
 #include "core/model_file.h"
 #include "hift/hift.h"
 
