@@ -18,7 +18,7 @@
 
 #include "core/graph_runner.h"
 #include "core/model_file.h"
-#include "hift/hift.h"
+#include "hift/hift_weights.h"
 
 namespace cbs {
 
@@ -51,12 +51,10 @@ private:
         int K = 1, stride = 1, pad = 0, J = 1, cout = 0;
     };
 
-    ggml_tensor* weight(const ModelFile& mf, const std::string& name, const std::vector<int64_t>& ne);
-    ggml_tensor* upload(std::vector<float> data, const std::vector<int64_t>& ne);
-    Conv conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil, const std::vector<int64_t>& ne);
-    Snake snake(const ModelFile& mf, const std::string& name, int64_t channels);
-    ResBlock resblock(const ModelFile& mf, const std::string& prefix, int kernel, const std::vector<int>& dilations,
-                      int64_t channels);
+    ggml_tensor* weight(const ModelFile& mf, ggml_tensor* t);
+    Conv conv(const ModelFile& mf, const HiftConvLayer& l);
+    Snake snake(const ModelFile& mf, const ggml_tensor* alpha);
+    ResBlock resblock(const ModelFile& mf, const HiftResBlockLayers& l);
 
     // graph pieces
     ggml_tensor* apply(ggml_context* ctx, const Conv& c, ggml_tensor* x) const;
@@ -66,9 +64,7 @@ private:
 
     HiftHparams hp_;
     ggml_backend_t backend_;
-    ggml_context* own_ctx_ = nullptr;  // derived weights (phases, 1/alpha, DFT matrices, F32 copies)
-    ggml_backend_buffer_t own_buf_ = nullptr;
-    std::vector<std::pair<ggml_tensor*, std::vector<float>>> pending_;
+    HiftDerivedWeights own_;  // derived weights (phases, 1/alpha, DFT matrices, F32 copies)
 
     std::vector<Conv> f0_convs_;
     ggml_tensor *f0_cls_w_ = nullptr, *f0_cls_b_ = nullptr;  // ne [Cc, 1], [1, 1]
