@@ -95,14 +95,20 @@ def load_safetensors(path: Path) -> dict[str, np.ndarray]:
         raise ConvertError(f"{path}: not a readable safetensors file ({e})") from None
 
 
-def load_builtin_voice(path: Path) -> dict[str, np.ndarray]:
-    """`conds.pt` (Conditionals.save) -> the five conditioning tensors, flattened."""
+def _read_pt(path: Path, what: str = "") -> object:
+    """A snapshot's `.pt` file through the restricted unpickler; ConvertError when it is missing
+    (`what`: what the file holds, for the message) or holds more than tensors."""
     try:
-        conds = load_pt(path)
+        return load_pt(path)
     except FileNotFoundError:
-        raise ConvertError(f"{path}: missing from the snapshot (the built-in voice)") from None
+        raise ConvertError(f"{path}: missing from the snapshot{f' ({what})' if what else ''}") from None
     except TorchPickleError as e:
         raise ConvertError(str(e)) from None
+
+
+def load_builtin_voice(path: Path) -> dict[str, np.ndarray]:
+    """`conds.pt` (Conditionals.save) -> the five conditioning tensors, flattened."""
+    conds = _read_pt(path, "the built-in voice")
     try:
         t3, gen = conds["t3"], conds["gen"]
         voice = {
@@ -299,12 +305,7 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
 
 def load_pt_state(path: Path) -> dict[str, np.ndarray]:
     """A `torch.save(state_dict)` file (s3gen.pt, ve.pt) -> {name: array}."""
-    try:
-        state = load_pt(path)
-    except FileNotFoundError:
-        raise ConvertError(f"{path}: missing from the snapshot") from None
-    except TorchPickleError as e:
-        raise ConvertError(str(e)) from None
+    state = _read_pt(path)
     if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
         raise ConvertError(f"{path}: not a state dict of tensors")
     return dict(state)
