@@ -7,11 +7,11 @@
 #include "core/model_file.h"
 #include "bindings/helpers.h"
 #include "core/options.h"
-#include "core/ggml_ops.h"
 #include "core/system_info.h"
-#include "core/q4_matmul.h"
-#include "core/amx_gemm.h"
-#include "core/vnni_gemm.h"
+#include "cpu/amx_gemm.h"
+#include "cpu/blas.h"
+#include "cpu/q4_matmul.h"
+#include "cpu/vnni_gemm.h"
 
 namespace py = pybind11;
 

@@ -248,10 +248,9 @@ static bool cpu_uses_openmp(ggml_backend_t backend) {
     return false;
 }
 
-// 0: a thread at a barrier still spins 128 pauses (~6 us here) before it sleeps, and a
-// worker sleeps at once between graphs. Best of 0, 2 and 10 (10 us units) on a busy
-// machine, with and without two processes burning both cores (benchmarks/bench_threads.py,
-// 2026-12-01); a longer spin can only pay on a machine that is truly idle.
+// 0: a thread at a barrier still spins 128 pauses (a few us) before it sleeps, and a
+// worker sleeps at once between graphs: the best of 0, 2 and 10 (10 us units) on a busy
+// machine (docs/CPU.md); a longer spin can only pay on a machine that is truly idle.
 static constexpr int kDefaultPoll = 0;
 
 static int thread_poll() {

@@ -9,7 +9,7 @@
 
 #include "ggml-alloc.h"
 #include "core/backend.h"
-#include "core/q4_matmul.h"
+#include "cpu/q4_matmul.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
@@ -208,9 +208,9 @@ ggml_backend_buffer_type_t ModelFile::extra_buft_for(ggml_tensor* t) const {
     using get_extra_t = ggml_backend_buffer_type_t* (*)(ggml_backend_dev_t);
     auto get_extra = reinterpret_cast<get_extra_t>(
         ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts"));
-    // Only the repack buffer, the one measured (bench_repack.py). The AMX buffer, which the
-    // all-variants build's sapphirerapids module offers first, died with SIGILL on the 2-core
-    // VM here (its CPU flags list AMX, the hypervisor does not enable the tile state).
+    // Only the repack buffer, the one measured (benchmarks/bench_repack.py). The AMX buffer,
+    // which the all-variants build's sapphirerapids module offers first, dies with SIGILL on
+    // a VM whose CPU flags list AMX while the hypervisor does not enable the tile state.
     for (ggml_backend_buffer_type_t* b = get_extra ? get_extra(dev) : nullptr; b && *b; ++b)
         if (std::strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0 && extra_takes(dev, *b, t)) return *b;
     return nullptr;

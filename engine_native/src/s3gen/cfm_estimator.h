@@ -1,6 +1,7 @@
-// S3Gen's conditional flow matching decoder: the ConditionalDecoder U-Net estimator
-// (causal ResNet blocks + BasicTransformerBlocks, full-context attention) and the
-// sampler that integrates it from the initial noise x0 to the mel spectrogram.
+// S3Gen's conditional flow matching estimator: the ConditionalDecoder U-Net (causal ResNet
+// blocks + BasicTransformerBlocks, full-context attention), one velocity evaluation per graph,
+// and its Euler integration on the device (cfm_sampler.cpp) and over a cached prefix
+// (cfm_prefix.cpp).
 //
 // Layouts: every [T, C] tensor is time-fastest (ggml ne0 = T), i.e. row-major
 // (C, T) on the host, as PyTorch's (B=1, C, T). Inside the graph the U-Net keeps
@@ -14,8 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "core/ggml_ops.h"
+#include "core/graph_runner.h"
 #include "core/model_file.h"
+#include "cpu/products.h"
+#include "s3gen/cfm_prefix.h"
 
 namespace cbs {
 
@@ -24,29 +27,6 @@ namespace cbs {
 // [C_in, K-1], where given, stands in for the zero padding (the frames before x).
 ggml_tensor* causal_conv1d_ct(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b,
                               CpuProducts blas = false, ggml_tensor* left = nullptr);
-
-// A stream's cached CFM prefix (CfmEstimator::record_prefix): for every Euler step, the
-// tensors an estimator evaluation meets over the prefix, in graph order: each attention's
-// keys and values [A, P] (Q8_0) and each causal convolution's last K-1 input frames
-// [C_in, K-1], in a buffer of its own on the estimator's device. Freed with its last owner.
-class CfmPrefix {
-public:
-    CfmPrefix() = default;
-    ~CfmPrefix();
-    CfmPrefix(const CfmPrefix&) = delete;
-    CfmPrefix& operator=(const CfmPrefix&) = delete;
-    int frames() const { return frames_; }
-    size_t bytes() const;
-
-private:
-    friend class CfmEstimator;
-    friend class S3GenCfm;
-    int frames_ = 0;
-    std::vector<float> ts_, spks_;  // its Euler times; S3GenCfm: its speaker (spks)
-    ggml_context* ctx_ = nullptr;
-    ggml_backend_buffer_t buf_ = nullptr;
-    std::vector<std::vector<ggml_tensor*>> steps_;
-};
 
 // The ConditionalDecoder estimator: one velocity evaluation.
 class CfmEstimator {
@@ -62,7 +42,8 @@ public:
                                const std::vector<float>& cond, int T, float t, float r);
     // Euler from x0 over the times ts (x += (ts[s+1] - ts[s]) v(x, ts[s], ts[s+1])), every
     // step in one graph (as many as it holds): the state never leaves the device between
-    // steps. Arguments as forward(); returns x row-major [n_mels][T].
+    // steps. Arguments as forward(); returns x row-major [n_mels][T]. The integrations are
+    // the sampler's loops (cfm_sampler.cpp).
     std::vector<float> integrate(const std::vector<float>& x0, const std::vector<float>& mu,
                                  const std::vector<float>& spks, const std::vector<float>& cond, int T,
                                  const std::vector<float>& ts);
@@ -80,14 +61,15 @@ public:
     // cond. record_prefix integrates that trajectory once and keeps what later frames need
     // of it (CfmPrefix); integrate_after_prefix then integrates only later frames, which
     // attend to the prefix's cached keys and values and to each other (cond zero there, as
-    // after any prompt). Arguments as integrate(), over the prefix's P frames or the later T.
+    // after any prompt). Arguments as integrate(), over the prefix's P frames or the later T
+    // (cfm_prefix.cpp).
     std::shared_ptr<CfmPrefix> record_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
                                              const std::vector<float>& spks, const std::vector<float>& cond, int P,
                                              const std::vector<float>& ts);
     std::vector<float> integrate_after_prefix(const CfmPrefix& prefix, const std::vector<float>& x0,
                                               const std::vector<float>& mu, const std::vector<float>& spks, int T);
     // Each step keeps about 30 MB for a 10 s prompt (56 attentions' keys and values in Q8_0):
-    // more steps than this stream the old way (every pass over the whole prompt).
+    // more steps than this stream without the cache (every pass over the whole prompt).
     static constexpr int kMaxPrefixSteps = 4;
 
     int n_mels() const { return out_channels_; }
@@ -174,69 +156,8 @@ private:
     ggml_context* qkv_ctx_ = nullptr;  // fuse_qkv's tensors and buffer
     ggml_backend_buffer_t qkv_buf_ = nullptr;
     GraphRunner runner_;
-    bool on_cpu_;  // the CPU's element-wise ops (ggml_ops)
+    bool on_cpu_;  // the CPU's element-wise ops (cpu/activations.h)
     CpuProducts products_ = false;  // exact for an f32 model, fast (AMX) for a quantised one
-};
-
-// The flow's CFM: spk projection, cond from the prompt mel, and the Euler sampler.
-class S3GenCfm {
-public:
-    S3GenCfm(const ModelFile& mf, ggml_backend_t backend);
-
-    // mu: row-major [n_mels][T] (encoder output for prompt + speech tokens);
-    // prompt_feat: row-major [T_prompt][n_mels] (T_prompt <= T); embedding: the voice's
-    // x-vector; x0: row-major [n_mels][T], the initial noise as the estimator first sees it.
-    // Returns the mel for frames T_prompt.. T-1, row-major [n_mels][T - T_prompt].
-    // n_steps overrides the model's Euler step count (0 = the model's; meanflow models
-    // can be sampled in 1 step for speed, at some loss of detail).
-    std::vector<float> sample(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
-                              const std::vector<float>& embedding, const std::vector<float>& x0, int n_steps = 0);
-
-    // One estimator evaluation at time t on x (row-major [n_mels][T]), arguments as sample():
-    // the conditional velocity, and for the standard CFM the unconditional one (mu, spks and
-    // cond zero), each row-major [n_mels][T]. The parity seam for every Euler step.
-    std::vector<std::vector<float>> velocities(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
-                                               const std::vector<float>& embedding, const std::vector<float>& x,
-                                               float t, float r);
-
-    // Streaming with the voice prompt as a cached prefix (meanflow models; CfmEstimator's
-    // record_prefix says how). make_prefix takes the prompt's frames alone: mu, x0 row-major
-    // [n_mels][P] and prompt_feat [P][n_mels], as sample() would over P frames. Then
-    // sample_after_prefix(prefix, mu, T, x0) ([n_mels][T] each, the frames after the prompt)
-    // returns their mel [n_mels][T] with the prefix's speaker and step count.
-    std::shared_ptr<CfmPrefix> make_prefix(const std::vector<float>& mu, int P, const std::vector<float>& prompt_feat,
-                                           const std::vector<float>& embedding, const std::vector<float>& x0,
-                                           int n_steps = 0);
-    std::vector<float> sample_after_prefix(const CfmPrefix& prefix, const std::vector<float>& mu, int T,
-                                           const std::vector<float>& x0);
-
-    int n_mels() const { return est_.n_mels(); }
-    int n_timesteps() const { return n_timesteps_; }
-    bool guided() const { return !meanflow_; }
-    double cfg_rate() const { return cfg_rate_; }
-    // The standard CFM's guidance rows in one batch-of-two evaluation per step (true, as the
-    // reference) or two evaluations (false, the default). Same result; on the 2-core CPU the
-    // batch took 0-7 % more CPU time (benchmarks/bench_mtl_cfm.py, three runs), as an earlier
-    // port found (+11 %). A GPU may favour the batch: unmeasured here.
-    bool guidance_batched() const { return guidance_batched_; }
-    void set_guidance_batched(bool b) { guidance_batched_ = b; }
-    // The Euler times for n_steps: torch.linspace(0, 1, n_steps + 1) in float32, then for the
-    // standard CFM with the cosine scheduler 1 - cos(t * 0.5 * pi) in float32.
-    std::vector<float> t_span(int n_steps) const;
-
-private:
-    // Validates sample()'s arguments; spks = spk_embed_affine_layer(F.normalize(embedding))
-    // and cond = the prompt mel in the first T_prompt frames, zeros after ([n_mels][T]).
-    // Returns T_prompt.
-    int conditioning(const std::vector<float>& mu, int T, const std::vector<float>& prompt_feat,
-                     const std::vector<float>& embedding, const std::vector<float>& x0, std::vector<float>& spks,
-                     std::vector<float>& cond) const;
-
-    CfmEstimator est_;
-    std::vector<float> spk_w_, spk_b_;  // spk_embed_affine_layer, host copies
-    int spk_in_, spk_out_, n_timesteps_;
-    bool meanflow_, cosine_ = true, guidance_batched_ = false;
-    double cfg_rate_ = 0.7;  // CFM_PARAMS.inference_cfg_rate, for files without the key
 };
 
 }  // namespace cbs

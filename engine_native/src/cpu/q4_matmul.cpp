@@ -1,6 +1,6 @@
-#include "core/q4_matmul.h"
+#include "cpu/q4_matmul.h"
 
-#include "core/avx2_reduce.h"
+#include "cpu/avx2_reduce.h"
 
 #include <algorithm>
 #include <cmath>
@@ -24,9 +24,7 @@ constexpr int64_t kChunk = 16;    // blocks per step of the kernel (one zmm of s
 constexpr int64_t kGroup = 4;     // blocks per 64-byte load of weights
 constexpr int64_t kRows = 8;      // rows interleaved in one stream (the last group: the rest)
 // Bytes ahead of the weight stream, prefetched into L2 (not L1: L1 prefetches hold the few
-// fill buffers a core has). Measured on the 2-core Intel Xeon (AMX) host, T3 Q4_0 steps: L1
-// at 8 K 10.9-11.1 ms/token, L2 at 8-16 K 9.2-9.7 (12 K best in a kernel-only benchmark:
-// 31 GB/s against 24, where plain loads read 30-32).
+// fill buffers a core has); 12 K was the best distance measured (docs/CPU.md).
 constexpr int kPrefetch = 12288;
 constexpr int64_t kOwnQuantizeColumns = 4;  // up to this many columns each thread quantises itself
 
@@ -87,7 +85,7 @@ inline int8_t* block_values(int8_t* q, int64_t b) { return q + (b & ~(kGroup - 1
 // One column of K floats quantised (ggml's Q8_0 rule) into `col` (ActLayout's bytes): the
 // kernels' vector forms of the scalar rule at the #else below (the same products and
 // round-to-nearest-even conversions: the same bytes; a decoding step quantises ~170 K values
-// per thread, which the scalar loop took ~0.3 ms for).
+// per thread, too many for the scalar loop).
 #ifdef CBS_Q4_X86
 #define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
 #define AVX2_TARGET __attribute__((target("avx2,f16c,fma")))

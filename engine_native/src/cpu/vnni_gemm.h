@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/aligned_buffer.h"
+#include "cpu/aligned_buffer.h"
 
 namespace cbs {
 

@@ -1,9 +1,8 @@
 // Buffers whose data start on a cache line, for the CPU's packed matrix operands.
 //
 // An AMX tile row is 64 bytes, as is an AVX-512 register: from an address off a cache line,
-// each such load touches two lines. Measured on the 2-core Intel Xeon (AMX) host: tile products
-// over operands 16 bytes off a line (std::vector's alignment) ran at half the rate of the
-// same products over aligned ones (16.4 against 6.4-8 ns a tile product).
+// each such load touches two lines, and tile products over operands 16 bytes off a line
+// (std::vector's alignment) run at about half the rate of the same products over aligned ones.
 #pragma once
 
 #include <cstddef>

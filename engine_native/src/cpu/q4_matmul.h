@@ -1,22 +1,20 @@
 // T3's Q4_0 matrix products on the CPU through a kernel of our own (AVX-512 VNNI, or AVX2).
 //
 // Decoding one token reads every T3 weight once, so a step is bound by how fast the
-// weights stream from memory. ggml's repacked Q4_0 gemv (AVX2, 8 rows interleaved) reached
-// about 6 GB/s per thread on the Intel host of earlier sessions; a kernel over plain rows
-// (each row its own stream) 12-14 GB/s there and ~10 GB/s per thread on the 2-core AMD
-// Zen 5 host, where one core reads 32 GB/s and two 41 GB/s. Read as one stream per 8 rows,
-// 64 bytes (4 blocks) per step, the same weights go at 35-50 GB/s on two threads. A CPU
-// without AVX-512 runs the same layout through an AVX2 form (maddubs for dpbusd, 32 bytes a
-// step): on a 2-core AMD Zen 3 host a T3 step took 14.1-14.8 ms through it against 77-97 ms
-// through ggml's kernels (which also leave the step unfused: t3/decode_step.h).
+// weights stream from memory. ggml's repacked Q4_0 gemv (8 rows interleaved) and a kernel
+// over plain rows (each row its own stream) both fall well short of the memory's rate;
+// read as one stream per 8 rows, 64 bytes (4 blocks) per step, the weights come several
+// times faster (docs/CPU.md). A CPU without AVX-512 runs the same layout through an AVX2
+// form (maddubs for dpbusd, 32 bytes a step), also far faster than ggml's kernels (which
+// also leave the step unfused: t3/decode_step.h).
 //
 // The packed layout has the size of ggml's Q4_0 and is written over the tensor's own data
 // at load (ModelFile): for a weight ne [K, N], rows in groups of 8 (the last group: the
 // rest), each group one stream of chunks of 16 blocks (the last: the rest), a chunk the
 // group's fp16 scales [rows][blocks] then its 16-byte nibble groups in quads of 4 blocks,
 // [rows][4 x 16 bytes] each (q4_matmul.cpp, PackedBlock). Only this file's code reads it
-// (q4_matmul, and q4_unpack_rows for ggml_ops' matmul): ggml's own operations must never
-// see such a tensor.
+// (q4_matmul, and q4_unpack_rows for cpu/products.cpp's matmul): ggml's own operations must
+// never see such a tensor.
 // The activations are quantised the way ggml's Q8_0 does it (per 32 values, scale
 // max|x| / 127 rounded to fp16, values rounded to nearest), so the integer dot products
 // are ggml's; only the order of the float sums differs.

@@ -1,4 +1,4 @@
-#include "core/vnni_gemm.h"
+#include "cpu/vnni_gemm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,8 +18,8 @@ namespace cbs {
 namespace {
 constexpr int64_t kBlock = 32;   // values per scale, on both sides (Q4_0's block)
 constexpr int64_t kLanes = 16;   // weight rows per group: the int32 lanes of one vpdpwssd
-// A tile: 4 rows of A x 3 groups of B, its 12 int32 and 12 f32 sums in registers (measured
-// on Zen 4, one thread, 1000 x 1024 x 256: 4 x 3 80 GMAC/s, 6 x 2 72, 8 x 1 62, 3 x 4 44).
+// A tile: 4 rows of A x 3 groups of B, its 12 int32 and 12 f32 sums in registers (the
+// fastest shape of those tried: docs/CPU.md).
 constexpr int64_t kTileRows = 4;
 constexpr int64_t kTileGroups = 3;
 }  // namespace

@@ -18,7 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include "core/aligned_buffer.h"
+#include "cpu/aligned_buffer.h"
 
 namespace cbs {
 

@@ -1,4 +1,4 @@
-#include "core/amx_gemm.h"
+#include "cpu/amx_gemm.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -93,7 +93,7 @@ AMX_TARGET void configure_tiles() {
 // C for up to 2 x 2 tiles (RM row blocks of A from ib, RN row blocks of B from jb). Per k
 // block three rounds, hi.hi, hi.lo, lo.hi, each one product into every C tile: consecutive
 // products go to different accumulators (a tile product's latency is about three times its
-// issue interval, so one accumulator fed three times in a row ran at a third of the rate).
+// issue interval, so one accumulator fed three times in a row runs at a third of the rate).
 // Tiles: C 0-3, A 4-5 (row blocks 0, 1), B 6-7 (row blocks 0, 1); each round keeps one
 // operand of the last (hi.lo, hi.hi, lo.hi): 8 tile loads for 12 products.
 template <int RM, int RN>
