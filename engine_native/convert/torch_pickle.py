@@ -194,6 +194,9 @@ def load_pt(path: str | os.PathLike) -> object:
         if str(e).startswith(path):
             raise
         raise type(e)(f"{path}: {e}") from None
+    except MemoryError:  # a length field (BYTEARRAY8, a storage's numel, ...) past any real file's
+        raise TorchPickleError(f"{path}: unreadable torch.save archive (a length in it asks for more "
+                               f"memory than this machine has)") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, pickle.UnpicklingError,
             OSError, KeyError, IndexError, TypeError, AttributeError, ValueError,
             NotImplementedError, RuntimeError) as e:
