@@ -102,7 +102,10 @@ _ALLOWED = {
 _ALLOWED.update({("torch", name): _StorageType(name) for name in _STORAGE_DTYPES})
 
 
-class _Unpickler(pickle.Unpickler):
+# The pure-Python unpickler: the C one allocates a length field's whole size before reading
+# (BINBYTES8/BYTEARRAY8 of 2 GB from a 500-byte file takes 2 GB), this one reads what the
+# data holds. A torch.save pickle is small (the tensors' bytes are separate records).
+class _Unpickler(pickle._Unpickler):
     def __init__(self, data: bytes, zf: zipfile.ZipFile, prefix: str, byteorder: str, path: str):
         super().__init__(io.BytesIO(data))
         self._zf = zf
