@@ -181,8 +181,13 @@ def discover(variant: str, source: Path, out: Path, limit: int = 5000) -> dict:
             tensors[t.name] = VOICE.get(t.name, None) or FIXED.get(t.name) or (
                 "int32" if t.tensor_type.name == "I32" else "float32", [1])
     tmp = out.with_suffix(".tmp.gguf")
+    partial = out.with_suffix(".partial.json")  # progress, so that an interrupted run resumes
+    if partial.exists():
+        tensors.update({n: (d, s) for n, d, s in json.loads(partial.read_text())})
     done: set = set()  # components that load (a later fix never breaks one)
-    for _ in range(limit):
+    for step in range(limit):
+        if step % 20 == 0:
+            partial.write_text(json.dumps([[n, d, s] for n, (d, s) in tensors.items()]))
         recipe = {"metadata": meta, "tensors": [[n, d, s] for n, (d, s) in tensors.items()]}
         write(tmp, recipe=recipe)
         try:
@@ -210,6 +215,7 @@ def discover(variant: str, source: Path, out: Path, limit: int = 5000) -> dict:
         load_all(write(tmp, recipe=recipe))  # all of them at once, as the fuzz target does
         tmp.unlink(missing_ok=True)
         out.write_text(json.dumps(recipe, ensure_ascii=False, indent=0) + "\n")
+        partial.unlink(missing_ok=True)
         return recipe
     raise RuntimeError("no fixed point")
 
