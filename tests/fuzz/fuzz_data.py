@@ -52,17 +52,26 @@ def header_only(model: Path, out: Path) -> Path:
     return out
 
 
-def prepare(outdir: Path) -> dict[str, Path]:
+def converted_model(variant: str, quant: str, size: str = "full") -> Path:
+    """A converted model of the test cache for its metadata: any converter version will do
+    (the tokenizer metadata does not change with it), so one already there is used before
+    tests.helpers.models converts a new one."""
     from tests.helpers.models import model_path
+    from tests.reference.cache import cache_root
 
+    have = sorted((cache_root() / "models").glob(f"{variant}-{size}-s0-*.gguf"), key=lambda p: p.stat().st_mtime)
+    return have[-1] if have else model_path(variant, quant, size=size)
+
+
+def prepare(outdir: Path) -> dict[str, Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     seeds = outdir / "seeds" / "model_file"
     seeds.mkdir(parents=True, exist_ok=True)
     made = {"bpe": outdir / "bpe.gguf", "grapheme": outdir / "grapheme.gguf", "model_file": seeds}
     if not made["bpe"].exists():
-        metadata_only(model_path("turbo", "q4_0"), made["bpe"])
+        metadata_only(converted_model("turbo", "q4_0"), made["bpe"])
     if not made["grapheme"].exists():
-        metadata_only(model_path("mtl", "f32", size="small"), made["grapheme"])
+        metadata_only(converted_model("mtl", "f32", size="small"), made["grapheme"])
     tiny = seeds / "tiny-nano.gguf"
     if not tiny.exists():
         tiny_model.write(tiny, "nano")

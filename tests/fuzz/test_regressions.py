@@ -3,7 +3,8 @@ findings are listed in docs/FUZZING.md) is now refused cleanly:
 
 - Python targets: the target itself, in this process (the refusal its module documents, no
   other exception), within PEAK_BYTES of Python allocations (tracemalloc): a file of a few
-  hundred bytes must not make the reader allocate gigabytes before refusing it.
+  hundred bytes must not make the reader allocate gigabytes before refusing it, and within
+  SECONDS (the script inputs took minutes where a pattern backtracked quadratically).
 - Native targets: the input through the regular engine_native._core in a child process (an
   abort or a crash there fails the test; an EngineError is the refusal), and through the
   sanitizer build's fuzz target where that is built (no ASan/UBSan report).
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -26,6 +28,7 @@ REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 INPUTS = sorted(p for p in REGRESSIONS.glob("*/*") if p.is_file())
 BUILD = ROOT / "build" / "sanitize" / "engine_native"
 PEAK_BYTES = 256 << 20
+SECONDS = 30.0
 
 # The regular engine's reading of a native target's input (exit 0: handled or refused).
 NATIVE_CHECK = {
@@ -44,12 +47,15 @@ def test_a_former_finding_is_refused_cleanly(path):
     data = path.read_bytes()
     if target in TARGETS:
         tracemalloc.start()
+        t0 = time.perf_counter()
         try:
             TARGETS[target](data)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
+        seconds = time.perf_counter() - t0
         assert peak < PEAK_BYTES, f"{peak / 2**20:.0f} MB allocated for a {len(data)}-byte input"
+        assert seconds < SECONDS, f"{seconds:.0f} s for a {len(data)}-byte input"
         return
     ran = False
     if target in NATIVE_CHECK:

@@ -185,15 +185,20 @@ def discover(variant: str, source: Path, out: Path, limit: int = 5000) -> dict:
     if partial.exists():
         tensors.update({n: (d, s) for n, d, s in json.loads(partial.read_text())})
     done: set = set()  # components that load (a later fix never breaks one)
+    last_msg, before_last = "", {}
     for step in range(limit):
         if step % 20 == 0:
             partial.write_text(json.dumps([[n, d, s] for n, (d, s) in tensors.items()]))
         recipe = {"metadata": meta, "tensors": [[n, d, s] for n, (d, s) in tensors.items()]}
         write(tmp, recipe=recipe)
+        before = dict(tensors)
         try:
             load_all(tmp, done)
         except Exception as e:  # noqa: BLE001 - the message says what to add
             msg = str(e)
+            if step and msg == last_msg and tensors == before_last:
+                raise RuntimeError(f"no progress at: {msg}") from None
+            last_msg, before_last = msg, before
             if m := _MISSING.search(msg):
                 tensors[m.group(1)] = ("float32", [1])
                 continue
@@ -203,7 +208,8 @@ def discover(variant: str, source: Path, out: Path, limit: int = 5000) -> dict:
                 continue
             if m := _BIAS.search(msg):
                 name = m.group(1) if m.group(1).startswith("hift.") else "hift." + m.group(1)
-                tensors[name + ".bias"] = ("float32", [tensors[name + ".weight"][1][0]])
+                w = tensors[name + ".weight"][1]  # numpy order: conv [Cout, Cin, K], transposed [Cin, Cout, K]
+                tensors[name + ".bias"] = ("float32", [w[1] if ".ups." in name else w[0]])
                 continue
             if m := _ROWS.search(msg):
                 dtype, shape = tensors[m.group(1)]
