@@ -43,7 +43,7 @@ OVERRIDES = {
     "chatterbox.hift.base_channels": 8, "chatterbox.hift.nb_harmonics": 1,
     "chatterbox.campplus.embed_dim": 4,
     "chatterbox.s3tok.n_state": 8, "chatterbox.s3tok.n_layer": 1, "chatterbox.s3tok.n_head": 2,
-    "chatterbox.s3tok.codebook_size": 14, "chatterbox.s3tok.n_mels": 8, "chatterbox.s3tok.fsmn_kernel": 3,
+    "chatterbox.s3tok.codebook_size": 3, "chatterbox.s3tok.n_mels": 8, "chatterbox.s3tok.fsmn_kernel": 3,
     "chatterbox.ve.n_layer": 1, "chatterbox.ve.n_hidden": 8, "chatterbox.ve.embed_dim": 4, "chatterbox.ve.n_mels": 8,
     "chatterbox.fb.mel_24k.n_mels": 8, "chatterbox.fb.ve_mel.n_mels": 8, "chatterbox.fb.kaldi_80.n_mels": 8,
 }
@@ -55,7 +55,13 @@ VOICE = {"voice.speaker_emb": ("float32", [4]), "voice.cond_prompt_speech_tokens
          "voice.embedding": ("float32", [4]), "voice.prompt_token": ("int32", [2]),
          "voice.prompt_feat": ("float32", [4, 8])}
 # Shapes no constructor names in a message (checked as element counts).
-FIXED = {"hift.m_source.l_linear.weight": ("float32", [1, 2])}
+# (HiFT at base_channels 8, upsample_rates [8, 5, 3], istft_n_fft 16: source strides 15, 3, 1;
+# conv_post's kernel 8 makes K x channels a multiple of 8, which its kernel needs.)
+FIXED = {"hift.m_source.l_linear.weight": ("float32", [1, 2]),
+         "hift.source_downs.0.weight": ("float32", [4, 18, 30]),
+         "hift.source_downs.1.weight": ("float32", [2, 18, 6]),
+         "hift.source_downs.2.weight": ("float32", [1, 18, 1]),
+         "hift.conv_post.weight": ("float32", [18, 1, 8])}
 BIG_ARRAYS = ("tokenizer.ggml.", "chatterbox.added_tokens.", "chatterbox.tokenizer.", "chatterbox.cangjie.")
 
 
@@ -184,6 +190,7 @@ def discover(variant: str, source: Path, out: Path, limit: int = 5000) -> dict:
     partial = out.with_suffix(".partial.json")  # progress, so that an interrupted run resumes
     if partial.exists():
         tensors.update({n: (d, s) for n, d, s in json.loads(partial.read_text())})
+    tensors.update({n: v for n, v in FIXED.items() if n in tensors})
     done: set = set()  # components that load (a later fix never breaks one)
     last_msg, before_last = "", {}
     for step in range(limit):
