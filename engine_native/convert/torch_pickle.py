@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import struct
 import zipfile
 import zlib
 from collections import OrderedDict
@@ -200,7 +201,7 @@ def load_pt(path: str | os.PathLike) -> object:
     except MemoryError:  # a length field (BYTEARRAY8, a storage's numel, ...) past any real file's
         raise TorchPickleError(f"{path}: unreadable torch.save archive (a length in it asks for more "
                                f"memory than this machine has)") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, pickle.UnpicklingError,
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, pickle.UnpicklingError, struct.error,
             OSError, KeyError, IndexError, TypeError, AttributeError, ValueError,
             NotImplementedError, RuntimeError) as e:
         if isinstance(e, FileNotFoundError):
