@@ -40,6 +40,7 @@ prepare_data() {
 
 run_one() {
   local t=$1
+  shift
   mkdir -p "$work/corpus/$t" "$work/crashes" "$work/logs"
   local seeds=("tests/fuzz/corpus/$t")
   [ -d "$work/data/seeds/$t" ] && seeds+=("$work/data/seeds/$t")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the engine with AddressSanitizer + UndefinedBehaviorSanitizer (clang-14) into
 # build/sanitize: ggml, engine_native._core and the libFuzzer targets (docs/FUZZING.md).
-#   bash scripts/sanitizer_build.sh [NINJA TARGETS...]   (default: _core fuzz_targets)
+#   bash scripts/sanitizer_build.sh [NINJA TARGETS...]   (default: _core_sanitized fuzz_targets)
 # The ggml source is the one a pip build of this checkout kept (build/*/_ggml/sdist), else the
 # pinned sdist is downloaded (engine_native/cmake/ggml_source.cmake). GGML_SOURCE_DIR overrides.
 set -euo pipefail
@@ -10,7 +10,7 @@ cd "$root"
 py=${PYTHON:-$root/.venv/bin/python}
 build=$root/build/sanitize
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(_core fuzz_targets)
+[ ${#targets[@]} -gt 0 ] || targets=(_core_sanitized fuzz_targets)
 mkdir -p "$root/build"
 if [ ! -f "$build/build.ninja" ]; then
   src=${GGML_SOURCE_DIR:-}

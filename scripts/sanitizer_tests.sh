@@ -2,7 +2,8 @@
 # Runs engine tests against engine_native._core built with AddressSanitizer +
 # UndefinedBehaviorSanitizer (docs/FUZZING.md).
 #   bash scripts/sanitizer_tests.sh [PYTEST ARGS...]     (default: the subset below)
-# Builds build/sanitize (scripts/sanitizer_build.sh), lays out build/sanitize/pkg/engine_native
+# Builds build/sanitize (scripts/sanitizer_build.sh: _core over the fuzz targets' sanitized
+# objects, engine_native/fuzz/CMakeLists.txt), lays out build/sanitize/pkg/engine_native
 # (this checkout's Python sources, linked, beside the sanitized libraries) first on PYTHONPATH,
 # and runs pytest with the ASan runtime preloaded (Python itself is not instrumented; the
 # runtime must be loaded before any instrumented library). Python's own allocations are not
@@ -11,7 +12,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 py=${PYTHON:-$root/.venv/bin/python}
-bash scripts/sanitizer_build.sh _core
+bash scripts/sanitizer_build.sh _core_sanitized
 build=$root/build/sanitize
 pkg=$build/pkg/engine_native
 rm -rf "$build/pkg"
@@ -19,7 +20,7 @@ mkdir -p "$pkg"
 for f in engine_native/*; do
   case $f in *.so) ;; *) ln -s "$root/$f" "$pkg/$(basename "$f")" ;; esac
 done
-cp "$build"/engine_native/*.so "$pkg/"
+cp "$build"/engine_native/libggml*.so "$build"/sanitized_core/_core*.so "$pkg/"
 runtime=$(clang-14 -print-file-name=libclang_rt.asan-x86_64.so)
 tests=("$@")
 if [ ${#tests[@]} -eq 0 ]; then
