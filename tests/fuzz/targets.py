@@ -144,13 +144,18 @@ def pickle_refusals():
 
 # ------------------------------------------------------------------------------ voice / wav
 @cache
-def tiny_engine():
-    """An Engine on the tiny Nano model (tests/fuzz/tiny_model.py), made once per process."""
-    from engine_native import Engine
+def tiny_model_path() -> Path:
+    """The tiny Nano model (tests/fuzz/tiny_model.py), written once per process."""
     from tests.fuzz import tiny_model
 
-    path = tiny_model.write(SCRATCH / "tiny-nano.gguf", "nano")
-    return Engine(path, device="cpu", threads=1)
+    return tiny_model.write(SCRATCH / "tiny-nano.gguf", "nano")
+
+
+@cache
+def tiny_engine():
+    from engine_native import Engine
+
+    return Engine(tiny_model_path(), device="cpu", threads=1)
 
 
 def voice_input(data: bytes) -> None:
@@ -170,12 +175,13 @@ def voice_refusals():
 
 @cache
 def tiny_features():
+    """The encoders the voice recipe runs (Engine.voice_from_audio), on the tiny model."""
     from engine_native import _core
 
-    engine = tiny_engine()
-    mf = engine._file  # the encoders the voice recipe runs, on the engine's own model file
-    return engine, {"mel": _core.Mel24k(mf), "fbank": _core.KaldiFbank(mf), "logmel": _core.S3TokLogMel(mf),
-                    "ve": _core.VoiceEncoder(mf), "campplus": _core.CampPlus(mf), "s3tok": _core.S3Tokenizer(mf)}
+    mf = _core.ModelFile(str(tiny_model_path()), device="cpu", threads=1)
+    rate = mf.get_int("chatterbox.s3gen.sample_rate")
+    return rate, {"mel": _core.Mel24k(mf), "fbank": _core.KaldiFbank(mf), "logmel": _core.S3TokLogMel(mf),
+                  "ve": _core.VoiceEncoder(mf), "campplus": _core.CampPlus(mf), "s3tok": _core.S3Tokenizer(mf)}
 
 
 def wav_input(data: bytes) -> None:
@@ -194,11 +200,11 @@ def wav_input(data: bytes) -> None:
     mono = to_mono(samples)
     if not np.all(np.isfinite(mono)):
         return  # Engine.voice_from_audio refuses these before any feature
-    engine, enc = tiny_features()
-    wav24 = resample_soxr(mono, rate, engine.sample_rate)
+    sr24, enc = tiny_features()
+    wav24 = resample_soxr(mono, rate, sr24)
     if wav24.size and np.any(wav24):
-        wav24 = norm_loudness(wav24, engine.sample_rate)
-    wav16 = resample_sinc(wav24, engine.sample_rate, 16000)
+        wav24 = norm_loudness(wav24, sr24)
+    wav16 = resample_sinc(wav24, sr24, 16000)
     for f in (lambda: enc["mel"].compute(wav24), lambda: enc["fbank"].compute(wav16),
               lambda: enc["logmel"].compute(wav16), lambda: enc["ve"].embed(wav16, threads=1),
               lambda: enc["campplus"].embed(wav16), lambda: enc["s3tok"].tokens(wav16)):
