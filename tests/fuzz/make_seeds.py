@@ -122,7 +122,28 @@ def pickle_seeds(ref_python: Path | None) -> None:
         write("pickle", "data.pkl", b"\x00" + zf.read(pkl))
 
 
+def model_file_seeds() -> None:
+    """Small headers (the tiny whole model is generated: tests/fuzz/fuzz_data.py)."""
+    from gguf import GGUFValueType, GGUFWriter
+
+    from tests.fuzz.tiny_model import tiny_bpe_metadata
+
+    d = corpus_dir("model_file")
+    d.mkdir(parents=True, exist_ok=True)
+    for name, with_tokenizer in (("variant-only.gguf", False), ("tokenizer-only.gguf", True)):
+        w = GGUFWriter(str(d / name), "chatterbox")
+        w.add_string("chatterbox.variant", "nano")
+        if with_tokenizer:
+            for key, vtype, sub, value in tiny_bpe_metadata()[0]:
+                w.add_key_value(key, value, GGUFValueType[vtype], sub_type=GGUFValueType[sub] if sub else None)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+
 def main() -> int:
+    model_file_seeds()
     text_seeds()
     voice_seeds()
     wav_seeds()
