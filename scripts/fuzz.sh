@@ -50,7 +50,7 @@ run_one() {
     # halt_on_error: UBSan's report is a finding, as ASan's is; leaks of the process-wide
     # backend registry at exit are not inputs' faults (detect_leaks stays on per input).
     ASAN_OPTIONS=${ASAN_OPTIONS:-allocator_may_return_null=1:detect_leaks=1} \
-    UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$root/engine_native/fuzz/ubsan.supp} \
     CBS_FUZZ_BPE_GGUF=$work/data/bpe.gguf CBS_FUZZ_GRAPHEME_GGUF=$work/data/grapheme.gguf \
       nice -n "$nice_level" "$build/engine_native/fuzz_$t" "${opts[@]}" "$work/corpus/$t" "${seeds[@]}" \
       >"$work/logs/$t.log" 2>&1

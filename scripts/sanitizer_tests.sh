@@ -32,7 +32,7 @@ if [ ${#tests[@]} -eq 0 ]; then
 fi
 export PYTHONPATH="$build/pkg${PYTHONPATH:+:$PYTHONPATH}" LD_PRELOAD="$runtime" QT_QPA_PLATFORM=offscreen
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$root/engine_native/fuzz/ubsan.supp}
 "$py" -c "import engine_native._core as c; assert c.__file__.startswith('$build/'), c.__file__"
 echo "sanitizer tests: ${tests[*]}"
 "$py" -m pytest -q -p no:cacheprovider "${tests[@]}"

@@ -16,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "sanitize" / "engine_native"
+UBSAN_SUPP = ROOT / "engine_native" / "fuzz" / "ubsan.supp"
 NATIVE = ("model_file", "bpe", "grapheme", "punc_norm")
 PYTHON = ("lexicon", "script", "pickle", "voice", "wav")
 NATIVE_SECONDS = 3
@@ -45,7 +46,7 @@ def native_exe(target: str) -> Path:
 
 def native_env(fuzz_data) -> dict:
     return dict(os.environ, ASAN_OPTIONS="allocator_may_return_null=1:detect_leaks=1",
-                UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1", CBS_FUZZ_BPE_GGUF=str(fuzz_data["bpe"]),
+                UBSAN_OPTIONS=f"halt_on_error=1:print_stacktrace=1:suppressions={UBSAN_SUPP}", CBS_FUZZ_BPE_GGUF=str(fuzz_data["bpe"]),
                 CBS_FUZZ_GRAPHEME_GGUF=str(fuzz_data["grapheme"]))
 
 

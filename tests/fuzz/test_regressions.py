@@ -65,7 +65,7 @@ def test_a_former_finding_is_refused_cleanly(path):
         ran = True
     exe = BUILD / f"fuzz_{target}"
     if exe.exists():
-        env = dict(os.environ, ASAN_OPTIONS="allocator_may_return_null=1", UBSAN_OPTIONS="halt_on_error=1")
+        env = dict(os.environ, ASAN_OPTIONS="allocator_may_return_null=1", UBSAN_OPTIONS=f"halt_on_error=1:suppressions={ROOT}/engine_native/fuzz/ubsan.supp")
         res = subprocess.run([str(exe), str(path)], capture_output=True, text=True, env=env, timeout=300)
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         ran = True
