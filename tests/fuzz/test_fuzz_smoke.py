@@ -54,7 +54,7 @@ def native_env(fuzz_data) -> dict:
 def test_native_target_finds_nothing_in_a_short_run(target, fuzz_data, tmp_path):
     exe = native_exe(target)
     seeds = [str(ROOT / "tests" / "fuzz" / "corpus" / target)]
-    if target in fuzz_data:
+    if target in fuzz_data and fuzz_data[target].is_dir():  # generated seeds (model_file)
         seeds.append(str(fuzz_data[target]))
     res = subprocess.run([str(exe), f"-max_total_time={NATIVE_SECONDS}", "-print_final_stats=1",
                           f"-artifact_prefix={tmp_path}/", str(tmp_path), *seeds],
