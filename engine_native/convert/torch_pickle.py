@@ -125,7 +125,10 @@ _ALLOWED = {
 _ALLOWED.update({("torch", name): _StorageType(name) for name in _STORAGE_DTYPES})
 
 
-class _Restricted(pickle.Unpickler):
+# The pure-Python unpickler: the C one allocates a length field's whole size before reading
+# (BINBYTES8/BYTEARRAY8 of 2 GB from a 500-byte file takes 2 GB), this one reads what the
+# data holds. A torch.save pickle is small (the tensors' bytes are separate records).
+class _Restricted(pickle._Unpickler):
     _path = ""
 
     def find_class(self, module, name):
@@ -272,6 +275,9 @@ def load_pt(path: str | os.PathLike) -> object:
             if str(e).startswith(path):
                 raise
             raise type(e)(f"{path}: {e}") from None
+        except MemoryError:
+            raise TorchPickleError(f"{path}: unreadable legacy torch.save file (a length in it asks for "
+                                   f"more memory than this machine has)") from None
         except (EOFError, pickle.UnpicklingError, struct.error, KeyError, IndexError, TypeError, AttributeError,
                 ValueError, RuntimeError) as e:
             raise TorchPickleError(f"{path}: unreadable legacy torch.save file ({type(e).__name__}: {e})") from None
@@ -290,7 +296,10 @@ def load_pt(path: str | os.PathLike) -> object:
         if str(e).startswith(path):
             raise
         raise type(e)(f"{path}: {e}") from None
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, pickle.UnpicklingError,
+    except MemoryError:  # a length field (BYTEARRAY8, a storage's numel, ...) past any real file's
+        raise TorchPickleError(f"{path}: unreadable torch.save archive (a length in it asks for more "
+                               f"memory than this machine has)") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error, pickle.UnpicklingError, struct.error,
             OSError, KeyError, IndexError, TypeError, AttributeError, ValueError,
             NotImplementedError, RuntimeError) as e:
         if isinstance(e, FileNotFoundError):

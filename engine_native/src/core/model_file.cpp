@@ -201,8 +201,11 @@ ggml_backend_buffer_type_t ModelFile::extra_buft_for(ggml_tensor* t) const {
         const char* v = std::getenv("CBS_CPU_REPACK");
         return !v || std::strcmp(v, "0") != 0;
     }();
-    // T3's quantised tensors are all matmul weights (convert/quant.py); S3Gen's stay put.
-    if (!enabled || !ggml_is_quantized(t->type) || std::strncmp(ggml_get_name(t), "t3.", 3) != 0) return nullptr;
+    // T3's quantised tensors are all matmul weights (convert/quant.py); S3Gen's stay put. Only
+    // a matrix can be one (asking about a 3-D tensor would fail ggml_mul_mat's assertion).
+    if (!enabled || !ggml_is_quantized(t->type) || std::strncmp(ggml_get_name(t), "t3.", 3) != 0 || t->ne[2] != 1 ||
+        t->ne[3] != 1)
+        return nullptr;
     ggml_backend_dev_t dev = ggml_backend_get_device(backend_);
     if (!dev || ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) return nullptr;
     using get_extra_t = ggml_backend_buffer_type_t* (*)(ggml_backend_dev_t);

@@ -4,9 +4,18 @@
 #pragma once
 
 #if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
 #include <immintrin.h>
 
 namespace cbs {
+
+// Whether the running CPU has AVX2, FMA and F16C (what these kernels are compiled for).
+// F16C by CPUID: clang before 16 refuses "f16c" in __builtin_cpu_supports.
+inline bool cpu_has_avx2_fma_f16c() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+           (c & bit_F16C) != 0;
+}
 
 __attribute__((target("avx2"))) inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -364,7 +364,7 @@ bool q4_packed_available() {
     static const bool yes = [] {
         const char* v = std::getenv("CBS_Q4_MATMUL");
         if (v && std::strcmp(v, "0") == 0) return false;
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+        return cpu_has_avx2_fma_f16c();
     }();
     return yes;
 #else

@@ -28,7 +28,7 @@ bool have_avx512() {
 
 bool have_avx2() {
 #ifdef CBS_DA_X86
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    static const bool yes = cpu_has_avx2_fma_f16c();
     return yes;
 #else
     return false;
