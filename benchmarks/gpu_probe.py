@@ -8,7 +8,7 @@ speech tokens = 500 mel frames (10 s). Prints numbers, asserts nothing.
     python benchmarks/gpu_probe.py MODEL.gguf cuda:0 [--profile | --hift]
 
 --profile (with CBS_PROFILE_OPS=1 in the environment): one encoder, CFM and HiFT decode
-pass, each graph's time by operation kind on stderr (core/ggml_ops.cpp), nothing else.
+pass, each graph's time by operation kind on stderr (core/graph_runner.cpp), nothing else.
 --hift: only HiFT as the bench times it, split into f0, excitation and decode, and the
 decode with ggml-cuda's im2col kernel against patches/0005's (the full probe ends with it).
 """

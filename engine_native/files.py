@@ -19,6 +19,8 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
+from engine_native.errors import Cancelled
+
 _TEMP = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)-[0-9a-f]{8}(?P<ext>\.[\w]+)?$")
 
 
@@ -83,7 +85,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
 
     Raises WriteFailed naming `path` and the cause (an OSError, or an encoder's own error
     such as libsndfile's); the target is then untouched and no temporary file remains.
-    KeyboardInterrupt and SystemExit pass through after the same clean-up."""
+    KeyboardInterrupt, SystemExit and engine_native.errors.Cancelled pass through after the same
+    clean-up."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
@@ -99,6 +102,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
             os.close(fd)
         os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
+    except Cancelled:  # stopped on purpose (a paused conversion): the target untouched, no error of ours
+        raise
     except Exception as e:  # noqa: BLE001 - every failure becomes one clear error naming the file
         code = e.errno if isinstance(e, OSError) and e.errno else errno.EIO
         raise WriteFailed(code, f"cannot write {path}: {describe_error(e)}") from None

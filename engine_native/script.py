@@ -50,15 +50,18 @@ MAX_PAUSE_SECONDS = 60.0
 BEST_OF_SEED_STRIDE = 1_000_000_007
 _STRENGTH = {"none": 0.0, "x-weak": 0.1, "weak": 0.25, "medium": 0.5, "strong": 0.75, "x-strong": 1.0}
 
-_PAUSE_TAG = r"\[\s*pause\s+(?P<num>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|secs?|seconds?)?\s*\]"
-_BREAK = r"<\s*break\b(?P<attrs>[^<>]*?)/?\s*>(?:\s*<\s*/\s*break\s*>)?"
-_PARA_TAG = r"<\s*/?\s*p\s*>"
-_SSML_TAG = (r"<\s*/?\s*(?:speak|s|prosody|emphasis|voice|say-as|sub|lang|mark|phoneme|audio|w|amazon:[\w-]+)"
+# No two adjacent parts of a pattern may match the same whitespace ("\s*(unit)?\s*", "\s*/?\s*",
+# a lazy run before "\s*>"): on a long run of spaces that is quadratic backtracking, seconds
+# per line for a pasted text (docs/FUZZING.md). An SSML break's attrs keep its closing "/".
+_PAUSE_TAG = r"\[\s*pause\s+(?P<num>\d+(?:\.\d*)?|\.\d+)\s*(?:(?P<unit>ms|s|secs?|seconds?)\s*)?\]"
+_BREAK = r"<\s*break\b(?P<attrs>[^<>]*)>(?:\s*<\s*/\s*break\s*>)?"
+_PARA_TAG = r"<\s*(?:/\s*)?p\s*>"
+_SSML_TAG = (r"<\s*(?:/\s*)?(?:speak|s|prosody|emphasis|voice|say-as|sub|lang|mark|phoneme|audio|w|amazon:[\w-]+)"
              r"\b[^<>]*>|<\?xml[^<>]*\?>")
 _MARKER = re.compile(rf"(?P<pause>{_PAUSE_TAG})|(?P<brk>{_BREAK})|(?P<para>{_PARA_TAG})|(?P<tag>{_SSML_TAG})",
                      re.IGNORECASE)
 _ATTR = re.compile(r"""(?P<k>[\w:-]+)\s*=\s*(?:"(?P<v1>[^"]*)"|'(?P<v2>[^']*)')""")
-_TIME = re.compile(r"^\s*(?P<num>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s)?\s*$", re.IGNORECASE)
+_TIME = re.compile(r"^\s*(?P<num>\d+(?:\.\d*)?|\.\d+)\s*(?:(?P<unit>ms|s)\s*)?$", re.IGNORECASE)
 _NAME = r"[A-Z][\w'.-]*(?: [A-Z][\w'.-]*){0,2}"
 _PREFIX = re.compile(r"[ \t]*(?P<name>[^\W\d_][\w'. -]{0,40}?)[ \t]*:[ \t]+")
 _ANY_NAME = re.compile(rf"^{_NAME}$")
@@ -250,14 +253,21 @@ def chapters(text: str, by: str = "headings") -> list[tuple[str, int]]:
     blank-line block (its first line is the title)."""
     out: list[tuple[str, int]] = []
     if by == "headings":
-        for m in re.finditer(r"(?m)^[ \t]*#{1,6}[ \t]+(?P<title>.+?)[ \t]*$", text):
+        for m in re.finditer(r"(?m)^[ \t]*#{1,6}[ \t]+(?P<title>[^ \t\n](?:[^\n]*[^ \t\n])?)[ \t]*$", text):
             out.append((m.group("title"), m.start()))
         if not out or text[:out[0][1]].strip():
             first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
             out.insert(0, (first[:60], 0))
     elif by == "blocks":
-        for m in re.finditer(r"(?:^|\n[ \t]*\n)\s*(?P<title>[^\n]*\S)", text):
-            out.append((m.group("title").strip()[:60], m.start("title")))
+        # A line at a time (a regex over runs of blank lines backtracks quadratically).
+        pos, after_blank = 0, True
+        for line in text.split("\n"):
+            if not line.strip():
+                after_blank = True
+            elif after_blank:
+                out.append((line.strip()[:60], pos + len(line) - len(line.lstrip())))
+                after_blank = False
+            pos += len(line) + 1
     else:
         raise ParameterError(f"chapters are found by 'headings' or 'blocks'; got {by!r}")
     return out or [("", 0)]
@@ -303,6 +313,15 @@ def voice_for(voices: dict | None, speaker: str | None):
     return voices.get(None)
 
 
+def spoken_text(piece: Piece, tags, lexicon=None) -> str:
+    """What the engine is given for a piece: its expression tags in the model's spelling
+    (`tags`: the engine's expression_tags), then the lexicon's respellings."""
+    from engine_native.tags import canonical_tags
+
+    spoken = canonical_tags(piece.text, tags)
+    return lexicon.respell(spoken) if lexicon is not None else spoken
+
+
 def render(engine, items, *, voices: dict | None = None, seed: int = 0, lexicon=None, best_of: int = 1,
            score: bool = False, options: dict | None = None, stream_options: dict | None = None,
            cache=None, cancel=None) -> Iterator[Part]:
@@ -331,11 +350,7 @@ def render(engine, items, *, voices: dict | None = None, seed: int = 0, lexicon=
         if isinstance(item, Pause):
             yield Part(pause_samples(item.seconds, rate), rate, item, True)
             continue
-        from engine_native.tags import canonical_tags
-
-        spoken = canonical_tags(item.text, tags)
-        if lexicon is not None:
-            spoken = lexicon.respell(spoken)
+        spoken = spoken_text(item, tags, lexicon)
         if not spoken.strip():
             continue
         voice = voice_for(voices, item.speaker)

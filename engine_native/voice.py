@@ -106,7 +106,7 @@ class Voice:
         try:
             r = GGUFReader(str(path))
         except Exception as e:  # gguf raises ValueError/struct errors/OSError on bad files
-            raise VoiceError(f"{path}: not a readable voice file ({e})") from None
+            raise VoiceError(_unreadable(path, e)) from None
         kv = {}
         for f in r.fields.values():
             try:
@@ -139,6 +139,22 @@ class Voice:
                    variant=str(kv.get("voice.variant", "")), meta=meta, path=str(path))
         voice.validate()
         return voice
+
+
+def _unreadable(path: Path, error: BaseException) -> str:
+    """One line for a voice file gguf's reader failed on (engine_native.gguf_header says what
+    is wrong with it, rather than the numpy words the reader fails with)."""
+    from engine_native.gguf_header import GGUFFileError, NotGGUFError, read_header
+
+    try:
+        read_header(path).check_complete()
+    except NotGGUFError:
+        return f"{path}: not a voice file (a voice is a .voice.gguf file made by cloning a recording)"
+    except GGUFFileError as e:
+        return str(e)
+    except OSError as e:
+        return f"{path}: cannot be read ({e.strerror or e})"
+    return f"{path}: not a readable voice file ({error})"
 
 
 # The recording a voice was cloned from, kept beside its file so that the voice can be

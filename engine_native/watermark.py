@@ -49,16 +49,17 @@ MIN_RATE, MAX_RATE = 1000, 768000
 
 def find_model(data_dirs: Iterable[str | os.PathLike] = ()) -> Path:
     """perth.gguf: $CBS_WATERMARK_MODEL, else the first of `data_dirs` and the app's data
-    folder (engine_native.paths) that holds it, else beside this package (a bundled app ships
-    it there). ModelError naming the places looked at and the command that makes it."""
-    from engine_native.paths import data_dir
+    folder (engine_native.paths; an earlier version's doubled one until the app moves it) that
+    holds it, else beside this package (a bundled app ships it there). ModelError naming the
+    places looked at and the command that makes it."""
+    from engine_native.paths import data_dir, legacy_data_dir
 
     env = os.environ.get(MODEL_ENV)
     if env:
         if not os.path.isfile(env):
             raise ModelError(f"{MODEL_ENV}={env}: no such watermark model file")
         return Path(env)
-    places = [Path(d) / MODEL_FILE for d in (*data_dirs, data_dir())]
+    places = [Path(d) / MODEL_FILE for d in (*data_dirs, data_dir(), legacy_data_dir())]
     places.append(Path(__file__).resolve().parent / MODEL_FILE)
     for p in places:
         if p.is_file():

@@ -4,8 +4,11 @@
 #   ~/.local/bin/chatterbox-studio                         a symlink to its launcher
 #   ~/.local/share/applications/chatterbox-studio.desktop  the menu entry
 #   ~/.local/share/icons/hicolor/*/apps/chatterbox-studio.{png,svg}
-#   ~/.local/share/mime/packages/chatterbox-studio.xml     the .voice.gguf file type
+#   ~/.local/share/mime/packages/chatterbox-studio.xml     the .voice.gguf and .gguf file types
 #   ~/.config/mimeapps.list: .voice.gguf files open with Chatterbox Studio
+# The menu entry declares what the app opens (models, voices, recordings and videos, text,
+# Markdown, HTML and EPUB scripts): it is offered under "Open With" for each; only the voice
+# type, ours alone, is made its default.
 # Every file, folder and line it adds is listed in ~/.local/lib/chatterbox-studio/.install-manifest;
 # uninstall-linux.sh removes exactly those. Installing again replaces the previous install.
 #   bash packaging/install-linux.sh [--app DIR] [--force]   (DIR defaults to dist/chatterbox-studio)
@@ -119,5 +122,5 @@ if [ -f "$data/icons/hicolor/icon-theme.cache" ] && command -v gtk-update-icon-c
   gtk-update-icon-cache -q -f -t "$data/icons/hicolor" || true
 fi
 
-echo "install-linux.sh: installed: menu entry, icon, .voice.gguf association; launcher $link"
+echo "install-linux.sh: installed: menu entry, icon, file types (.voice.gguf, .gguf), .voice.gguf association; launcher $link"
 case ":$PATH:" in *":$bin:"*) ;; *) echo "install-linux.sh: note: $bin is not on your PATH" ;; esac

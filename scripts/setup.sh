@@ -17,7 +17,9 @@ apt_packages=(
   libxcb-randr0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0 libegl1 libgl1
   libfontconfig1 libdbus-1-3
 )
-[ "$mode" = test ] && apt_packages+=(xvfb xauth imagemagick desktop-file-utils)
+# clang-14 with its sanitizer and libFuzzer runtimes: the fuzz targets and the sanitizer build
+# (scripts/fuzz.sh, scripts/sanitizer_tests.sh; docs/FUZZING.md).
+[ "$mode" = test ] && apt_packages+=(xvfb xauth imagemagick desktop-file-utils clang-14 libclang-rt-14-dev llvm-14)
 # A GPU here: the Vulkan backend's build tools too (the build makes the CUDA backend when
 # nvcc and cuBLAS are installed, the Vulkan one when these are; CBS_GPU=none|cuda|vulkan
 # forces a choice). CPU-only machines build neither, whatever they have installed.
@@ -68,6 +70,22 @@ echo "setup: building and installing chatterbox-studio$extras into .venv (GPU pr
 # stays in the cache folder, so a second run converts without the network; an existing
 # perth.gguf is kept.
 .venv/bin/chatterbox-studio watermark-model
+
+# --- a trained speaker encoder for the Voice Lab (and the tests on real voices) ----
+# Resemble AI's GE2E encoder from the PyPI wheel Resemblyzer 0.1.4 (Apache-2.0), converted
+# into a 5.5 MB GGUF at the path engine_native.convert.ge2e.default_path() names; `lab`
+# tells speakers apart with it when it is there. Nothing of Resemblyzer is installed.
+ge2e=$(.venv/bin/python -c "from engine_native.convert.ge2e import default_path; print(default_path())")
+if [ ! -f "$ge2e" ]; then
+  echo "setup: converting Resemblyzer's GE2E speaker encoder into $ge2e"
+  wheel_dir=$(mktemp -d)
+  if .venv/bin/python -m pip download -q --no-deps --only-binary :all: -d "$wheel_dir" resemblyzer==0.1.4; then
+    .venv/bin/python -m engine_native.convert.ge2e "$wheel_dir"/*.whl "$ge2e"
+  else
+    echo "setup: could not fetch resemblyzer==0.1.4; the Voice Lab will tell speakers apart with a model's encoder"
+  fi
+  rm -rf "$wheel_dir"
+fi
 
 # --- the PyTorch oracle, in its own venv ------------------------------------
 if [ "$mode" = test ]; then

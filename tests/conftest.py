@@ -90,3 +90,28 @@ def dialogue(tmp_path_factory):
     path = os.path.join(folder, "dialogue.wav")
     sf.write(path, np.concatenate(parts), rate)
     return path, turns
+
+
+@pytest.fixture(scope="module")
+def speaker_encoder():
+    """The trained GE2E speaker encoder (engine_native.speaker_encoder) over Resemblyzer's
+    weights, fetched from PyPI and converted once (tests/helpers/real_speech.py)."""
+    from engine_native.speaker_encoder import SpeakerEncoder
+    from tests.helpers import real_speech as rs
+
+    try:
+        return SpeakerEncoder(rs.speaker_encoder())
+    except rs.FetchError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def harvard():
+    """codec2's recording of a man and a woman reading Harvard sentences in turn (16 kHz):
+    its path (Debian codec2-examples)."""
+    from tests.helpers import real_speech as rs
+
+    try:
+        return rs.codec2("raw/speech_orig_16k.wav")
+    except rs.FetchError as e:
+        pytest.skip(str(e))

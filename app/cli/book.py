@@ -64,6 +64,9 @@ def add_parser(sub) -> None:
         if action.dest == "model":
             action.required = False
     add_script_arguments(p, say=False)
+    from app.cli.cluster_cli import add_cluster_arguments
+
+    add_cluster_arguments(p)
     p.set_defaults(func=cmd_book)
 
 
@@ -151,11 +154,25 @@ def cmd_book(args) -> int:
         if args.retries < 0:
             raise UserError(f"--retries must be 0 or more; got {args.retries}")
         cover = _cover(args, book)
-        engine = load_engine(args)
-        voice = resolve_voice(engine, args)
-        args.file = args.book                  # BOOK.lexicon.json beside the book is its own lexicon
-        setup = ScriptSetup(args, engine, voice)
-        return _render(args, book, engine, voice, setup, kind, cover)
+        pool = None
+        if args.cluster:                       # the pieces rendered on a Ray cluster's workers
+            from app.cli.cluster_cli import open_pool
+
+            pool = open_pool(args)
+        try:
+            engine = pool.engine if pool else load_engine(args)
+            voice = resolve_voice(engine, args)
+            args.file = args.book              # BOOK.lexicon.json beside the book is its own lexicon
+            setup = ScriptSetup(args, engine, voice)
+            rc = _render(args, book, engine, voice, setup, kind, cover)
+            if pool is not None:
+                from app.cli.cluster_cli import pool_summary
+
+                log(f"cluster   {pool_summary(pool)}")
+            return rc
+        finally:
+            if pool is not None:
+                pool.close()
 
     return guarded(body)
 

@@ -116,6 +116,8 @@ def add_option_argument(group, name: str, **kw) -> None:
 def load_engine(args):
     from engine_native import Engine
 
+    if getattr(args, "voice", None):  # a wrong --voice is told before the model takes seconds to load
+        check_voice_file(args.voice)
     t0 = time.perf_counter()
     engine = Engine(args.model, device=getattr(args, "device", "auto"), threads=args.threads,
                     watermark=marks_speech(args))
@@ -153,6 +155,7 @@ def resolve_voice(engine, args):
     if args.voice and args.ref:
         raise UserError("give --voice or --ref, not both")
     if args.voice:
+        check_voice_file(args.voice)
         voice = Voice.load(args.voice)
         engine.check_voice(voice)
         log(f"voice     {voice.name} ({args.voice})")
@@ -160,6 +163,32 @@ def resolve_voice(engine, args):
     if args.ref:
         return clone_from_file(engine, args.ref)
     return None
+
+
+def check_voice_file(path: str) -> None:
+    """UserError for a --voice that is not a voice file, with what to use instead: a recording
+    is cloned with --ref, or baked into a voice once."""
+    from app.core.open_files import RECORDING, kind_by_name
+    from engine_native.gguf_header import is_gguf
+
+    if not os.path.isfile(path) or is_gguf(path):
+        return  # Voice.load names a missing or damaged voice file
+    if kind_by_name(path) == RECORDING or _sounds_like_audio(path):
+        raise UserError(f"{path} is a recording, not a voice file: use --ref {path} to clone its voice for "
+                        f"this run, or make a voice once: chatterbox-studio bake {path} -m MODEL -o NAME.voice.gguf")
+    raise UserError(f"{path} is not a voice file: --voice takes a .voice.gguf (made by `bake` or the app's "
+                    "Voice Lab); --ref takes a recording")
+
+
+def _sounds_like_audio(path: str) -> bool:
+    """The container magics of the common audio formats (a recording under an odd name)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
+    return (head[:4] in (b"RIFF", b"fLaC", b"OggS", b"FORM", b"caff") or head[:3] == b"ID3"
+            or head[4:8] == b"ftyp" or head[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf1", b"\xff\xf9"))
 
 
 def stream_options(args, engine) -> dict:

@@ -34,8 +34,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"cpu variant       {info['cpu_variant'] or '(one variant built)'}")
     print(f"cpu features      {' '.join(info['cpu_features']) or '(none)'}")
     blas = f"OpenBLAS f32 products ({info['blas_core']} kernels)" if info.get("blas_core") else "OpenBLAS f32 products"
+    q4_isa = info.get("q4_kernel_isa") or ""
     kernels = [name for name, on in ((blas, info.get("blas")),
-                                     ("T3 Q4_0 kernel (AVX-512 VNNI)", info.get("q4_kernel")),
+                                     (f"T3 Q4_0 kernel ({q4_isa})", info.get("q4_kernel") and q4_isa),
                                      ("AMX products for quantised models", info.get("amx")),
                                      ("S3Gen Q4_0 products in int16 (AVX-512 VNNI)", info.get("vnni_products")))
                if on]
@@ -110,6 +111,26 @@ def _cmd_requantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _speaker_embedder(args: argparse.Namespace):
+    """(embed, description) for telling speakers apart: the trained GE2E speaker encoder
+    (--speaker-encoder, else the one scripts/setup.sh converts, where it is) - measured on
+    real recordings (benchmarks/bench_speakers.py); else the model's CAMPPlus x-vectors;
+    else (None, None)."""
+    from engine_native.convert.ge2e import default_path
+
+    path = args.speaker_encoder or (str(default_path()) if default_path().is_file() else None)
+    if path:
+        from engine_native.speaker_encoder import SpeakerEncoder
+
+        enc = SpeakerEncoder(path)
+        return enc.embed, f"the GE2E speaker encoder ({path})"
+    if args.model:
+        from app.cli.common import load_engine
+
+        return load_engine(args).speaker_xvector, f"the model's CAMPPlus x-vectors ({args.model})"
+    return None, None
+
+
 def _cmd_lab(args: argparse.Namespace) -> int:
     if args.bake:
         missing = [flag for flag, v in (("-m/--model", args.model), ("--name", args.name)) if not v]
@@ -122,18 +143,17 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     from voice_lab import VoiceLabError
     from voice_lab.lab import prepare_clip, write_outputs
 
-    embed = None
-    if args.model:   # the engine's speaker encoder tells the speakers apart
-        from app.cli.common import load_engine
-        from engine_native import EngineError
+    from engine_native import EngineError
 
-        try:
-            embed = load_engine(args).speaker_xvector
-        except EngineError as e:
-            return _fail(str(e))
+    try:
+        embed, encoder = _speaker_embedder(args)
+    except EngineError as e:  # a missing or wrong encoder file or model: the message names it
+        return _fail(str(e))
     try:
         result = prepare_clip(args.input, target=args.target, chain=args.chain, embed=embed,
                               speaker=None if args.speaker is None else args.speaker - 1)
+        if "speakers" in result.report:
+            result.report["speakers"]["encoder"] = encoder
         report_path = write_outputs(result, args.output, args.report)
     except VoiceLabError as e:
         return _fail(str(e))
@@ -146,8 +166,10 @@ def _cmd_lab(args: argparse.Namespace) -> int:
           f"{r['source']['duration']:.2f} s, {r['analysis']['speech_seconds']:.2f} s of speech")
     sp = r.get("speakers")
     if sp is None:
-        print("speakers  not analysed (give -m MODEL to tell speakers apart)")
+        print("speakers  not analysed: without a speaker encoder the lab cannot check that the window holds "
+              "one voice (give --speaker-encoder FILE, as scripts/setup.sh makes, or -m MODEL)")
     else:
+        print(f"speakers  told apart by {encoder}")
         for s in sp["speakers"]:
             where = ", ".join(f"{a:.2f}-{b:.2f}" for a, b in s["spans"])
             print(f"speaker   {s['speaker']}: {s['seconds']:.1f} s ({where})" + ("  <- window" if s["speaker"] == sp["chosen"]
@@ -231,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.cli.watermark_model import add_parser as add_watermark_model_parser
 
     add_watermark_model_parser(sub)
+    from app.cli.models import add_parser as add_models_parser
+
+    add_models_parser(sub)
 
     p = sub.add_parser("lab", help="prepare a recording for voice cloning: find the speech, "
                        "pick a window, clean it, write a 24 kHz mono clip")
@@ -242,7 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="filter chain: chosen from codec and bitrate (auto), a preset, or a chain file")
     p.add_argument("--report", metavar="FILE.json", help="where to write the report (default CLIP.lab.json)")
     p.add_argument("--bake", action="store_true", help="also bake a voice from the clip (needs -m and --name)")
-    p.add_argument("-m", "--model", help="the model .gguf: tells speakers apart (its speaker encoder) and bakes")
+    p.add_argument("-m", "--model", help="the model .gguf: bakes, and tells speakers apart when no --speaker-encoder")
+    p.add_argument("--speaker-encoder", metavar="FILE.gguf",
+                   help="a speaker-encoder GGUF (engine_native.convert.ge2e; scripts/setup.sh makes one) to tell "
+                        "speakers apart (default: the one setup made, where it is)")
     p.add_argument("--speaker", type=int, default=None, metavar="N",
                    help="clone speaker N (1: the most speech, the default) when the recording has several")
     p.add_argument("--name", help="the voice's name")
@@ -266,8 +294,11 @@ def _open_gui(files: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from app.core.paths import migrate_legacy_data_dir
+
     argv = sys.argv[1:] if argv is None else argv
-    # No arguments, or only files (the desktop entry's %F: a .voice.gguf or a recording): the app.
+    migrate_legacy_data_dir()  # an earlier version's doubled data folder, moved once
+    # No arguments, or only files (the desktop entry's %F: models, voices, recordings, scripts): the app.
     if not argv or all(os.path.isfile(a) for a in argv):
         return _open_gui(argv)
     parser = build_parser()

@@ -79,6 +79,9 @@ def add_script_arguments(p, *, say: bool) -> None:
         g.add_argument("--keep-parts", action="store_true", help="keep OUT.parts/ after the output is written")
         g.add_argument("--progress", choices=("auto", "bar", "lines", "none"), default="auto",
                        help="progress on stderr: a bar on a terminal, else a line per sentence (auto)")
+        from app.cli.cluster_cli import add_cluster_arguments
+
+        add_cluster_arguments(p)
 
 
 def parse_cast(specs: list[str]) -> dict[str, str]:
@@ -179,10 +182,12 @@ class ScriptSetup:
         return items
 
     def render(self, engine, items, seed, **kw):
+        """Parts of the items, from the engine (or a cluster's: app.cluster's ClusterEngine)."""
         from engine_native.script import render
 
-        return render(engine, items, voices=self.voices, seed=seed, lexicon=self.lexicon, best_of=self.best_of,
-                      options=self.options, stream_options=self.stream, **kw)
+        run = getattr(engine, "render_script", None) or (lambda items, **k: render(engine, items, **k))
+        return run(items, voices=self.voices, seed=seed, lexicon=self.lexicon, best_of=self.best_of,
+                   options=self.options, stream_options=self.stream, **kw)
 
 
 class ProgressReport:
@@ -216,9 +221,6 @@ def cmd_say(args) -> int:
     """`say` over engine_native.script: pauses, cast, lexicon, best-of, progress, resume, chapters."""
 
     def body() -> int:
-        from app.core.long_render import PartsCache, parts_dir_for
-        from engine_native.script import Piece, Progress, chapter_of, chapters
-
         text = read_text(args)
         if not text.strip():
             raise UserError("nothing to say: give TEXT or -f FILE with some text")
@@ -226,60 +228,81 @@ def cmd_say(args) -> int:
         file_out = args.output not in (None, "-")
         if (args.chapter_files or args.chapters) and not file_out:
             raise UserError("chapters need a file output (-o BOOK.mp3)")
-        engine = load_engine(args)
-        voice = resolve_voice(engine, args)
-        setup = ScriptSetup(args, engine, voice)
-        items = setup.parse(text)
-        cache = None
-        if file_out and not args.no_resume:
-            cache = PartsCache(parts_dir_for(args.output), model_path=args.model, stream_options=setup.stream,
-                               rate=engine.sample_rate, watermark=engine.watermark)
-            if cache.count():
-                log(f"resume    {cache.count()} finished pieces in {cache.folder}")
-        # a render kept for resuming keeps its seed with its pieces (PartsCache.seed)
-        seed = cache.seed(args.seed) if cache is not None else (args.seed if args.seed is not None else random_seed())
-        tags = provenance(engine, setup.voices)
-        out = Output(args.output, engine.sample_rate, tags)   # a file target: kept in memory, written at the end
-        progress = Progress(items)
-        report = ProgressReport(args.progress if file_out else "none")
-        starts = [c[1] for c in chapters(text, args.chapters)] if args.chapters else [0]
-        bounds = [None] * len(starts)          # (first sample, last sample) per chapter
-        pos = 0
-        t0 = time.perf_counter()
-        first_audio = None
-        for part in setup.render(engine, items, seed, cache=cache):
-            if first_audio is None:
-                first_audio = time.perf_counter() - t0
-            out.write(part.samples)
-            ch = chapter_of(starts, part.item.start)
-            a = (bounds[ch] or (pos, pos))[0]
-            bounds[ch] = (a, pos + part.samples.size)
-            pos += part.samples.size
-            progress.update(part)
-            if part.final and isinstance(part.item, Piece):
-                if part.score is not None and setup.best_of > 1:
-                    scores = ", ".join(f"{c[1]:.3f}{'' if c[3] else '*'}" for c in part.candidates)
-                    log(f"best-of   {part.item.text[:40]!r}: seed {part.seed}, likeness {part.score:.3f} "
-                        f"(of {scores}; * implausible length)")
-                report.show(progress)
-        if report.mode == "bar":
-            report.show(progress, final=True)
-        audio_s = pos / engine.sample_rate
-        if file_out and args.chapter_files:
-            _write_chapter_files(args.output, out.kept, bounds, chapters(text, args.chapters) if args.chapters
-                                 else [("", 0)], engine.sample_rate, tags)
-        else:
-            out.finish()
-            if file_out and args.chapters:
-                _chapter_marks(args.output, bounds, chapters(text, args.chapters), engine.sample_rate)
-        if cache is not None and not args.keep_parts:
-            cache.remove()
-        wall = time.perf_counter() - t0
-        log(f"said      {audio_s:.2f} s of audio in {wall:.2f} s (first audio after {first_audio or wall:.2f} s, "
-            f"RTF {wall / max(audio_s, 1e-9):.2f}), seed {seed}")
-        return 0
+        pool = None
+        if args.cluster:
+            from app.cli.cluster_cli import open_pool
+
+            pool = open_pool(args)
+        try:
+            return render_said(args, text, file_out, pool.engine if pool else load_engine(args), pool)
+        finally:
+            if pool is not None:
+                pool.close()
 
     return guarded(body)
+
+
+def render_said(args, text: str, file_out: bool, engine, pool=None) -> int:
+    """`say`'s render with the engine loaded (or a cluster's, with its pool)."""
+    from app.core.long_render import PartsCache, parts_dir_for
+    from engine_native.script import Piece, Progress, chapter_of, chapters
+
+    voice = resolve_voice(engine, args)
+    setup = ScriptSetup(args, engine, voice)
+    items = setup.parse(text)
+    cache = None
+    if file_out and not args.no_resume:
+        cache = PartsCache(parts_dir_for(args.output), model_path=args.model, stream_options=setup.stream,
+                           model_id=getattr(engine, "model_id", None), rate=engine.sample_rate,
+                           watermark=engine.watermark)
+        if cache.count():
+            log(f"resume    {cache.count()} finished pieces in {cache.folder}")
+    # a render kept for resuming keeps its seed with its pieces (PartsCache.seed)
+    seed = cache.seed(args.seed) if cache is not None else (args.seed if args.seed is not None else random_seed())
+    tags = provenance(engine, setup.voices)
+    out = Output(args.output, engine.sample_rate, tags)   # a file target: kept in memory, written at the end
+    progress = Progress(items)
+    report = ProgressReport(args.progress if file_out else "none")
+    starts = [c[1] for c in chapters(text, args.chapters)] if args.chapters else [0]
+    bounds = [None] * len(starts)          # (first sample, last sample) per chapter
+    pos = 0
+    t0 = time.perf_counter()
+    first_audio = None
+    for part in setup.render(engine, items, seed, cache=cache):
+        if first_audio is None:
+            first_audio = time.perf_counter() - t0
+        out.write(part.samples)
+        ch = chapter_of(starts, part.item.start)
+        a = (bounds[ch] or (pos, pos))[0]
+        bounds[ch] = (a, pos + part.samples.size)
+        pos += part.samples.size
+        progress.update(part)
+        if part.final and isinstance(part.item, Piece):
+            if part.score is not None and setup.best_of > 1:
+                scores = ", ".join(f"{c[1]:.3f}{'' if c[3] else '*'}" for c in part.candidates)
+                log(f"best-of   {part.item.text[:40]!r}: seed {part.seed}, likeness {part.score:.3f} "
+                    f"(of {scores}; * implausible length)")
+            report.show(progress)
+    if report.mode == "bar":
+        report.show(progress, final=True)
+    audio_s = pos / engine.sample_rate
+    if file_out and args.chapter_files:
+        _write_chapter_files(args.output, out.kept, bounds, chapters(text, args.chapters) if args.chapters
+                             else [("", 0)], engine.sample_rate, tags)
+    else:
+        out.finish()
+        if file_out and args.chapters:
+            _chapter_marks(args.output, bounds, chapters(text, args.chapters), engine.sample_rate)
+    if cache is not None and not args.keep_parts:
+        cache.remove()
+    wall = time.perf_counter() - t0
+    log(f"said      {audio_s:.2f} s of audio in {wall:.2f} s (first audio after {first_audio or wall:.2f} s, "
+        f"RTF {wall / max(audio_s, 1e-9):.2f}), seed {seed}")
+    if pool is not None:
+        from app.cli.cluster_cli import pool_summary
+
+        log(f"cluster   {pool_summary(pool)}")
+    return 0
 
 
 def _write_chapter_files(output: str, kept: list, bounds, chs, rate: int, tags) -> None:

@@ -28,7 +28,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         log("chatterbox-studio: error: serve needs FastAPI and uvicorn: pip install 'chatterbox-studio[server]' "
             "(or: pip install fastapi uvicorn)")
         return 1
-    if not os.path.isfile(args.model):
+    if not os.path.isfile(args.model) and not args.cluster:  # on a cluster, the path is the workers'
         log(f"chatterbox-studio: error: model file not found: {args.model}")
         return 1
     if args.voices and not os.path.isdir(args.voices):
@@ -69,6 +69,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                           log_level="info" if args.verbose else "warning", watermark=not args.no_watermark)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.cluster:
+        return _serve_on_cluster(args, config)
     from app.server.runner import load_engine, serve_forever
     from engine_native import EngineError
 
@@ -96,6 +98,30 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         log(f"chatterbox-studio: error: {e.strerror or e}")
         return 1
     except KeyboardInterrupt:  # uvicorn shut down gracefully, then re-raised the Ctrl-C
+        pass
+    log("stopped")
+    return 0
+
+
+def _serve_on_cluster(args, config) -> int:
+    from app.cluster import ClusterError
+    from app.cluster.serve import serve_on_cluster
+
+    if args.replicas < 1:
+        log(f"chatterbox-studio: error: --replicas must be at least 1; got {args.replicas}")
+        return 1
+
+    def ready(cfg) -> None:
+        log(f"cluster   {args.cluster}: {args.replicas} replicas of {cfg.model}, each with its own engine")
+        log(f"serving   {cfg.url}  (Ray Serve's proxy; POST /audio/speech, GET /models, GET /audio/voices; "
+            "Ctrl-C stops and removes the replicas)")
+
+    try:
+        serve_on_cluster(config, args.cluster, replicas=args.replicas, threads=args.threads or 1, on_ready=ready)
+    except ClusterError as e:
+        log(f"chatterbox-studio: error: {e}")
+        return 1
+    except KeyboardInterrupt:
         pass
     log("stopped")
     return 0
@@ -140,6 +166,9 @@ def add_parser(sub) -> None:
     p.add_argument("--no-watermark", action="store_true",
                    help=f"do not watermark the speech ({WATERMARK_NOTE}); requests cannot turn it off themselves")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request")
+    from app.cli.cluster_cli import add_cluster_arguments
+
+    add_cluster_arguments(p, serve=True)
     p.epilog = ("Requests whose Host is not this server's (localhost, an IP address, an --allowed-host) and requests "
                 "from web pages of other origins (unless --cors-origin) get 403.")
     p.set_defaults(func=_cmd_serve)

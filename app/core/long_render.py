@@ -44,19 +44,26 @@ def _voice_digest(voice) -> str:
     return h.hexdigest()[:16]
 
 
+def model_identity(model_path: str | os.PathLike | None) -> str:
+    """What a piece's key records of the model: its file name and size (a cluster's workers
+    report theirs, so a render through the cluster keys its pieces as a local one)."""
+    try:
+        st = os.stat(model_path) if model_path else None
+        return f"{Path(model_path).name}:{st.st_size}" if st else ""
+    except OSError:
+        return str(model_path)
+
+
 class PartsCache:
     """Finished pieces of one render, on disk (see the module)."""
 
     def __init__(self, folder: str | os.PathLike, *, model_path: str | os.PathLike | None = None,
-                 stream_options: dict | None = None, rate: int = 24000, watermark: bool = False):
+                 model_id: str | None = None, stream_options: dict | None = None, rate: int = 24000,
+                 watermark: bool = False):
         self.folder = Path(folder)
         self.rate = rate
         self.stream_options = dict(stream_options or {})
-        try:
-            st = os.stat(model_path) if model_path else None
-            self.model_id = f"{Path(model_path).name}:{st.st_size}" if st else ""
-        except OSError:
-            self.model_id = str(model_path)
+        self.model_id = model_identity(model_path) if model_id is None else model_id
         if watermark:  # what made the pieces: marked ones never stand in for unmarked, nor the reverse
             self.model_id += ":watermark"
         self.hits = 0

@@ -118,8 +118,8 @@ class Take:
 
 def to_s16le(samples: np.ndarray) -> bytes:
     """Raw 16-bit little-endian PCM: clipped to [-1, 1], scaled by 32767 (symmetric: +-1.0 map
-    to +-32767) and rounded half to even. Every raw PCM the project writes goes through here;
-    libsndfile's WAV/FLAC files (export_audio) scale by 32768: at most two steps apart."""
+    to +-32767) and rounded half to even. Every 16-bit sample the project writes goes through
+    here: raw PCM, and the WAV/FLAC files of export_audio."""
     x = np.clip(np.asarray(samples, np.float32).reshape(-1), -1.0, 1.0)
     return np.rint(x * np.float32(32767)).astype("<i2").tobytes()
 
@@ -154,10 +154,13 @@ def export_audio(samples: np.ndarray, rate: int, path: str, provenance: Provenan
         else:
             import soundfile as sf
 
+            # 16-bit files hold to_s16le's values exactly (libsndfile's own conversion rounds
+            # otherwise), so a WAV and the raw PCM of the same take are the same samples.
+            data = np.frombuffer(to_s16le(x), "<i2") if spec[1] == "PCM_16" else x
             with sf.SoundFile(str(tmp), "w", rate, 1, subtype=spec[1], format=spec[0]) as f:
                 if provenance is not None:
                     provenance.tag_soundfile(f)
-                f.write(x)
+                f.write(data)
         _check_written(str(tmp), x.size, rate, ext)
 
     try:

@@ -1,4 +1,5 @@
-"""Audio and video files dropped anywhere on the main window open in the Voice Lab."""
+"""Files dropped anywhere on the main window open for what they are (app.qt.file_opener): a
+model, a voice, a recording (the Voice Lab) or a script."""
 
 from __future__ import annotations
 
@@ -7,24 +8,20 @@ import os
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QWidget
 
-from app.qt.voice_actions import AUDIO_EXTENSIONS
+from app.core.open_files import kind_by_name
 
 
-def dropped_media(mime) -> str | None:
-    """The first local audio/video file in a drag's data, if any."""
+def dropped_files(mime) -> list[str]:
+    """The local files in a drag's data that the app opens (by their names; the opener reads them)."""
     if not mime.hasUrls():
-        return None
-    for url in mime.urls():
-        if url.isLocalFile():
-            path = url.toLocalFile()
-            if os.path.splitext(path)[1].lower() in AUDIO_EXTENSIONS and os.path.isfile(path):
-                return path
-    return None
+        return []
+    return [u.toLocalFile() for u in mime.urls()
+            if u.isLocalFile() and kind_by_name(u.toLocalFile()) and os.path.isfile(u.toLocalFile())]
 
 
 class DropFilter(QObject):
-    """Catches audio/video drops on the window's widgets that take drops themselves (the editor
-    would insert the path). Installed on those widgets only, never on the application: an
+    """Catches file drops on the window's widgets that take drops themselves (the editor would
+    insert the path). Installed on those widgets only, never on the application: an
     application-wide Python filter sees every event of the app (paints, timers), measured as a
     quarter of the GUI thread's CPU time. Drops elsewhere reach MainWindow.dropEvent."""
 
@@ -39,10 +36,10 @@ class DropFilter(QObject):
         t = e.type()
         if t in (QEvent.DragEnter, QEvent.DragMove, QEvent.Drop) and isinstance(obj, QWidget) \
                 and obj.window() is self.window:
-            path = dropped_media(e.mimeData())
-            if path:
+            paths = dropped_files(e.mimeData())
+            if paths:
                 e.acceptProposedAction()
                 if t == QEvent.Drop:
-                    self.window.open_voice_lab(path)
+                    self.window.open_files(paths)
                 return True
         return False

@@ -43,7 +43,7 @@ def user_settings():
 
 
 def create_main_window(settings=None, data_dir: str | None = None):
-    """The main window as the app builds it (theme applied, saved model loading); not shown."""
+    """The main window as the app builds it (theme applied, the saved model loading); not shown."""
     from app.qt import theme
     from app.qt.main_window import MainWindow
 
@@ -59,23 +59,27 @@ def create_main_window(settings=None, data_dir: str | None = None):
     return window
 
 
-def open_files(window, files) -> None:
-    """Files given on the command line (the desktop entry's %F): a .voice.gguf joins the
-    library, any other file opens in the Voice Lab."""
-    for path in files:
-        if path.endswith(".voice.gguf"):
-            window.voices.add_voice_file(path)
-        else:
-            window.open_voice_lab(path)
-
-
 def run(argv: list[str] | None = None, files: list[str] | tuple = ()) -> int:
+    """The app: hands `files` to an app already running for this user (and exits), else opens
+    the window with them (app.qt.file_opener) and answers later launches (app.qt.single_instance)."""
+    from app.core.open_files import MODEL, kind_by_name
+    from app.core.paths import app_data_dir, legacy_data_dir, migrate_legacy_data_dir
+    from app.qt.single_instance import InstanceServer, hand_off
+
     app = make_app(argv)
-    window = create_main_window()
+    if hand_off(files):
+        return 0
+    settings = user_settings()
+    migrate_legacy_data_dir()
+    settings.replace_prefix(legacy_data_dir(), app_data_dir())
+    window = create_main_window(settings)
+    window.tour_enabled = True
+    window.instance_server = InstanceServer(window.open_files, parent=window)
     window.show()
     if files:
-        QTimer.singleShot(0, lambda: open_files(window, files))
-    if not window.settings.model_choice_made and not window.settings.model_path:
+        QTimer.singleShot(0, lambda: window.open_files(list(files)))
+    given_model = any(kind_by_name(f) == MODEL for f in files)
+    if not settings.model_choice_made and not settings.model_path and not given_model:
         QTimer.singleShot(300, lambda: window.choose_model(first_run=True))
     return app.exec()
 

@@ -2,14 +2,15 @@
 Lab page, and wires its parts together, each a module of what the user sees:
 
 - app.qt.toolbar: the toolbar's widgets and the ⋯ menu
-- app.qt.model_actions: the model (loading, the model dialog) and the devices
+- app.qt.model_actions: the model (loading, the model manager, the welcome dialog) and the devices
 - app.qt.voice_actions: the voice picker, the library, adding voices, samples
 - app.qt.language_picker: a Multilingual model's language
 - app.qt.script_actions: playing the script, regenerating, cast, lexicon, best-of, export
 - app.qt.take_actions: the transport, the take history and exporting a take
 
-Here besides: the error banner (app.qt.error_banner), drops of recordings (app.qt.drops), the
-theme, and closing.
+Here besides: the error banner (app.qt.error_banner), files opened on the window (app.qt.file_opener:
+from the command line, a second launch, a drop: app.qt.drops), the first-run tour, the theme, and
+closing.
 """
 
 from __future__ import annotations
@@ -17,17 +18,19 @@ from __future__ import annotations
 import gc
 import os
 
-from PySide6.QtCore import QStandardPaths, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QStackedWidget, QVBoxLayout, QWidget
 
+from app.core.paths import app_data_dir, app_icon
 from app.core.player import Player
 from app.core.voice_library import VARIANT_NAMES, VoiceStore
 from app.qt import theme
 from app.qt.background import error_text
-from app.qt.drops import DropFilter, dropped_media
+from app.qt.drops import DropFilter, dropped_files
 from app.qt.engine_client import EngineClient
 from app.qt.error_banner import ErrorBanner
+from app.qt.file_opener import FileOpener
 from app.qt.language_picker import LanguagePicker
 from app.qt.model_actions import ModelActions
 from app.qt.playback import PlaybackController
@@ -44,14 +47,8 @@ from app.qt.voice_lab_view import VoiceLabView
 from app.qt.library_panel import VoiceLibraryPanel
 from app.qt.waveform import WaveformView
 
-# resources/ sits beside the app package (site-packages or the frozen app's folder): app/qt/ -> two levels up.
-APP_ICON = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "resources",
-                        "chatterbox-studio.svg")
-
-
 def default_data_dir() -> str:
-    return QStandardPaths.writableLocation(QStandardPaths.AppDataLocation) or os.path.expanduser(
-        "~/.local/share/chatterbox-studio")
+    return app_data_dir()
 
 
 def freeze_heap() -> None:
@@ -74,8 +71,9 @@ class MainWindow(QMainWindow):
         self.controller = PlaybackController(self.client, self.player, self)
         self.last_error = ""
         self.setWindowTitle("Chatterbox Studio")
-        if os.path.exists(APP_ICON):
-            self.setWindowIcon(QIcon(APP_ICON))
+        if os.path.exists(app_icon()):
+            self.setWindowIcon(QIcon(app_icon()))
+        self.tour_enabled = False  # the app (app.qt.gui.run) shows the first-run tour; tests and tools do not
         self.setAcceptDrops(True)
         self._build()
         self.models = ModelActions(self)
@@ -88,6 +86,7 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.models.status_label, 1)
         self.statusBar().addPermanentWidget(self.status_engine)
         self.api_server = ServerPanel(self)  # the local API server: status-bar button, preferences
+        self.opener = FileOpener(self)
         self._drop_filter = DropFilter(self)  # after _build: it filters the widgets built there
         if not self.settings.geometry.isEmpty():
             self.restoreGeometry(self.settings.geometry)
@@ -144,7 +143,7 @@ class MainWindow(QMainWindow):
 
     def _fill_menu(self) -> None:
         m = self.toolbar.menu
-        m.addAction("Open model…", lambda: self.choose_model())
+        m.addAction("Models…", lambda: self.models.open_manager())
         m.addAction("Add voice from a recording…", lambda: self.voices.add_voice())
         m.addSeparator()
         self.models.add_menus(m)
@@ -218,6 +217,21 @@ class MainWindow(QMainWindow):
             p["language"] = self.language.language()
         return p
 
+    def open_files(self, paths):
+        """Files given to the app (command line, double-click, drop, a second launch), each opened
+        for what it is: a model, a voice, a recording or a script (app.qt.file_opener)."""
+        self.raise_()
+        self.activateWindow()
+        return self.opener.open(paths)
+
+    def show_tour(self):
+        """The first-run tour, once (the app only: app.qt.gui.run turns it on)."""
+        if not self.tour_enabled:
+            return None
+        from app.qt.tour import show_once
+
+        return show_once(self)
+
     def open_voice_lab(self, path: str):
         self.stack.setCurrentWidget(self.lab)
         return self.lab.open_file(path)
@@ -290,14 +304,14 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(text.splitlines()[0][:160], 10000)
 
     def dragEnterEvent(self, e):
-        if dropped_media(e.mimeData()):
+        if dropped_files(e.mimeData()):
             e.acceptProposedAction()
 
     def dropEvent(self, e):
-        path = dropped_media(e.mimeData())
-        if path:
+        paths = dropped_files(e.mimeData())
+        if paths:
             e.acceptProposedAction()
-            self.open_voice_lab(path)
+            self.open_files(paths)
 
     def closeEvent(self, e):
         self.settings.geometry = self.saveGeometry()
@@ -307,6 +321,7 @@ class MainWindow(QMainWindow):
         self.controller.stop()
         self.player.stop()
         self.api_server.shutdown()
+        self.models.shutdown()  # a model download stops at its next chunk, kept for the next start
         self.hide()  # gone at once; the engine thread still finishes its current chunk
         QApplication.processEvents()
         self.client.shutdown()

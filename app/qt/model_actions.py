@@ -1,5 +1,5 @@
-"""The model and the devices: loading a model (the model button, the model dialog, the status
-bar's model line), the compute device and CPU threads (each reloads the model), and the
+"""The model and the devices: loading a model (the model button and the model manager, the
+welcome dialog, the status bar's model line), the compute device and CPU threads (each reloads the model), and the
 audio output device."""
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ class ModelActions(QObject):
         self.button = window.toolbar.model_button
         self.button.clicked.connect(lambda: self.choose_model())
         self.status_label = QLabel("No model")
-        self.model_dialog = None
+        self.model_dialog = None     # the welcome dialog (the first start)
+        self.manager_dialog = None   # the model manager
 
     def add_menus(self, m) -> None:
         """Audio output, Compute device and CPU threads, into the ⋯ menu."""
@@ -62,6 +63,7 @@ class ModelActions(QObject):
             self.settings.model_path = path
             self.settings.model_choice_made = True
             self.w.banner.hide()
+            self.w.show_tour()
 
         def bad(e):
             msg = error_text(e)
@@ -72,22 +74,46 @@ class ModelActions(QObject):
         return self.client.load_model(path, self.settings.threads, self.settings.device,
                                       watermark=self.settings.watermark, success=ok, failure=bad)
 
+    def models_dir(self) -> str:
+        return os.path.join(self.w.data_dir, "models")
+
     def choose_model(self, first_run: bool = False):
-        """Open the model dialog (window-modal, no nested event loop); returns it."""
+        """The first start: the welcome dialog; later: the model manager. Window-modal (no nested
+        event loop); returns the dialog."""
+        if not first_run:
+            return self.open_manager()
         from app.qt.model_dialog import ModelDialog
 
-        dlg = ModelDialog(os.path.join(self.w.data_dir, "models"), self.w, first_run=first_run)
+        dlg = ModelDialog(self.models_dir(), self.w, first_run=True)
         self.model_dialog = dlg
+        dlg.managerRequested.connect(self.open_manager)
 
         def finished(result: int) -> None:
+            self.settings.model_choice_made = True  # asked once; the model button asks again
             if result and dlg.model_path:
                 self.load_model(dlg.model_path)
-            elif first_run:
-                self.settings.model_choice_made = True  # asked once; the model button asks again
 
         dlg.finished.connect(finished)
         dlg.open()
         return dlg
+
+    def open_manager(self):
+        """The model manager (kept: a download goes on while it is hidden); returns it."""
+        from app.qt.model_manager_dialog import ModelManagerDialog
+
+        if self.manager_dialog is None:
+            self.manager_dialog = ModelManagerDialog(self.models_dir(), self.w,
+                                                     current_model=lambda: self.settings.model_path
+                                                     if self.client.info else "")
+            self.manager_dialog.modelChosen.connect(self.load_model)
+        self.manager_dialog.show()
+        self.manager_dialog.raise_()
+        self.manager_dialog.activateWindow()
+        return self.manager_dialog
+
+    def shutdown(self) -> None:
+        if self.manager_dialog is not None:
+            self.manager_dialog.shutdown()
 
     def show_model(self, info) -> None:
         """The model button and the status bar's line for the loaded model (None: none)."""

@@ -10,6 +10,8 @@ back to the declared type and falls back to the default when the stored value is
 
 from __future__ import annotations
 
+import os
+
 from PySide6.QtCore import QByteArray, QSettings
 
 from engine_native import options as schema
@@ -114,6 +116,7 @@ class Settings:
     language = Setting("synthesis/language", str, "")  # "" = detect from the text (Multilingual models)
     sampling_customised = Setting("sampling/customised", bool, False)  # False: use the model's defaults
     sampling_panel_open = Setting("ui/sampling_panel_open", bool, False)
+    tour_shown = Setting("ui/tour_shown", bool, False)  # the first-run tour (app.qt.tour) was shown
     theme = Setting("ui/theme", str, "dark")
     geometry = Setting("ui/geometry", QByteArray, QByteArray())
     window_state = Setting("ui/window_state", QByteArray, QByteArray())
@@ -137,3 +140,15 @@ class Settings:
 
     def sync(self) -> None:
         self.qsettings.sync()
+
+    def replace_prefix(self, old: str, new: str) -> int:
+        """Rewrites every stored path under the folder `old` to lie under `new` (the data folder
+        moved: app.core.paths.migrate_legacy_data_dir); returns how many values changed."""
+        old, new = old.rstrip("/\\"), new.rstrip("/\\")
+        changed = 0
+        for key in self.qsettings.allKeys():
+            value = self.qsettings.value(key)
+            if isinstance(value, str) and old + os.sep in value:
+                self.qsettings.setValue(key, value.replace(old + os.sep, new + os.sep))
+                changed += 1
+        return changed

@@ -9,12 +9,11 @@ import os
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QFileDialog
 
+from app.core.open_files import AUDIO_EXTENSIONS
 from app.qt.background import BackgroundOp, error_text
 from app.qt.icons import icon
 from app.qt.library_panel import BUILTIN
 
-AUDIO_EXTENSIONS = {".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".aac", ".wma", ".aiff", ".aif", ".mp4",
-                    ".mkv", ".mov", ".webm", ".avi", ".m4v", ".caf", ".ac3", ".amr"}
 SAMPLE_SENTENCE = "Hello! This is a short sample of my voice."
 
 
@@ -92,11 +91,16 @@ class VoiceActions(QObject):
         self.settings.last_open_dir = os.path.dirname(path)
         self.w.open_voice_lab(path)
 
-    def add_voice_file(self, path: str) -> BackgroundOp:
-        """A .voice.gguf into the library (a copy, under its own name), in the background."""
+    def add_voice_file(self, path: str, use: bool = True) -> BackgroundOp:
+        """A .voice.gguf into the library (a copy, under its own name), in the background;
+        `use`: it becomes the voice that speaks."""
         store, name = self.w.store, os.path.basename(path)
-        return BackgroundOp(lambda _report: store.add_file(path),
-                            success=lambda added: self.library.reload(select=added),
+
+        def added(copy: str) -> None:
+            self.library.reload(select=copy if use else None)
+            self.w.statusBar().showMessage(f"Added {name} to the voice library", 6000)
+
+        return BackgroundOp(lambda _report: store.add_file(path), success=added,
                             failure=lambda e: self.w.show_error(f"Cannot add {name} to the library: {error_text(e)}")
                             ).start()
 

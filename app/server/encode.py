@@ -1,9 +1,12 @@
 """Streaming encoders: float32 24 kHz chunks in, bytes of the response format out, as they come.
 
 pcm is raw s16le; wav is a 16-bit WAV whose header carries the "unknown length" sizes
-(0xFFFFFFFF) so it can go out before the audio is known; mp3, opus (Ogg), aac (ADTS) and
-flac go through one ffmpeg process per request, fed chunk by chunk. A speed other than 1
-runs every format through ffmpeg's `atempo` filter (a time stretch that keeps the pitch).
+(0xFFFFFFFF) so it can go out before the audio is known; mp3, opus (Ogg) and aac (ADTS) go
+through one ffmpeg process per request, fed chunk by chunk. flac is sent whole when the audio
+ends: a FLAC stream's header (STREAMINFO) holds the total length, which a stream cannot go back
+to fill in, and libsndfile (soundfile.read, the usual way Python clients read a response)
+refuses a FLAC whose length is unknown ("array is too big"). A speed other than 1 runs every
+format through ffmpeg's `atempo` filter (a time stretch that keeps the pitch).
 Every format with metadata carries the speech's provenance (app.core.provenance): wav a LIST
 INFO chunk before its data, mp3 ID3v2, opus and flac Vorbis comments; aac (ADTS) and pcm
 have none.
@@ -33,7 +36,6 @@ _FFMPEG_OUT = {
     "mp3": ["-c:a", "libmp3lame", "-b:a", "128k", "-f", "mp3"],
     "opus": ["-c:a", "libopus", "-b:a", "64k", "-f", "ogg"],
     "aac": ["-c:a", "aac", "-b:a", "128k", "-f", "adts"],
-    "flac": ["-c:a", "flac", "-f", "flac"],
     "wav": ["-c:a", "pcm_s16le", "-f", "s16le"],   # the header is ours
     "pcm": ["-c:a", "pcm_s16le", "-f", "s16le"],
 }
@@ -81,7 +83,7 @@ def ffmpeg_available() -> bool:
 
 
 def needs_ffmpeg(fmt: str, speed: float) -> bool:
-    return fmt not in ("pcm", "wav") or speed != 1.0
+    return fmt not in ("pcm", "wav", "flac") or speed != 1.0
 
 
 class Encoder:
@@ -122,7 +124,7 @@ class FfmpegEncoder(Encoder):
         args = ffmpeg_run.pcm_input("s16le", SAMPLE_RATE, 1)
         if speed != 1.0:
             args += ["-af", atempo_chain(speed)]
-        tags = provenance.ffmpeg_args() if provenance is not None and fmt in ("mp3", "opus", "flac") else []
+        tags = provenance.ffmpeg_args() if provenance is not None and fmt in ("mp3", "opus") else []
         args += ["-ar", str(SAMPLE_RATE), "-ac", "1", *_FFMPEG_OUT[fmt], *tags, "-flush_packets", "1", "pipe:1"]
         self._proc = ffmpeg_run.spawn(args)
         self._inbox: queue.Queue = queue.Queue()
@@ -188,8 +190,63 @@ class FfmpegEncoder(Encoder):
             self._proc.kill()   # the reader sees EOF, reaps it and closes the pipes
 
 
+class WholeFlacEncoder(Encoder):
+    """flac: the 16-bit samples kept (time-stretched by ffmpeg first at a speed other than 1),
+    encoded by libsndfile once the audio ends, into a file whose header holds its length."""
+
+    def __init__(self, emit, speed: float = 1.0, provenance=None):
+        super().__init__("flac", emit, provenance)
+        self._pcm: list[bytes] = []
+        self._stretch = FfmpegEncoder("pcm", self._stretched, speed) if speed != 1.0 else None
+
+    def write(self, samples: np.ndarray) -> None:
+        if self._stretch is not None:
+            self._stretch.write(samples)
+        else:
+            self._pcm.append(to_s16le(samples))
+
+    def _stretched(self, item) -> None:
+        if item is None:
+            self._finish()
+        elif isinstance(item, Exception):
+            self.emit(item)
+        else:
+            self._pcm.append(item)
+
+    def end(self) -> None:
+        if self._stretch is not None:
+            self._stretch.end()  # its end (None) arrives through _stretched
+        else:
+            self._finish()
+
+    def _finish(self) -> None:
+        import io
+
+        import soundfile as sf
+
+        pcm = np.frombuffer(b"".join(self._pcm), "<i2")
+        self._pcm = []
+        out = io.BytesIO()
+        try:
+            with sf.SoundFile(out, "w", SAMPLE_RATE, 1, subtype="PCM_16", format="FLAC") as f:
+                if self.provenance is not None:
+                    self.provenance.tag_soundfile(f)   # Vorbis comments, before the audio
+                f.write(pcm)
+        except (sf.LibsndfileError, RuntimeError) as e:
+            self.emit(EncoderError(f"cannot encode flac: {e}"))
+            return
+        self.emit(out.getvalue())
+        self.emit(None)
+
+    def close(self) -> None:
+        if self._stretch is not None:
+            self._stretch.close()
+
+
 def make_encoder(fmt: str, emit, speed: float = 1.0, provenance=None) -> Encoder:
     """`provenance` (app.core.provenance.Provenance): the tags of formats that hold them."""
+    if fmt == "flac":
+        return WholeFlacEncoder(emit, speed, provenance)
     if needs_ffmpeg(fmt, speed):
         return FfmpegEncoder(fmt, emit, speed, provenance)
     return Encoder(fmt, emit, provenance)

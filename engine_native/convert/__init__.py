@@ -18,10 +18,11 @@ from engine_native.convert.model import (
     download_and_convert,
     inspect_model,
     requantize,
+    snapshot_files,
 )
 from engine_native.convert.quant import QUANT_TYPES, storage_type
 
 __all__ = [
     "VARIANTS", "QUANT_TYPES", "ConvertError", "ConvertReport", "convert", "detect_variant",
-    "download_and_convert", "inspect_model", "requantize", "storage_type",
+    "download_and_convert", "inspect_model", "requantize", "snapshot_files", "storage_type",
 ]

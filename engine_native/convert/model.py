@@ -43,6 +43,17 @@ CONDS_FILE = "conds.pt"
 ENGLISH_MARKERS = ("t3_cfg.safetensors", "tokenizer.json")   # ChatterboxTTS (English, Llama 520M)
 # exactly the files ChatterboxMultilingualTTS.from_pretrained fetches
 MTL_DOWNLOAD = [mtl.VE_FILE, mtl.T3_FILE, mtl.S3GEN_FILE, mtl.TOKENIZER_FILE, CONDS_FILE, mtl.CANGJIE_FILE]
+# The GPT-2 tokenizer's files (tokenizer.read_tokenizer): the first two always, the others when present.
+TOKENIZER_FILES = ("vocab.json", "merges.txt")
+TOKENIZER_EXTRAS = ("added_tokens.json", "tokenizer_config.json")
+
+
+def snapshot_files(variant: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The files `convert` reads from a snapshot of `variant`: (required, read when present)."""
+    if variant == "mtl":
+        return (mtl.T3_FILE, mtl.S3GEN_FILE, mtl.VE_FILE, mtl.TOKENIZER_FILE, CONDS_FILE), (mtl.CANGJIE_FILE,)
+    spec = VARIANTS[variant]
+    return (spec.t3_file, spec.s3gen_file, VE_FILE, CONDS_FILE, *TOKENIZER_FILES), TOKENIZER_EXTRAS
 
 
 @dataclass
@@ -95,14 +106,20 @@ def load_safetensors(path: Path) -> dict[str, np.ndarray]:
         raise ConvertError(f"{path}: not a readable safetensors file ({e})") from None
 
 
-def load_builtin_voice(path: Path) -> dict[str, np.ndarray]:
-    """`conds.pt` (Conditionals.save) -> the five conditioning tensors, flattened."""
+def _read_pt(path: Path, what: str = "") -> object:
+    """A snapshot's `.pt` file through the restricted unpickler; ConvertError when it is missing
+    (`what`: what the file holds, for the message) or holds more than tensors."""
     try:
-        conds = load_pt(path)
+        return load_pt(path)
     except FileNotFoundError:
-        raise ConvertError(f"{path}: missing from the snapshot (the built-in voice)") from None
+        raise ConvertError(f"{path}: missing from the snapshot{f' ({what})' if what else ''}") from None
     except TorchPickleError as e:
         raise ConvertError(str(e)) from None
+
+
+def load_builtin_voice(path: Path) -> dict[str, np.ndarray]:
+    """`conds.pt` (Conditionals.save) -> the five conditioning tensors, flattened."""
+    conds = _read_pt(path, "the built-in voice")
     try:
         t3, gen = conds["t3"], conds["gen"]
         voice = {
@@ -183,6 +200,19 @@ def _add_tensor(writer: GGUFWriter, report: ConvertReport, name: str, arr: np.nd
     report.types[qtype.name] += 1
 
 
+def _counted(sources, inputs, progress: Callable[[str, float], None]) -> Iterator[tuple[str, np.ndarray]]:
+    """The tensors of `sources` in turn, telling `progress` the share of the inputs' bytes
+    stored so far (the converted tensors are the inputs' arrays, folded or cast: close enough
+    for a progress bar; capped below 1 until the file is written)."""
+    total = max(1, sum(int(np.asarray(a).nbytes) for state in inputs for a in state.values()))
+    done = 0
+    for source in sources:
+        for name, arr in source:
+            yield name, arr
+            done += int(np.asarray(arr).nbytes)
+            progress("converting", min(done / total, 0.99))
+
+
 def _filterbank_tensors() -> Iterator[tuple[str, np.ndarray]]:
     yield "fb.mel_24k", filterbanks.mel_24k_filterbank()
     yield "fb.ve_mel", filterbanks.ve_mel_filterbank()
@@ -199,9 +229,70 @@ def _filterbank_metadata() -> dict:
     return meta
 
 
+def _metadata(variant: str, quant: str, t3_meta: dict, s3gen_meta: dict, ve_meta: dict, *extra: dict) -> dict:
+    """A model file's chatterbox.* metadata, in the order it is written."""
+    meta = {"variant": variant, "format_version": FORMAT_VERSION, "quant": quant,
+            **t3_meta, **s3gen_meta, **ve_meta, **_filterbank_metadata()}
+    for more in extra:
+        meta.update(more)
+    return meta
+
+
+def _check_vocab(snapshot: Path, meta: dict, n_tokens: int) -> None:
+    if meta["t3.text_vocab"] != n_tokens:
+        raise ConvertError(f"{snapshot}: tokenizer has {n_tokens} tokens but T3 expects {meta['t3.text_vocab']}")
+
+
+def _file_type(quant: str) -> int:
+    return int(QUANT_TYPES[quant]) if quant != "f32" else 0
+
+
+def _shared_tensors(s3: dict, spec: Variant, ve: dict, ve_file: str, voice: dict) -> tuple:
+    """The tensors every variant writes after its T3's: S3Gen, VoiceEncoder, voice, filterbanks."""
+    return (tensors.s3gen_tensors(s3, spec.s3gen_file), tensors.ve_tensors(ve, ve_file), iter(voice.items()),
+            _filterbank_tensors())
+
+
+def _with_progress(sources, inputs, progress: Callable[[str, float], None]) -> tuple:
+    """`sources` as one source that tells `progress` how far the conversion is (_counted), then
+    "writing" once every tensor is stored."""
+    def counted():
+        yield from _counted(sources, inputs, progress)
+        progress("writing", 0.0)
+    return (counted(),)
+
+
+def _model_writer(name: str, meta: dict, tokenizer: Callable[[GGUFWriter], None], sources,
+                  report: ConvertReport) -> Callable[[GGUFWriter], None]:
+    """What a converted model file holds, in order: name, file type, metadata, the tokenizer
+    (written by `tokenizer`), then every tensor of `sources` through the quantisation policy."""
+    def fill(w: GGUFWriter) -> None:
+        w.add_name(name)
+        w.add_file_type(_file_type(report.quant))
+        for key, value in meta.items():
+            add_kv(w, f"{ARCH}.{key}", value)
+        tokenizer(w)
+        for source in sources:
+            for tensor_name, arr in source:
+                _add_tensor(w, report, tensor_name, arr)
+    return fill
+
+
+def _write_and_report(out_path: Path, fill: Callable[[GGUFWriter], None], report: ConvertReport, started: float,
+                      log: Callable[[str], None]) -> ConvertReport:
+    _write_model(out_path, fill)
+    report.seconds = time.perf_counter() - started
+    log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
+    log(report.summary())
+    return report
+
+
 def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, variant: str = "auto",
-            quant: str = "f32", log: Callable[[str], None] | None = print) -> ConvertReport:
-    """Convert a snapshot folder into one GGUF file at `out_path` (written atomically)."""
+            quant: str = "f32", log: Callable[[str], None] | None = print,
+            progress: Callable[[str, float], None] | None = None) -> ConvertReport:
+    """Convert a snapshot folder into one GGUF file at `out_path` (written atomically).
+    `progress(stage, fraction)` hears "reading", then "converting" with the share of the
+    weights stored (quantised) so far, then "writing"."""
     started = time.perf_counter()
     snapshot, out_path = Path(snapshot_dir), Path(out_path)
     if quant not in QUANT_TYPES:
@@ -215,8 +306,10 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
         raise ConvertError(f"{snapshot}: holds a {detected} checkpoint, not {variant}")
     spec = VARIANTS[variant]
     log = log or (lambda _msg: None)
+    progress = progress or (lambda _stage, _fraction: None)
+    progress("reading", 0.0)
     if variant == "mtl":
-        return _convert_mtl(snapshot, out_path, spec, quant, log, started)
+        return _convert_mtl(snapshot, out_path, spec, quant, log, started, progress)
 
     # Read and validate every input before writing a byte.
     t3 = load_safetensors(snapshot / spec.t3_file)
@@ -224,26 +317,15 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
     ve = load_safetensors(snapshot / VE_FILE)
     voice = load_builtin_voice(snapshot / CONDS_FILE)
     tok = read_tokenizer(snapshot)
-    meta = {
-        "variant": variant,
-        "format_version": FORMAT_VERSION,
-        "quant": quant,
-        **hparams.t3_hparams(t3, str(snapshot / spec.t3_file)),
-        **hparams.s3gen_hparams(s3, spec.meanflow, str(snapshot / spec.s3gen_file)),
-        **hparams.ve_hparams(ve, str(snapshot / VE_FILE)),
-        **_filterbank_metadata(),
-    }
-    if meta["t3.text_vocab"] != len(tok.tokens):
-        raise ConvertError(f"{snapshot}: tokenizer has {len(tok.tokens)} tokens but T3 expects {meta['t3.text_vocab']}")
+    meta = _metadata(variant, quant, hparams.t3_hparams(t3, str(snapshot / spec.t3_file)),
+                     hparams.s3gen_hparams(s3, spec.meanflow, str(snapshot / spec.s3gen_file)),
+                     hparams.ve_hparams(ve, str(snapshot / VE_FILE)))
+    _check_vocab(snapshot, meta, len(tok.tokens))
 
     report = ConvertReport(path=out_path, variant=variant, quant=quant)
     log(f"converting {snapshot} ({variant}) -> {out_path} [{quant}]")
 
-    def fill(w: GGUFWriter) -> None:
-        w.add_name(f"Chatterbox {variant.capitalize()}")
-        w.add_file_type(int(QUANT_TYPES[quant]) if quant != "f32" else 0)
-        for key, value in meta.items():
-            add_kv(w, f"{ARCH}.{key}", value)
+    def tokenizer(w: GGUFWriter) -> None:
         w.add_tokenizer_model("gpt2")
         w.add_token_list(tok.tokens)
         w.add_token_types(tok.token_types)
@@ -253,32 +335,23 @@ def convert(snapshot_dir: str | os.PathLike, out_path: str | os.PathLike, *, var
         for flag in ("special", "lstrip", "rstrip", "normalized", "single_word"):
             add_kv(w, f"{ARCH}.added_tokens.{flag}", [getattr(t, flag) for t in tok.added])
         add_kv(w, f"{ARCH}.added_tokens.id", [t.id for t in tok.added])
-        for source in (tensors.t3_tensors(t3, spec.t3_file), tensors.s3gen_tensors(s3, spec.s3gen_file),
-                       tensors.ve_tensors(ve, VE_FILE), iter(voice.items()), _filterbank_tensors()):
-            for name, arr in source:
-                _add_tensor(w, report, name, arr)
 
-    _write_model(out_path, fill)
-    report.seconds = time.perf_counter() - started
-    log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
-    log(report.summary())
-    return report
+    tensors_in_order = (tensors.t3_tensors(t3, spec.t3_file), *_shared_tensors(s3, spec, ve, VE_FILE, voice))
+    fill = _model_writer(f"Chatterbox {variant.capitalize()}", meta, tokenizer,
+                         _with_progress(tensors_in_order, (t3, s3, ve, voice), progress), report)
+    return _write_and_report(out_path, fill, report, started, log)
 
 
 def load_pt_state(path: Path) -> dict[str, np.ndarray]:
     """A `torch.save(state_dict)` file (s3gen.pt, ve.pt) -> {name: array}."""
-    try:
-        state = load_pt(path)
-    except FileNotFoundError:
-        raise ConvertError(f"{path}: missing from the snapshot") from None
-    except TorchPickleError as e:
-        raise ConvertError(str(e)) from None
+    state = _read_pt(path)
     if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
         raise ConvertError(f"{path}: not a state dict of tensors")
     return dict(state)
 
 
-def _convert_mtl(snapshot: Path, out_path: Path, spec: Variant, quant: str, log, started: float) -> ConvertReport:
+def _convert_mtl(snapshot: Path, out_path: Path, spec: Variant, quant: str, log, started: float,
+                 progress: Callable[[str, float], None]) -> ConvertReport:
     """The Multilingual snapshot: Llama T3 + standard-CFM S3Gen + grapheme tokenizer + Cangjie."""
     t3 = load_safetensors(snapshot / spec.t3_file)
     s3 = load_pt_state(snapshot / spec.s3gen_file)
@@ -286,19 +359,11 @@ def _convert_mtl(snapshot: Path, out_path: Path, spec: Variant, quant: str, log,
     voice = load_builtin_voice(snapshot / CONDS_FILE)
     tok = mtl.read_grapheme_tokenizer(snapshot)
     glyphs, codes = mtl.read_cangjie(snapshot)
-    meta = {
-        "variant": "mtl",
-        "format_version": FORMAT_VERSION,
-        "quant": quant,
-        **mtl.t3_llama_hparams(t3, str(snapshot / spec.t3_file)),
-        **hparams.s3gen_hparams(s3, spec.meanflow, str(snapshot / spec.s3gen_file)),
-        **hparams.ve_hparams(ve, str(snapshot / mtl.VE_FILE)),
-        **_filterbank_metadata(),
-        **mtl.tokenizer_metadata(tok, glyphs, codes),
-    }
+    meta = _metadata("mtl", quant, mtl.t3_llama_hparams(t3, str(snapshot / spec.t3_file)),
+                     hparams.s3gen_hparams(s3, spec.meanflow, str(snapshot / spec.s3gen_file)),
+                     hparams.ve_hparams(ve, str(snapshot / mtl.VE_FILE)), mtl.tokenizer_metadata(tok, glyphs, codes))
     meta["s3gen.n_silence_tokens"] = 0          # generate() appends no silence tail
-    if meta["t3.text_vocab"] != len(tok.tokens):
-        raise ConvertError(f"{snapshot}: tokenizer has {len(tok.tokens)} tokens but T3 expects {meta['t3.text_vocab']}")
+    _check_vocab(snapshot, meta, len(tok.tokens))
     try:
         emotion = np.asarray(load_pt(snapshot / CONDS_FILE)["t3"].get("emotion_adv", 0.5), np.float32).reshape(-1)
         meta["voice.builtin_exaggeration"] = float(emotion[0]) if emotion.size else 0.5
@@ -310,27 +375,18 @@ def _convert_mtl(snapshot: Path, out_path: Path, spec: Variant, quant: str, log,
         log(f"note: no {mtl.CANGJIE_FILE} in {snapshot}: Chinese glyphs will pass through unconverted, "
             "as the reference does without the table")
 
-    def fill(w: GGUFWriter) -> None:
-        w.add_name("Chatterbox Multilingual")
-        w.add_file_type(int(QUANT_TYPES[quant]) if quant != "f32" else 0)
-        for key, value in meta.items():
-            add_kv(w, f"{ARCH}.{key}", value)
+    def tokenizer(w: GGUFWriter) -> None:
         w.add_tokenizer_model("chatterbox-grapheme")
         w.add_token_list(tok.tokens)
         w.add_token_types(tok.token_types)
         w.add_bos_token_id(tok.start_id)
         w.add_eos_token_id(tok.stop_id)
         w.add_unk_token_id(tok.unk_id)
-        for source in (mtl.t3_llama_tensors(t3, spec.t3_file), tensors.s3gen_tensors(s3, spec.s3gen_file),
-                       tensors.ve_tensors(ve, mtl.VE_FILE), iter(voice.items()), _filterbank_tensors()):
-            for name, arr in source:
-                _add_tensor(w, report, name, arr)
 
-    _write_model(out_path, fill)
-    report.seconds = time.perf_counter() - started
-    log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
-    log(report.summary())
-    return report
+    tensors_in_order = (mtl.t3_llama_tensors(t3, spec.t3_file), *_shared_tensors(s3, spec, ve, mtl.VE_FILE, voice))
+    fill = _model_writer("Chatterbox Multilingual", meta, tokenizer,
+                         _with_progress(tensors_in_order, (t3, s3, ve, voice), progress), report)
+    return _write_and_report(out_path, fill, report, started, log)
 
 
 # --- requantise and inspect an existing model -------------------------------------------
@@ -341,11 +397,25 @@ def _read(path: Path) -> GGUFReader:
     try:
         reader = GGUFReader(str(path))
     except Exception as e:  # gguf raises ValueError, struct.error, IndexError... on corrupt files
-        raise ConvertError(f"{path}: not a readable GGUF file ({e})") from None
+        raise ConvertError(damaged_gguf_message(path, e)) from None
     arch = reader.get_field("general.architecture")
     if arch is None or arch.contents() != ARCH:
         raise ConvertError(f"{path}: not a Chatterbox model (architecture {arch.contents() if arch else None!r})")
     return reader
+
+
+def damaged_gguf_message(path, error: BaseException) -> str:
+    """One line for a GGUF file gguf's reader failed on: what is wrong with its header or data
+    (engine_native.gguf_header) rather than the numpy words the reader fails with."""
+    from engine_native.gguf_header import GGUFFileError, read_header
+
+    try:
+        read_header(path).check_complete()
+    except GGUFFileError as e:
+        return str(e)
+    except OSError as e:
+        return f"{path}: cannot be read ({e.strerror or e})"
+    return f"{path}: not a readable GGUF file ({error})"
 
 
 def _tensor_as_float(t) -> np.ndarray:
@@ -376,7 +446,7 @@ def requantize(in_path: str | os.PathLike, out_path: str | os.PathLike, quant: s
             vtype = GGUFValueType(f.types[0])
             sub = GGUFValueType(f.types[-1]) if vtype == GGUFValueType.ARRAY else None
             w.add_key_value(f.name, f.contents(), vtype, sub_type=sub)
-        w.add_file_type(int(QUANT_TYPES[quant]) if quant != "f32" else 0)
+        w.add_file_type(_file_type(quant))
         add_kv(w, f"{ARCH}.quant", quant)
         for t in reader.tensors:
             arr = _tensor_as_float(t)
@@ -384,11 +454,7 @@ def requantize(in_path: str | os.PathLike, out_path: str | os.PathLike, quant: s
                 arr = arr.astype(np.int32)
             _add_tensor(w, report, t.name, arr.astype(np.float32) if arr.dtype == np.float16 else arr)
 
-    _write_model(out_path, fill)
-    report.seconds = time.perf_counter() - started
-    log(f"quantised {report.n_quantised} of {report.n_tensors} tensors")
-    log(report.summary())
-    return report
+    return _write_and_report(out_path, fill, report, started, log)
 
 
 def inspect_model(path: str | os.PathLike) -> dict:
@@ -425,11 +491,11 @@ def inspect_model(path: str | os.PathLike) -> dict:
 
 def download_and_convert(repo_id: str, out_path: str | os.PathLike, *, quant: str = "f32",
                          variant: str = "auto", log: Callable[[str], None] | None = print) -> ConvertReport:
-    """Fetch a snapshot with huggingface_hub (optional dependency), then convert it."""
+    """Fetch a snapshot with huggingface_hub, then convert it."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise ConvertError("downloading needs huggingface_hub: pip install 'chatterbox-studio[download]'") from None
+        raise ConvertError("downloading needs huggingface_hub: pip install huggingface_hub") from None
     try:
         mtl_repo = variant == "mtl" or (variant == "auto" and repo_id == "ResembleAI/chatterbox")
         patterns = MTL_DOWNLOAD if mtl_repo else ["*.safetensors", "*.json", "*.txt", "*.pt"]

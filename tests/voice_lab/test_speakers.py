@@ -1,14 +1,19 @@
-"""One speaker per voice (issue 20): a recording of two espeak-ng voices taking turns gives
-a clone window from one of them, and `lab` names two speakers.
+"""One speaker per voice: a recording of two people taking turns gives a clone window from
+one of them, and `lab` names the speakers and where they speak.
 
-The embedder is the engine's speaker-verification encoder (Engine.speaker_xvector, CAMPPlus) on
-the small random-weight Nano model, passed in by the caller as the app and `lab` do.
+Two kinds of test:
+- real recordings fetched from packages (tests/helpers/real_speech.py) with the trained GE2E
+  speaker encoder (engine_native.speaker_encoder), checked by a measure that owes nothing to
+  the embedder (the pitch of each chosen span);
+- espeak-ng voices with the random-weight Nano model's CAMPPlus x-vectors and a plain spectral
+  feature: the clustering rules on embeddings with no speaker identity (every cosine ~0.99).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import subprocess
 
@@ -19,6 +24,7 @@ from tests.helpers.models import model_path
 
 pytestmark = pytest.mark.skipif(not (shutil.which("espeak-ng") and shutil.which("ffmpeg")),
                                 reason="needs espeak-ng and ffmpeg")
+NO_ENCODER = {"CBS_SPEAKER_ENCODER": "/nonexistent/speaker-encoder.gguf"}   # lab as without setup's encoder
 
 @pytest.fixture(scope="module")
 def engine():
@@ -51,7 +57,7 @@ def _check_window(path, turns, embed):
     from voice_lab.decode import decode
     from voice_lab.lab import prepare_clip
     from voice_lab.silence import Span
-    from voice_lab.speakers import find_speakers, segments
+    from voice_lab.speakers import find_speakers, windows
 
     result = prepare_clip(path, target=6.0, embed=embed)
     sp = result.report["speakers"]
@@ -66,7 +72,7 @@ def _check_window(path, turns, embed):
     found = find_speakers(mono, rate, [Span(a, b) for a, b in result.report["analysis"]["speech_regions"]], embed)
     c0, c1 = found.centroid(0), found.centroid(1)
     for a, b in spans:
-        for s in segments([Span(a, b)], 1.5) or [Span(a, b)]:
+        for s in windows([Span(a, b)], 1.5) or [Span(a, b)]:
             e = np.asarray(embed(mono[int(s.start * rate):int(s.end * rate)], rate), np.float64).reshape(-1)
             e = e / np.linalg.norm(e)
             assert e @ c0 > e @ c1
@@ -104,13 +110,73 @@ def test_lab_reports_the_speakers(dialogue, tmp_path):
     path, _turns = dialogue
     model = str(model_path("nano", "q4_0"))
     out = str(tmp_path / "clip.wav")
+    env = {**os.environ, **NO_ENCODER}
     r = subprocess.run([sys.executable, "-m", "app", "lab", path, "-o", out, "--target", "5", "-m", model],
-                       capture_output=True, text=True, timeout=600, check=False)
+                       capture_output=True, text=True, timeout=600, check=False, env=env)
     assert r.returncode == 0, r.stderr
     assert "speaker   1:" in r.stdout and " found (separation " in r.stdout
+    assert "told apart by the model's CAMPPlus x-vectors" in r.stdout
     with open(out[:-4] + ".lab.json", encoding="utf-8") as f:
         report = json.load(f)
     assert report["speakers"]["chosen"] == 1 and report["speakers"]["count"] >= 1
     r = subprocess.run([sys.executable, "-m", "app", "lab", path, "-o", out, "--target", "5"],
-                       capture_output=True, text=True, timeout=600, check=False)
-    assert r.returncode == 0 and "speakers  not analysed" in r.stdout
+                       capture_output=True, text=True, timeout=600, check=False, env=env)
+    assert r.returncode == 0 and "speakers  not analysed: without a speaker encoder" in r.stdout
+
+
+# ------------------------------------------------------------------ real recordings, trained encoder
+
+MALE_BELOW_HZ = 165.0   # median F0 of a span: the codec2 recording's man reads 114-133 Hz, its woman 229 Hz
+
+
+def _sex(path, spans):
+    from tests.helpers import real_speech as rs
+
+    x, sr = rs.read(path)
+    return {"man" if rs.median_f0(x[int(a * sr):int(b * sr)], sr) < MALE_BELOW_HZ else "woman" for a, b in spans}
+
+
+def test_real_man_and_woman_give_one_voice_windows(speaker_encoder, harvard):
+    """Each speaker's clone window holds that speaker only (by pitch), and both are offered."""
+    from voice_lab.lab import prepare_clip
+
+    first = prepare_clip(harvard, target=10.0, embed=speaker_encoder.embed)
+    sp = first.report["speakers"]
+    assert sp["count"] == 2, sp
+    assert _sex(harvard, first.report["window"]["spans"]) == {"woman"}      # the one with more speech
+    # the man is offered too, with his own spans; his 4.2 s are too little to clone alone
+    assert [_sex(harvard, s["spans"]) for s in sp["speakers"]] == [{"woman"}, {"man"}]
+    from voice_lab.errors import TooLittleSpeechError
+
+    with pytest.raises(TooLittleSpeechError, match="speech"):
+        prepare_clip(harvard, target=10.0, embed=speaker_encoder.embed, speaker=1)
+
+
+def test_real_one_voice_is_one_speaker(speaker_encoder):
+    """A long recording of one radio amateur (codec2's ve9qrp, 8 kHz, 112 s): one speaker."""
+    from tests.helpers import real_speech as rs
+    from voice_lab.silence import detect_silence, speech_regions
+    from voice_lab.speakers import find_speakers
+
+    try:
+        x, sr = rs.read(rs.codec2("wav/ve9qrp.wav"))
+    except rs.FetchError as e:
+        pytest.skip(str(e))
+    x = x[: 40 * sr]
+    regions = speech_regions(detect_silence(x.reshape(-1, 1), sr, -30, 0.3), x.size / sr)
+    assert find_speakers(x, sr, regions, speaker_encoder.embed).count == 1
+
+
+def test_lab_names_real_speakers_and_times(speaker_encoder, harvard, tmp_path):
+    import sys
+
+    out = str(tmp_path / "clip.wav")
+    r = subprocess.run([sys.executable, "-m", "app", "lab", str(harvard), "-o", out, "--speaker-encoder",
+                        speaker_encoder.path], capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "told apart by the GE2E speaker encoder" in r.stdout
+    assert "speaker   1: " in r.stdout and "speaker   2: " in r.stdout and "speakers  2 found" in r.stdout
+    with open(out[:-4] + ".lab.json", encoding="utf-8") as f:
+        report = json.load(f)
+    assert report["speakers"]["encoder"].startswith("the GE2E speaker encoder")
+    assert _sex(harvard, report["window"]["spans"]) == {"woman"}

@@ -167,8 +167,8 @@ class _Renderer:
         self.engine, self.book, self.s = engine, book, settings
         self.rate = engine.sample_rate
         self.folder = Path(folder)
-        self.cache = PartsCache(self.folder, model_path=model_path, stream_options=settings.stream_options,
-                                rate=self.rate, watermark=engine.watermark)
+        self.cache = PartsCache(self.folder, model_path=model_path, model_id=getattr(engine, "model_id", None),
+                                stream_options=settings.stream_options, rate=self.rate, watermark=engine.watermark)
         self.provenance = Provenance.of(engine, voice_names(settings.voices, engine.builtin_voice.name))
         self.cancel, self.on_event = cancel, on_event
         self.result = BookResult([], self.rate)
@@ -245,13 +245,13 @@ class _Renderer:
                 options["language"] = lang
         items = chapter_items(chapter, base_index=number * CHAPTER_SEED_STRIDE,
                               paragraph_pause=self.s.paragraph_pause, speakers=self.s.speakers)
-        for item in items:
+        for item, first in self.first_takes(items, options):
             if self.cancel is not None and self.cancel.is_set():
                 raise Cancelled()
             if isinstance(item, Pause):
                 yield np.zeros(int(round(item.seconds * self.rate)), np.float32)
                 continue
-            samples = self.piece(item, options)
+            samples = self.piece(item, options, first)
             self.result.pieces += 1
             self.done_chars += len(item.text)
             if samples is not None:
@@ -260,11 +260,16 @@ class _Renderer:
             self.event("piece", k, chapter)
         yield np.zeros(int(round(self.s.chapter_pause * self.rate)), np.float32)
 
+    def parts(self, items, options: dict, **kw):
+        """The items' Parts from the engine, or from a cluster's (app.cluster's ClusterEngine
+        renders pieces ahead on its workers and yields them in order)."""
+        run = getattr(self.engine, "render_script", None) or (lambda items, **k: render(self.engine, items, **k))
+        return run(items, voices=self.s.voices, seed=self.s.seed, lexicon=self.s.lexicon, best_of=self.s.best_of,
+                   options=options, stream_options=self.s.stream_options, cache=self.cache, cancel=self.cancel, **kw)
+
     def take(self, piece: Piece, options: dict) -> tuple[np.ndarray, bool] | None:
         got, cached = [], True
-        for part in render(self.engine, [piece], voices=self.s.voices, seed=self.s.seed, lexicon=self.s.lexicon,
-                           best_of=self.s.best_of, options=options, stream_options=self.s.stream_options,
-                           cache=self.cache, cancel=self.cancel):
+        for part in self.parts([piece], options):
             got.append(part.samples)
             cached = cached and part.cached
         if self.cancel is not None and self.cancel.is_set():
@@ -273,14 +278,31 @@ class _Renderer:
             return None
         return np.concatenate(got), cached
 
-    def piece(self, piece: Piece, options: dict) -> np.ndarray | None:
+    def refused(self, piece: Piece, error: Exception) -> None:
+        self.result.failed.append(f"{piece.text[:60]!r}: {error}")
+
+    def first_takes(self, items, options: dict) -> Iterator[tuple[Piece | Pause, tuple | None]]:
+        """(item, its first take (samples, cached) or None) in order; a piece the engine refuses
+        is recorded in `failed` and has no take."""
         from engine_native.errors import EmptyTextError, ParameterError
 
-        try:
-            first = self.take(piece, options)
-        except (ParameterError, EmptyTextError) as e:
-            self.result.failed.append(f"{piece.text[:60]!r}: {e}")
-            return None
+        if hasattr(self.engine, "render_script"):
+            for part in self.parts(items, options, refused=self.refused):
+                yield part.item, (part.samples, part.cached) if isinstance(part.item, Piece) else None
+            if self.cancel is not None and self.cancel.is_set():
+                raise Cancelled()
+            return
+        for item in items:
+            if isinstance(item, Pause):
+                yield item, None
+                continue
+            try:
+                yield item, self.take(item, options)
+            except (ParameterError, EmptyTextError) as e:
+                self.refused(item, e)
+                yield item, None
+
+    def piece(self, piece: Piece, options: dict, first) -> np.ndarray | None:
         if first is None:
             return None
         samples, cached = first

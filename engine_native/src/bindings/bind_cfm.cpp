@@ -1,6 +1,6 @@
 // Python binding of S3Gen's conditional flow matching decoder (the `s3gen_mel` seam).
 #include "bindings/helpers.h"
-#include "s3gen/s3gen_cfm.h"
+#include "s3gen/cfm_sampler.h"
 
 namespace py = pybind11;
 using namespace cbs;

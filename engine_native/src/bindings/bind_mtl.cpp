@@ -7,6 +7,7 @@
 
 #include "core/model_file.h"
 #include "text/grapheme_tokenizer.h"
+#include "text/text_norm.h"
 
 namespace py = pybind11;
 

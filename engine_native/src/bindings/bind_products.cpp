@@ -1,4 +1,4 @@
-// Test seams for the CPU's matrix products (core/ggml_ops: matmul, attention) in each of
+// Test seams for the CPU's matrix products (cpu/products.h matmul, cpu/attention.h) in each of
 // their modes, through a real graph on a CPU backend with the engine's own thread split.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "bindings/helpers.h"
-#include "core/amx_gemm.h"
-#include "core/vnni_gemm.h"
-#include "core/ggml_ops.h"
+#include "core/graph_runner.h"
+#include "cpu/amx_gemm.h"
+#include "cpu/attention.h"
+#include "cpu/products.h"
+#include "cpu/vnni_gemm.h"
 
 namespace cbs {
 

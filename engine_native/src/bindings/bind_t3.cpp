@@ -9,8 +9,9 @@
 #include <memory>
 
 #include "bindings/helpers.h"
-#include "core/ggml_ops.h"
-#include "core/q4_matmul.h"
+#include "core/graph_runner.h"
+#include "cpu/products.h"
+#include "cpu/q4_matmul.h"
 #include "t3/decode_attention.h"
 #include "t3/sampler.h"
 #include "t3/t3_llama.h"
@@ -30,21 +31,26 @@ std::vector<int32_t> read_ids(const ModelFile& mf, const char* name) {
     return v;
 }
 
-// A sampling / conditioning value: the argument, else the model file's default
-// (chatterbox.sampling.KEY), else `fallback`.
-float default_or(const ModelFile& mf, const py::object& v, const char* key, float fallback) {
+// A sampling value: the argument, else the model file's (chatterbox.sampling.KEY). The
+// converter writes the reference's defaults there, the one place they are kept; the engine
+// passes every value, the parity seams leave some None.
+float sampling_value(const ModelFile& mf, const py::object& v, const char* key) {
     if (!v.is_none()) return v.cast<float>();
-    const std::string k = std::string("chatterbox.sampling.") + key;
-    return mf.has_key(k) ? static_cast<float>(mf.get_float(k)) : fallback;
+    return static_cast<float>(mf.get_float(std::string("chatterbox.sampling.") + key));
 }
-int default_or_int(const ModelFile& mf, const py::object& v, const char* key, int fallback) {
+int sampling_int(const ModelFile& mf, const py::object& v, const char* key) {
     if (!v.is_none()) return v.cast<int>();
-    const std::string k = std::string("chatterbox.sampling.") + key;
-    return mf.has_key(k) ? static_cast<int>(mf.get_int(k)) : fallback;
+    return static_cast<int>(mf.get_int(std::string("chatterbox.sampling.") + key));
+}
+// The classifier-free guidance weight: the argument, else the file's; 0 (none) for a model
+// without guidance (Turbo, Nano: no such key).
+float cfg_weight_value(const ModelFile& mf, const py::object& v) {
+    return v.is_none() && !mf.has_key("chatterbox.sampling.cfg_weight") ? 0.0f : sampling_value(mf, v, "cfg_weight");
 }
 
 // The voice's T3 conditioning: given arrays, or the model's built-in voice; the
-// exaggeration (Multilingual) given or the model's default.
+// exaggeration (Multilingual) given or the model file's (a file without the key is a T3
+// that does not read it).
 T3Conditioning conditioning(const ModelFile& mf, int speaker_size, const py::object& speaker_emb,
                             const py::object& prompt_tokens, const py::object& exaggeration = py::none()) {
     T3Conditioning c;
@@ -52,7 +58,8 @@ T3Conditioning conditioning(const ModelFile& mf, int speaker_size, const py::obj
                                           : optional_vector<float>(speaker_emb);
     c.prompt_tokens = prompt_tokens.is_none() ? read_ids(mf, "voice.cond_prompt_speech_tokens")
                                               : optional_vector<int32_t>(prompt_tokens);
-    c.exaggeration = default_or(mf, exaggeration, "exaggeration", 0.5f);
+    if (!exaggeration.is_none() || mf.has_key("chatterbox.sampling.exaggeration"))
+        c.exaggeration = sampling_value(mf, exaggeration, "exaggeration");
     return c;
 }
 
@@ -82,20 +89,19 @@ SamplingParams params(float temperature, int top_k, float top_p, float repetitio
     return SamplingParams{temperature, top_k, top_p, repetition_penalty, min_p, cfg_weight};
 }
 
-// Sampling arguments left None take the model file's defaults (chatterbox.sampling.*),
-// else the Turbo reference's.
+// Sampling arguments left None take the model file's defaults (chatterbox.sampling.*).
 SamplingParams params(const ModelFile& mf, const py::object& temperature, const py::object& top_k,
                       const py::object& top_p, const py::object& repetition_penalty, const py::object& min_p,
                       const py::object& cfg_weight) {
-    return params(default_or(mf, temperature, "temperature", 0.8f), default_or_int(mf, top_k, "top_k", 1000),
-                  default_or(mf, top_p, "top_p", 0.95f), default_or(mf, repetition_penalty, "repetition_penalty", 1.2f),
-                  default_or(mf, min_p, "min_p", 0.0f), default_or(mf, cfg_weight, "cfg_weight", 0.0f));
+    return params(sampling_value(mf, temperature, "temperature"), sampling_int(mf, top_k, "top_k"),
+                  sampling_value(mf, top_p, "top_p"), sampling_value(mf, repetition_penalty, "repetition_penalty"),
+                  sampling_value(mf, min_p, "min_p"), cfg_weight_value(mf, cfg_weight));
 }
 
 }  // namespace
 
 // (ours, ggml's, w dequantised) for the products of w (f32 [N, K], quantised to Q4_0 here) and x (f32 [M, K]) on a
-// CPU backend: ours through matmul() on the weight in core/q4_matmul's packed layout (the
+// CPU backend: ours through matmul() on the weight in cpu/q4_matmul's packed layout (the
 // kernel below 64 columns, sgemm or AMX from 64), ggml's through ggml_mul_mat on plain Q4_0.
 static py::tuple q4_matmul_pair(F32Array w, F32Array x, int threads) {
     if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32 != 0 || w.shape(0) < 1 ||
@@ -242,7 +248,7 @@ void bind_t3(py::module_& m) {
                           py::object cfg_weight, bool alignment) -> py::object {
             const ModelFile& mf = *self.model->file;
             T3Conditioning c = conditioning(mf, self->hp().speaker_embed_size, speaker_emb, prompt_tokens, exaggeration);
-            c.guidance = self->alignment() && default_or(mf, cfg_weight, "cfg_weight", 0.0f) > 0.0f;
+            c.guidance = self->alignment() && cfg_weight_value(mf, cfg_weight) > 0.0f;
             if (speech.empty()) throw EngineError("speech_ids must hold at least the start-of-speech token");
             std::unique_ptr<T3Cache> cache = self->new_cache();
             std::vector<float> out = released([&] {
@@ -299,7 +305,7 @@ void bind_t3(py::module_& m) {
             T3Llama& t3 = llama(*self.impl);
             const ModelFile& mf = *self.model->file;
             T3Conditioning c = conditioning(mf, self->hp().speaker_embed_size, speaker_emb, prompt_tokens, exaggeration);
-            c.guidance = default_or(mf, cfg_weight, "cfg_weight", 0.0f) > 0.0f;
+            c.guidance = cfg_weight_value(mf, cfg_weight) > 0.0f;
             std::vector<float> out = released([&] { return t3.input_embeddings(c, text, speech); });
             const py::ssize_t rows = c.guidance ? 2 : 1, E = self->hp().n_embd;
             return to_numpy(out, {rows, static_cast<py::ssize_t>(out.size()) / (rows * E), E});

@@ -29,8 +29,8 @@ namespace cbs {
 namespace py = pybind11;
 
 // f() with the GIL released when this thread holds it (and the interpreter is not shutting
-// down), else plainly. For destructors: freeing a model's buffers takes 50-170 ms on this
-// machine class, which must not stop the process's other Python threads (the GUI's).
+// down), else plainly. For destructors: freeing a model's buffers takes a noticeable time
+// (tens of ms and more), which must not stop the process's other Python threads (the GUI's).
 template <class F>
 void without_gil(F&& f) {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -51,7 +51,7 @@ using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>
 
 // The Python-side handle of a loaded model: the backend and the file whose weights it holds.
 // `abort` stops the graph computation in flight on a CPU backend (checked by ggml between
-// graph nodes, core/ggml_ops.cpp turns it into CancelledError): Engine arms it for the
+// graph nodes, core/graph_runner.cpp turns it into CancelledError): Engine arms it for the
 // stream whose S3Gen / HiFT pass is running, so Stop frees the engine within a node.
 struct PyModel {
     BackendPtr backend;

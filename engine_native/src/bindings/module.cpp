@@ -7,11 +7,11 @@
 #include "core/model_file.h"
 #include "bindings/helpers.h"
 #include "core/options.h"
-#include "core/ggml_ops.h"
 #include "core/system_info.h"
-#include "core/q4_matmul.h"
-#include "core/amx_gemm.h"
-#include "core/vnni_gemm.h"
+#include "cpu/amx_gemm.h"
+#include "cpu/blas.h"
+#include "cpu/q4_matmul.h"
+#include "cpu/vnni_gemm.h"
 
 namespace py = pybind11;
 
@@ -198,11 +198,13 @@ PYBIND11_MODULE(_core, m) {
         d["blas"] = cbs::have_blas();
         d["blas_core"] = cbs::blas_core();
         d["q4_kernel"] = cbs::q4_packed_available();
+        d["q4_kernel_isa"] = std::string(cbs::q4_kernel_isa());
         d["amx"] = cbs::amx_available();
         d["vnni_products"] = cbs::vnni_available() && !cbs::amx_available();
         return d;
     }, "ggml version, CPU features and variant, loaded backends and devices, default thread count, whether the "
-       "CPU's f32 matrix products use OpenBLAS (and its kernels, blas_core), whether T3's Q4_0 products on the CPU use the engine's own kernel, whether a quantised model's S3Gen products "
+       "CPU's f32 matrix products use OpenBLAS (and its kernels, blas_core), whether T3's Q4_0 products on the CPU use the engine's own kernel (and its instruction set, q4_kernel_isa: "
+       "'AVX-512 VNNI', 'AVX2' or ''), whether a quantised model's S3Gen products "
        "run on AMX tiles (amx) or, without AMX, its Q4_0 products in int16 on AVX512-VNNI (vnni_products).");
 
     m.def("devices", [] { return devices_list(cbs::list_devices()); },

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/graph_helpers.h"
+
 namespace cbs {
 
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cloning/audio_features.h"
-#include "core/ggml_ops.h"
+#include "core/graph_runner.h"
 #include "core/model_file.h"
 
 namespace cbs {

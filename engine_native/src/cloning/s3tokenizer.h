@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cloning/audio_features.h"
-#include "core/ggml_ops.h"
+#include "core/graph_runner.h"
 #include "core/model_file.h"
 
 namespace cbs {
@@ -45,7 +45,7 @@ private:
     ggml_tensor *conv1_w_, *conv1_b_, *conv2_w_, *conv2_b_, *proj_w_, *proj_b_;
     std::vector<Block> blocks_;
     GraphRunner runner_;
-    bool on_cpu_;  // products through OpenBLAS and the vectorised GELU (core/ggml_ops)
+    bool on_cpu_;  // products through OpenBLAS and the vectorised GELU (cpu/products.h, cpu/activations.h)
 };
 
 }  // namespace cbs

@@ -41,12 +41,19 @@ LoadState& state() {
 
 // ggml's INFO lines (a module loaded, CUDA found N devices) would print at every import:
 // only warnings and errors pass, unless CBS_GGML_LOG=1.
+thread_local std::string* log_capture = nullptr;  // GgmlLogCapture's text on this thread, if one lives
+
 void log_callback(ggml_log_level level, const char* text, void*) {
     static const bool all = env("CBS_GGML_LOG") == "1";
     static ggml_log_level last = GGML_LOG_LEVEL_NONE;
     if (level == GGML_LOG_LEVEL_CONT) level = last;
     last = level;
-    if (all || level == GGML_LOG_LEVEL_WARN || level == GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
+    if (!(all || level == GGML_LOG_LEVEL_WARN || level == GGML_LOG_LEVEL_ERROR)) return;
+    if (log_capture) {
+        log_capture->append(text);
+        return;
+    }
+    std::fputs(text, stderr);
 }
 
 // The folder of the shared object holding `symbol`.
@@ -241,10 +248,9 @@ static bool cpu_uses_openmp(ggml_backend_t backend) {
     return false;
 }
 
-// 0: a thread at a barrier still spins 128 pauses (~6 us here) before it sleeps, and a
-// worker sleeps at once between graphs. Best of 0, 2 and 10 (10 us units) on a busy
-// machine, with and without two processes burning both cores (benchmarks/bench_threads.py,
-// 2026-12-01); a longer spin can only pay on a machine that is truly idle.
+// 0: a thread at a barrier still spins 128 pauses (a few us) before it sleeps, and a
+// worker sleeps at once between graphs: the best of 0, 2 and 10 (10 us units) on a busy
+// machine (docs/CPU.md); a longer spin can only pay on a machine that is truly idle.
 static constexpr int kDefaultPoll = 0;
 
 static int thread_poll() {
@@ -342,6 +348,31 @@ BackendPtr make_backend(const std::string& device, int threads) {
     if (!b) throw DeviceError("device " + pick->info.id + " (" + pick->info.description + ") failed to start");
     set_threads(b, threads);
     return BackendPtr(b);
+}
+
+GgmlLogCapture::GgmlLogCapture() : previous_(log_capture) {
+    ggml_log_set(log_callback, nullptr);  // ours, also before the backends are loaded
+    log_capture = &text_;
+}
+
+GgmlLogCapture::~GgmlLogCapture() { log_capture = previous_; }
+
+std::string GgmlLogCapture::text() const {
+    std::string out;
+    size_t start = 0;
+    while (start < text_.size()) {
+        size_t end = text_.find('\n', start);
+        if (end == std::string::npos) end = text_.size();
+        std::string line = text_.substr(start, end - start);
+        start = end + 1;
+        // "gguf_init_from_file_impl: failed to read ..." -> "failed to read ..."
+        const size_t colon = line.find(": ");
+        if (colon != std::string::npos && line.find(' ') > colon) line = line.substr(colon + 2);
+        if (line.empty()) continue;
+        if (!out.empty()) out += "; ";
+        out += line;
+    }
+    return out;
 }
 
 }  // namespace cbs

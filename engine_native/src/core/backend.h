@@ -63,4 +63,21 @@ bool backend_is_cpu(ggml_backend_t backend);
 void set_threads(ggml_backend_t backend, int threads);
 void set_abort_callback(ggml_backend_t backend, ggml_abort_callback callback, void* data);
 
+// While one lives, ggml's log lines from this thread are kept in text() instead of going to
+// stderr: a file ggml cannot read fails with one error of ours that says why, not a stray
+// ggml line before it.
+class GgmlLogCapture {
+public:
+    GgmlLogCapture();
+    ~GgmlLogCapture();
+    GgmlLogCapture(const GgmlLogCapture&) = delete;
+    GgmlLogCapture& operator=(const GgmlLogCapture&) = delete;
+    // What was logged, its lines joined by "; " without the function names ggml puts first.
+    std::string text() const;
+
+private:
+    std::string text_;
+    std::string* previous_;
+};
+
 }  // namespace cbs

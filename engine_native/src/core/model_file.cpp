@@ -8,7 +8,8 @@
 #include <memory>
 
 #include "ggml-alloc.h"
-#include "core/q4_matmul.h"
+#include "core/backend.h"
+#include "cpu/q4_matmul.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
@@ -32,8 +33,14 @@ void ModelFile::open(ggml_context** ctx) {
         if (probe.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0)
             throw ModelError(path_ + ": not a GGUF model file");
     }
-    gguf_ = gguf_init_from_file(path_.c_str(), gguf_init_params{/*no_alloc=*/true, ctx});
-    if (!gguf_) throw ModelError(path_ + ": corrupt or truncated GGUF file");
+    {
+        GgmlLogCapture why;
+        gguf_ = gguf_init_from_file(path_.c_str(), gguf_init_params{/*no_alloc=*/true, ctx});
+        if (!gguf_)
+            throw ModelError(path_ + ": corrupt or truncated GGUF file" +
+                             (why.text().empty() ? std::string() : " (" + why.text() + ")") +
+                             "; download or convert it again");
+    }
     try {
         int64_t arch = gguf_find_key(gguf_, "general.architecture");
         if (arch < 0 || gguf_get_kv_type(gguf_, arch) != GGUF_TYPE_STRING ||
@@ -69,7 +76,9 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_
             const char* name = gguf_get_tensor_name(gguf_, i);
             ggml_tensor* t = ggml_get_tensor(ctx_, name);
             uint64_t end = data_offset + gguf_get_tensor_offset(gguf_, i) + ggml_nbytes(t);
-            if (end > file_size) throw ModelError(path + ": truncated (tensor " + name + " runs past the end)");
+            if (end > file_size)
+                throw ModelError(path + ": truncated: tensor " + name +
+                                 " runs past the end of the file; download or convert it again");
             tensors_[name] = t;
             auto g = std::find_if(lazy_.begin(), lazy_.end(),
                                   [&](const LazyGroup& l) { return std::strncmp(name, l.prefix.c_str(), l.prefix.size()) == 0; });
@@ -192,16 +201,19 @@ ggml_backend_buffer_type_t ModelFile::extra_buft_for(ggml_tensor* t) const {
         const char* v = std::getenv("CBS_CPU_REPACK");
         return !v || std::strcmp(v, "0") != 0;
     }();
-    // T3's quantised tensors are all matmul weights (convert/quant.py); S3Gen's stay put.
-    if (!enabled || !ggml_is_quantized(t->type) || std::strncmp(ggml_get_name(t), "t3.", 3) != 0) return nullptr;
+    // T3's quantised tensors are all matmul weights (convert/quant.py); S3Gen's stay put. Only
+    // a matrix can be one (asking about a 3-D tensor would fail ggml_mul_mat's assertion).
+    if (!enabled || !ggml_is_quantized(t->type) || std::strncmp(ggml_get_name(t), "t3.", 3) != 0 || t->ne[2] != 1 ||
+        t->ne[3] != 1)
+        return nullptr;
     ggml_backend_dev_t dev = ggml_backend_get_device(backend_);
     if (!dev || ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) return nullptr;
     using get_extra_t = ggml_backend_buffer_type_t* (*)(ggml_backend_dev_t);
     auto get_extra = reinterpret_cast<get_extra_t>(
         ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts"));
-    // Only the repack buffer, the one measured (bench_repack.py). The AMX buffer, which the
-    // all-variants build's sapphirerapids module offers first, died with SIGILL on the 2-core
-    // VM here (its CPU flags list AMX, the hypervisor does not enable the tile state).
+    // Only the repack buffer, the one measured (benchmarks/bench_repack.py). The AMX buffer,
+    // which the all-variants build's sapphirerapids module offers first, dies with SIGILL on
+    // a VM whose CPU flags list AMX while the hypervisor does not enable the tile state.
     for (ggml_backend_buffer_type_t* b = get_extra ? get_extra(dev) : nullptr; b && *b; ++b)
         if (std::strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0 && extra_takes(dev, *b, t)) return *b;
     return nullptr;

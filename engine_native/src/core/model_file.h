@@ -12,7 +12,7 @@
 // convert/quant.py) go into the CPU's "extra" buffer type when it takes them: the repack
 // buffer stores Q4_0 rows interleaved for the AVX2/AVX-512 gemv/gemm kernels (AMX on a
 // build and CPU that has it). CBS_CPU_REPACK=0 keeps every weight in the plain buffer.
-// Where the CPU runs our own Q4_0 kernel (core/q4_matmul.h: AVX-512 VNNI), T3's Q4_0
+// Where the CPU runs our own Q4_0 kernel (cpu/q4_matmul.h: AVX-512 VNNI), T3's Q4_0
 // matrices go into the plain buffer in that kernel's layout instead (CBS_Q4_MATMUL=0: not).
 //
 // On a CPU backend, T3's lookup tables (token and position embeddings, read only through
@@ -98,7 +98,7 @@ private:
     // where the platform or backend cannot.
     bool map_tensors(const std::vector<int64_t>& ids, size_t file_size);
     static bool is_lookup_table(const char* name);
-    // Whether `t` is stored in core/q4_matmul's packed layout (T3's Q4_0 matrices on a CPU
+    // Whether `t` is stored in cpu/q4_matmul's packed layout (T3's Q4_0 matrices on a CPU
     // that runs the kernel).
     bool packs(const ggml_tensor* t) const;
     void unmap();
@@ -122,7 +122,7 @@ private:
     size_t map_size_ = 0;
     ggml_backend_buffer_t mapped_buffer_ = nullptr;     // a CPU buffer over map_'s data section
     std::map<const ggml_tensor*, int64_t> in_extra_;    // tensors not in the file's layout, with their gguf index
-    std::set<const ggml_tensor*> packed_;               // those in core/q4_matmul's layout
+    std::set<const ggml_tensor*> packed_;               // those in cpu/q4_matmul's layout
     std::map<std::string, ggml_tensor*> tensors_;
 };
 

@@ -1,44 +1,26 @@
-// HiFT vocoder of S3Gen (HiFTGenerator: neural source filter + ISTFTNet) for the
-// parity seams `hift_f0` and `hift_decode`. Every dimension comes from the GGUF
-// (`chatterbox.hift.*` metadata and the `hift.*` tensor shapes); weight-norm is
-// already folded into `hift.<module>.weight` by the converter.
+// HiFT vocoder of S3Gen (HiFTGenerator: neural source filter + ISTFTNet) on the CPU, for
+// the engine and the parity seams `hift_f0` and `hift_decode`. Its layers come from
+// hift_weights.h (every dimension from the GGUF).
 //
 // Layout: a signal of C channels and L frames is a ggml tensor ne [C, L] (channel
 // fastest). The graph (hift_graph.cpp) runs on CPU kernels of ours (ggml custom ops,
-// hift/kernels.h): the
-// resblock convolutions through the DFT, the others as "columns" (for each output
-// frame, the K input frames it reads, side by side) times the re-ordered weight, with
-// Snake and the other activations fused into the kernels that read the signal.
+// hift/kernels.h): the resblock convolutions through the DFT, the others as "columns"
+// (for each output frame, the K input frames it reads, side by side) times the re-ordered
+// weight, with Snake and the other activations fused into the kernels that read the signal.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "ggml-backend.h"
 #include "core/fft.h"
-#include "core/ggml_ops.h"
-#include "hift/stft.h"
+#include "core/graph_runner.h"
 #include "core/model_file.h"
+#include "ggml-backend.h"
+#include "hift/hift_weights.h"
+#include "hift/stft.h"
 
 namespace cbs {
-
-struct HiftHparams {
-    int sample_rate = 0, base_channels = 0, nb_harmonics = 0, in_channels = 0;
-    std::vector<int> upsample_rates, upsample_kernel_sizes;
-    std::vector<int> resblock_kernel_sizes, resblock_dilations;
-    std::vector<int> source_resblock_kernel_sizes, source_resblock_dilations;
-    int n_fft = 0, hop = 0;
-    float lrelu_slope = 0.1f, audio_limit = 0.99f;
-    static HiftHparams from(const ModelFile& mf);
-    // Source (excitation) samples per mel frame: prod(upsample_rates) * hop.
-    int64_t samples_per_frame() const;
-    // source_downs[i]'s stride: downsample_rates = [1] + upsample_rates[::-1][:-1],
-    // cumulated and reversed.
-    std::vector<int64_t> source_down_strides() const;
-    // EngineError for a mel of no frames or too many.
-    void check_mel(int64_t T) const;
-};
 
 class Hift {
 public:
@@ -81,23 +63,18 @@ private:
     };
     struct Graph;  // graph-building helpers (hift_graph.cpp)
 
-    ggml_tensor* f32_weight(const ModelFile& mf, const std::string& name);
-    ggml_tensor* upload(std::vector<float> data, int64_t ne0, int64_t ne1 = 1);
-    // ne: the weight's expected shape [K, Cin, Cout] (-1: any), checked first.
-    Conv conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil,
-              const std::vector<int64_t>& ne, bool allow_fft = false);
-    Snake snake(const ModelFile& mf, const std::string& name, int64_t channels);
-    ResBlock resblock(const ModelFile& mf, const std::string& prefix, int kernel, const std::vector<int>& dilations,
-                      int64_t channels);
+    ggml_tensor* f32_weight(const ModelFile& mf, ggml_tensor* t);
+    // The layer's weight in this graph's layout; allow_fft: through the DFT where it qualifies.
+    Conv conv(const ModelFile& mf, const HiftConvLayer& l, bool allow_fft = false);
+    Snake snake(const ModelFile& mf, const ggml_tensor* alpha);
+    ResBlock resblock(const ModelFile& mf, const HiftResBlockLayers& l);
 
     HiftHparams hp_;
     ggml_backend_t backend_;
 
     // Weights derived at load (re-ordered conv kernels, 1/alpha, F32 copies of any
-    // non-F32 weight) live in this context and buffer.
-    ggml_context* own_ctx_ = nullptr;
-    ggml_backend_buffer_t own_buf_ = nullptr;
-    std::vector<std::pair<ggml_tensor*, std::vector<float>>> pending_;  // host data until the buffer exists
+    // non-F32 weight).
+    HiftDerivedWeights own_;
 
     std::vector<Conv> f0_convs_;
     ggml_tensor *f0_cls_w_ = nullptr, *f0_cls_b_ = nullptr;
@@ -105,8 +82,8 @@ private:
     std::vector<Up> ups_;
     std::vector<Conv> source_downs_;
     std::vector<ResBlock> source_resblocks_, resblocks_;
-    // The FFT convolutions' transform. Tiles of N = 64 frames measured best for K = 3..11
-    // (K = 3 gains 1.4x in products, K = 11 4.5x).
+    // The FFT convolutions' transform, over tiles of N = 64 frames: the best tile for the
+    // model's kernels of 3 to 11 taps (docs/CPU.md).
     static constexpr int kFftTile = 64;
     FftPlan<float> tile_fft_{kFftTile};
     HiftStft stft_;                 // the host STFT of the source and ISTFT of the output

@@ -14,44 +14,27 @@ namespace cbs {
 // ---------------------------------------------------------------------------
 
 HiftGgml::HiftGgml(const ModelFile& mf, ggml_backend_t backend)
-    : hp_(HiftHparams::from(mf)), backend_(backend), runner_(backend, 8192) {
-    const size_t n_tensors = mf.tensors().size() + 16;
-    own_ctx_ = ggml_init({ggml_tensor_overhead() * n_tensors, nullptr, true});
-    auto t = [&](const std::string& name) { return mf.tensor("hift." + name); };
-    const size_t n_up = hp_.upsample_rates.size();
-
-    for (int i = 0; mf.find_tensor("hift.f0_predictor.condnet." + std::to_string(i) + ".weight"); i += 2) {
-        const std::string name = "f0_predictor.condnet." + std::to_string(i);
-        const int K = static_cast<int>(t(name + ".weight")->ne[0]);
-        const int64_t cin = f0_convs_.empty() ? -1 : f0_convs_.back().w->ne[2];
-        f0_convs_.push_back(conv(mf, name, 1, K / 2, 1, {K, cin, -1}));
-    }
-    if (f0_convs_.empty()) throw ModelError(mf.path() + ": no HiFT f0 predictor");
-    hp_.in_channels = static_cast<int>(t("conv_pre.weight")->ne[1]);
-    const int64_t cc = f0_convs_.back().w->ne[2];
-    if (f0_convs_[0].w->ne[1] != hp_.in_channels) throw ModelError(mf.path() + ": HiFT f0 predictor shapes disagree");
-    f0_cls_w_ = weight(mf, "hift.f0_predictor.classifier.weight", {cc, 1});
-    f0_cls_b_ = weight(mf, "hift.f0_predictor.classifier.bias", {1});
-
-    const int k_pre = static_cast<int>(t("conv_pre.weight")->ne[0]);
-    conv_pre_ = conv(mf, "conv_pre", 1, k_pre / 2, 1, {k_pre, hp_.in_channels, hp_.base_channels});
+    : hp_(HiftHparams::from(mf)), backend_(backend), own_(mf.tensors().size() + 16), runner_(backend, 8192) {
+    const HiftLayers layers = HiftLayers::from(mf, hp_);
+    for (const HiftConvLayer& c : layers.f0_convs) f0_convs_.push_back(conv(mf, c));
+    f0_cls_w_ = weight(mf, layers.f0_cls_w);
+    f0_cls_b_ = weight(mf, layers.f0_cls_b);
+    conv_pre_ = conv(mf, layers.conv_pre);
 
     // ups[i]: ConvTranspose1d(Cin, Cout, K, s, padding (K - s) / 2). Output frame q s + r
     // is sum_j x[q - j] W[:, :, j s + r]: for each phase r a Conv1d of J taps over x
     // padded by J - 1 in front. Phase weights ne [J, Cin, s * Cout] (channel co * s + r),
     // tap j' = J - 1 - j (im2col reads x[q + j' - (J - 1)]), zero past K.
-    for (size_t i = 0; i < n_up; ++i) {
-        const std::string name = "hift.ups." + std::to_string(i);
-        const int s = hp_.upsample_rates[i], K = hp_.upsample_kernel_sizes[i];
-        const int64_t cin = hp_.base_channels >> i, cout = hp_.base_channels >> (i + 1);
-        const std::vector<float> src = mf.read_f32(mf.tensor(name + ".weight", {K, cout, cin}));  // [Cin][Cout][K]
-        if (K < s) throw ModelError(mf.path() + ": " + name + " has a kernel shorter than its stride");
+    for (const HiftUpLayer& l : layers.ups) {
+        const int s = l.stride, K = l.K;
+        const int64_t cin = l.cin, cout = l.cout;
+        const std::vector<float> src = mf.read_f32(l.w);  // [Cin][Cout][K]
         Up u;
         u.K = K;
         u.stride = s;
-        u.pad = (K - s) / 2;
+        u.pad = l.pad;
         u.J = (K + s - 1) / s;
-        u.cout = static_cast<int>(cout);
+        u.cout = l.cout;
         std::vector<float> w(static_cast<size_t>(u.J * cin * s * cout), 0.0f);
         for (int64_t ci = 0; ci < cin; ++ci)
             for (int64_t co = 0; co < cout; ++co)
@@ -59,36 +42,28 @@ HiftGgml::HiftGgml(const ModelFile& mf, ggml_backend_t backend)
                     const int j = k / s, r = k % s;
                     w[(u.J - 1 - j) + u.J * (ci + cin * (r + s * co))] = src[(ci * cout + co) * K + k];
                 }
-        u.w = upload(std::move(w), {u.J, cin, s * cout});
-        u.b = ggml_reshape_2d(own_ctx_, weight(mf, name + ".bias", {cout}), 1, cout);
+        u.w = own_.add(std::move(w), {u.J, cin, s * cout});
+        u.b = ggml_reshape_2d(own_.context(), weight(mf, l.b), 1, cout);
         ups_.push_back(u);
     }
 
-    const std::vector<int64_t> cum = hp_.source_down_strides();
-    for (size_t i = 0; i < n_up; ++i) {
-        const int u = static_cast<int>(cum[i]);
-        const std::string name = "source_downs." + std::to_string(i);
-        source_downs_.push_back(conv(mf, name, u, u == 1 ? 0 : u / 2, 1, {u == 1 ? 1 : 2 * u, hp_.n_fft + 2, ups_[i].cout}));
-        source_resblocks_.push_back(resblock(mf, "source_resblocks." + std::to_string(i),
-                                             hp_.source_resblock_kernel_sizes[i], hp_.source_resblock_dilations,
-                                             ups_[i].cout));
+    for (size_t i = 0; i < layers.source_downs.size(); ++i) {
+        source_downs_.push_back(conv(mf, layers.source_downs[i]));
+        source_resblocks_.push_back(resblock(mf, layers.source_resblocks[i]));
     }
-    for (size_t i = 0; i < n_up; ++i)
-        for (size_t j = 0; j < hp_.resblock_kernel_sizes.size(); ++j)
-            resblocks_.push_back(resblock(mf, "resblocks." + std::to_string(i * hp_.resblock_kernel_sizes.size() + j),
-                                          hp_.resblock_kernel_sizes[j], hp_.resblock_dilations, ups_[i].cout));
+    for (const HiftResBlockLayers& rb : layers.resblocks) resblocks_.push_back(resblock(mf, rb));
 
     // conv_post, in two halves (magnitude, phase), output channel fastest for the ISTFT.
     const int nb = hp_.n_fft / 2 + 1;
-    const int64_t ch = ups_.back().cout;
-    post_K_ = static_cast<int>(t("conv_post.weight")->ne[0]);
-    const std::vector<float> pw = mf.read_f32(mf.tensor("hift.conv_post.weight", {post_K_, ch, 2 * nb}));
-    const std::vector<float> pb = mf.read_f32(mf.tensor("hift.conv_post.bias", {2 * nb}));
+    const int64_t ch = layers.conv_post.cin;
+    post_K_ = layers.conv_post.K;
+    const std::vector<float> pw = mf.read_f32(layers.conv_post.w);
+    const std::vector<float> pb = mf.read_f32(layers.conv_post.b);
     const size_t half = static_cast<size_t>(post_K_ * ch * nb);
-    post_mag_w_ = upload({pw.begin(), pw.begin() + half}, {post_K_ * ch, nb});
-    post_ph_w_ = upload({pw.begin() + half, pw.end()}, {post_K_ * ch, nb});
-    post_mag_b_ = upload({pb.begin(), pb.begin() + nb}, {nb, 1});
-    post_ph_b_ = upload({pb.begin() + nb, pb.end()}, {nb, 1});
+    post_mag_w_ = own_.add({pw.begin(), pw.begin() + half}, {post_K_ * ch, nb});
+    post_ph_w_ = own_.add({pw.begin() + half, pw.end()}, {post_K_ * ch, nb});
+    post_mag_b_ = own_.add({pb.begin(), pb.begin() + nb}, {nb, 1});
+    post_ph_b_ = own_.add({pb.begin() + nb, pb.end()}, {nb, 1});
 
     // The STFT's DFT matrices with the periodic Hann window (as hift/stft.cpp).
     const int N = hp_.n_fft;
@@ -106,65 +81,46 @@ HiftGgml::HiftGgml(const ModelFile& mf, ggml_backend_t backend)
             inv[k + 2 * nb * i] = static_cast<float>(c * std::cos(a));
             inv[nb + k + 2 * nb * i] = edge ? 0.0f : static_cast<float>(-c * std::sin(a));
         }
-    dft_ = upload(std::move(fwd), {N, 1, 2 * nb});
-    idft_ = upload(std::move(inv), {2 * nb, N});
+    dft_ = own_.add(std::move(fwd), {N, 1, 2 * nb});
+    idft_ = own_.add(std::move(inv), {2 * nb, N});
 
-    own_buf_ = ggml_backend_alloc_ctx_tensors(own_ctx_, backend_);
-    if (!own_buf_) throw DeviceError(std::string("not enough memory for the HiFT weights on ") + ggml_backend_name(backend_));
-    for (auto& [tensor, data] : pending_) ggml_backend_tensor_set(tensor, data.data(), 0, ggml_nbytes(tensor));
-    pending_.clear();
-    pending_.shrink_to_fit();
+    if (!own_.upload(backend_))
+        throw DeviceError(std::string("not enough memory for the HiFT weights on ") + ggml_backend_name(backend_));
 }
 
-HiftGgml::~HiftGgml() {
-    if (own_buf_) ggml_backend_buffer_free(own_buf_);
-    if (own_ctx_) ggml_free(own_ctx_);
-}
-
-ggml_tensor* HiftGgml::upload(std::vector<float> data, const std::vector<int64_t>& ne) {
-    int64_t n[4] = {1, 1, 1, 1};
-    std::copy(ne.begin(), ne.end(), n);
-    ggml_tensor* t = ggml_new_tensor(own_ctx_, GGML_TYPE_F32, static_cast<int>(ne.size()), n);
-    pending_.emplace_back(t, std::move(data));
-    return t;
-}
+HiftGgml::~HiftGgml() = default;
 
 // The model's tensor when it is F32 in a buffer of this device, else an F32 copy here.
-ggml_tensor* HiftGgml::weight(const ModelFile& mf, const std::string& name, const std::vector<int64_t>& ne) {
-    ggml_tensor* t = mf.tensor(name, ne);
+ggml_tensor* HiftGgml::weight(const ModelFile& mf, ggml_tensor* t) {
     if (t->type == GGML_TYPE_F32 && t->buffer && ggml_backend_supports_buft(backend_, ggml_backend_buffer_get_type(t->buffer)))
         return t;
-    return upload(mf.read_f32(t), {t->ne[0], t->ne[1], t->ne[2], t->ne[3]});
+    return own_.add(mf.read_f32(t), {t->ne[0], t->ne[1], t->ne[2], t->ne[3]});
 }
 
-HiftGgml::Conv HiftGgml::conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil,
-                              const std::vector<int64_t>& ne) {
+HiftGgml::Conv HiftGgml::conv(const ModelFile& mf, const HiftConvLayer& l) {
     Conv c;
-    c.w = weight(mf, "hift." + name + ".weight", ne);
-    const int64_t cout = c.w->ne[2];
-    c.b = weight(mf, "hift." + name + ".bias", {cout});
-    c.stride = stride;
-    c.pad = pad;
-    c.dil = dil;
+    c.w = weight(mf, l.w);
+    c.b = weight(mf, l.b);
+    c.stride = l.stride;
+    c.pad = l.pad;
+    c.dil = l.dil;
     return c;
 }
 
-HiftGgml::Snake HiftGgml::snake(const ModelFile& mf, const std::string& name, int64_t channels) {
-    std::vector<float> alpha = mf.read_f32(mf.tensor("hift." + name + ".alpha", {channels})), inv(alpha.size());
+HiftGgml::Snake HiftGgml::snake(const ModelFile& mf, const ggml_tensor* alpha_tensor) {
+    std::vector<float> alpha = mf.read_f32(alpha_tensor), inv(alpha.size());
     for (size_t i = 0; i < alpha.size(); ++i) inv[i] = 1.0f / (alpha[i] + 1e-9f);  // as hift.cpp (torch's float32)
-    return {upload(std::move(alpha), {1, channels}), upload(std::move(inv), {1, channels})};
+    const auto channels = static_cast<int64_t>(alpha.size());
+    return {own_.add(std::move(alpha), {1, channels}), own_.add(std::move(inv), {1, channels})};
 }
 
-HiftGgml::ResBlock HiftGgml::resblock(const ModelFile& mf, const std::string& prefix, int kernel,
-                                      const std::vector<int>& dilations, int64_t channels) {
+HiftGgml::ResBlock HiftGgml::resblock(const ModelFile& mf, const HiftResBlockLayers& l) {
     ResBlock rb;
-    for (size_t i = 0; i < dilations.size(); ++i) {
-        const std::string n = std::to_string(i);
-        const int d = dilations[i];
-        rb.convs1.push_back(conv(mf, prefix + ".convs1." + n, 1, (kernel * d - d) / 2, d, {kernel, channels, channels}));
-        rb.convs2.push_back(conv(mf, prefix + ".convs2." + n, 1, (kernel - 1) / 2, 1, {kernel, channels, channels}));
-        rb.act1.push_back(snake(mf, prefix + ".activations1." + n, channels));
-        rb.act2.push_back(snake(mf, prefix + ".activations2." + n, channels));
+    for (size_t i = 0; i < l.convs1.size(); ++i) {
+        rb.convs1.push_back(conv(mf, l.convs1[i]));
+        rb.convs2.push_back(conv(mf, l.convs2[i]));
+        rb.act1.push_back(snake(mf, l.alpha1[i]));
+        rb.act2.push_back(snake(mf, l.alpha2[i]));
     }
     return rb;
 }
@@ -181,7 +137,7 @@ static ggml_tensor* mul_mat(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b) {
     return y;
 }
 
-// Conv1d as core/ggml_ops conv1d (F32 im2col), its product in full F32; b may be null.
+// Conv1d as core/graph_helpers.h conv1d (F32 im2col), its product in full F32; b may be null.
 static ggml_tensor* conv1d_f32(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, int stride, int pad,
                                int dil) {
     ggml_tensor* cols = ggml_im2col(ctx, w, x, stride, 0, pad, 0, dil, 0, false, GGML_TYPE_F32);  // [K*Cin, L_out]
@@ -243,11 +199,7 @@ std::vector<float> HiftGgml::f0(const float* mel, int64_t T) {
 }
 
 std::vector<float> HiftGgml::decode(const float* mel, int64_t T, const float* source, int64_t n_source) {
-    hp_.check_mel(T);
-    const int64_t spf = hp_.samples_per_frame();
-    if (n_source != T * spf)
-        throw EngineError("source has " + std::to_string(n_source) + " samples; a mel of " + std::to_string(T) +
-                          " frames needs " + std::to_string(T * spf) + " (" + std::to_string(spf) + " per frame)");
+    hp_.check_decode(T, n_source);
     const int N = hp_.n_fft, hop = hp_.hop, pad = N / 2, nb = N / 2 + 1;
     if (n_source <= pad) throw EngineError("source is too short for the STFT's reflection padding");
     const int64_t n_frames = 1 + n_source / hop;

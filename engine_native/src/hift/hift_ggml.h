@@ -3,7 +3,7 @@
 // two seams f0() and decode(), the same checks, F32 throughout.
 //
 // Layout: a signal of C channels and L frames is ne [L, C] (time fastest), the layout of
-// ggml's im2col. Conv1d = im2col + one matrix product (core/ggml_ops conv1d);
+// ggml's im2col. Conv1d = im2col + one matrix product (core/graph_helpers.h conv1d);
 // ConvTranspose1d(stride s) = its s phases as one Conv1d of J = ceil(K / s) taps to s * Cout
 // channels, interleaved by a permute; Snake = mul, sin, sqr, mul, add; the source's STFT =
 // im2col framing times a windowed DFT matrix; the ISTFT = an inverse-DFT matrix times the
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "core/ggml_ops.h"
+#include "core/graph_runner.h"
 #include "core/model_file.h"
-#include "hift/hift.h"
+#include "hift/hift_weights.h"
 
 namespace cbs {
 
@@ -51,12 +51,10 @@ private:
         int K = 1, stride = 1, pad = 0, J = 1, cout = 0;
     };
 
-    ggml_tensor* weight(const ModelFile& mf, const std::string& name, const std::vector<int64_t>& ne);
-    ggml_tensor* upload(std::vector<float> data, const std::vector<int64_t>& ne);
-    Conv conv(const ModelFile& mf, const std::string& name, int stride, int pad, int dil, const std::vector<int64_t>& ne);
-    Snake snake(const ModelFile& mf, const std::string& name, int64_t channels);
-    ResBlock resblock(const ModelFile& mf, const std::string& prefix, int kernel, const std::vector<int>& dilations,
-                      int64_t channels);
+    ggml_tensor* weight(const ModelFile& mf, ggml_tensor* t);
+    Conv conv(const ModelFile& mf, const HiftConvLayer& l);
+    Snake snake(const ModelFile& mf, const ggml_tensor* alpha);
+    ResBlock resblock(const ModelFile& mf, const HiftResBlockLayers& l);
 
     // graph pieces
     ggml_tensor* apply(ggml_context* ctx, const Conv& c, ggml_tensor* x) const;
@@ -66,9 +64,7 @@ private:
 
     HiftHparams hp_;
     ggml_backend_t backend_;
-    ggml_context* own_ctx_ = nullptr;  // derived weights (phases, 1/alpha, DFT matrices, F32 copies)
-    ggml_backend_buffer_t own_buf_ = nullptr;
-    std::vector<std::pair<ggml_tensor*, std::vector<float>>> pending_;
+    HiftDerivedWeights own_;  // derived weights (phases, 1/alpha, DFT matrices, F32 copies)
 
     std::vector<Conv> f0_convs_;
     ggml_tensor *f0_cls_w_ = nullptr, *f0_cls_b_ = nullptr;  // ne [Cc, 1], [1, 1]

@@ -130,7 +130,7 @@ struct Hift::Graph {
         // One fused node when all bins' weights stay in L3 (C <= 128 for N = 64): the
         // spectra then never go through memory. With bigger C the signal is short and
         // the three nodes' spectra stay in L3 instead.
-        constexpr int64_t fuse_max_bytes = 8 << 20;  // (32 MB, C = 256 fused too: HiFT 6 % slower)
+        constexpr int64_t fuse_max_bytes = 8 << 20;  // (fusing C = 256 too, 32 MB, is slower)
         if (int64_t{n_bins} * 2 * C * C * 4 <= fuse_max_bytes) {
             wprep_ops.push_back({c.fft, c.K, work()});
             ggml_tensor* wargs[1] = {c.w};
@@ -142,7 +142,7 @@ struct Hift::Graph {
             if (acc) args[n++] = acc;
             // Chunks of tiles (a multiple of 6, the AVX-512 product's step) whose spectra take
             // at most half of a core's L2: the bigger the chunk, the fewer times each bin's
-            // weights come in from L3 (256 KB -> 1 MB on a 2 MB L2: HiFT 3-5 % faster).
+            // weights come in from L3.
             const int64_t spec_bytes = int64_t{n_bins} * 2 * C * 4;
             const int64_t per_chunk = std::max<int64_t>(1, l2_cache_bytes() / 2 / spec_bytes / 6);
             fconv_ops.push_back({in_op, f, 6 * per_chunk, work()});
@@ -230,11 +230,7 @@ std::vector<float> Hift::f0(const float* mel, int64_t T) {
 }
 
 std::vector<float> Hift::decode(const float* mel, int64_t T, const float* source, int64_t n_source) {
-    hp_.check_mel(T);
-    const int64_t spf = hp_.samples_per_frame();
-    if (n_source != T * spf)
-        throw EngineError("source has " + std::to_string(n_source) + " samples; a mel of " + std::to_string(T) +
-                          " frames needs " + std::to_string(T * spf) + " (" + std::to_string(spf) + " per frame)");
+    hp_.check_decode(T, n_source);
     const int n_fft = hp_.n_fft;
     // _stft: the source's real then imaginary parts as n_fft + 2 channels.
     const int64_t n_frames = stft_.frames(n_source);

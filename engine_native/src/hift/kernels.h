@@ -61,8 +61,8 @@ struct RgemmOp {
 // bins' weights fit in cache) or three (fft_in, cgemm, fft_out).
 
 // The tiles' transform (float twiddles), of length at most kMaxTile: its six buffers
-// (input, output, scratch) live on the stack, sized to kMaxTile; sized for 128, the HiFT
-// decode with N = 64 measured about 5 % slower (more of L1 in use).
+// (input, output, scratch) live on the stack, sized to kMaxTile: no larger than the tiles
+// used, since a larger stack slows every tile (more of L1 in use).
 using TileFft = FftPlan<float>;
 constexpr int kMaxTile = 64;
 

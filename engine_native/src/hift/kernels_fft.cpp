@@ -16,8 +16,8 @@ struct ActIn {
 };
 
 // The frames kRowsAhead rows on are prefetched into L1: a conv's signal, residual and sum
-// (megabytes each) stream from L3, and the misses of the signal's loads alone were a third
-// of fconv's own time (HiFT 700 -> 640 ms, AMX host).
+// (megabytes each) stream from L3, and without it the misses of the signal's loads alone
+// are a large share of fconv's own time.
 constexpr int kRowsAhead = 8;
 
 CBS_INL void prefetch_frame(const float* x, int64_t r, int64_t L, int64_t C) {
@@ -119,7 +119,7 @@ CBS_INL void weight_bin(float* wf, const float* wt, int64_t C, int K, int f, con
     }
     // Per input channel the K taps summed in registers, in tap order, each W_f value written
     // once; a panel is read as one stream (every bin reads the whole weight: laid out
-    // [C (out)][C (in)][K], the taps C^2 floats apart, its loads were most of cgemm's own time).
+    // [C (out)][C (in)][K], the taps C^2 floats apart, its loads would dominate cgemm).
     for (int64_t co = 0; co < C; co += 16) {
         float* o = wf + co * C * 2;
         const float* panel = wt + co * C * K;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/graph_helpers.h"
 
 namespace cbs {
 
@@ -125,7 +126,7 @@ ggml_tensor* S3GenEncoder::block(ggml_context* ctx, GraphInputs& in, ggml_tensor
     ggml_tensor* v = ggml_reshape_3d(ctx, v2, D, H, Tk);
     ggml_tensor* p = ggml_reshape_3d(ctx, linear(ctx, pos, b.pos_w, nullptr, products_), D, H, L);
 
-    // Contiguous queries (and without OpenBLAS padded keys, mask): the sgemm paths (ggml_ops).
+    // Contiguous queries (and without OpenBLAS padded keys, mask): the sgemm paths (cpu/products.cpp).
     ggml_tensor* q_u = ggml_cont(ctx, ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_u, D, H, 1)), 0, 2, 1, 3));
     ggml_tensor* q_v = ggml_cont(ctx, ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_v, D, H, 1)), 0, 2, 1, 3));
     ggml_tensor* ac = matmul(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), q_u, products_);  // [T_k, T_q, H]

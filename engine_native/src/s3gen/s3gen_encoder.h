@@ -7,7 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/ggml_ops.h"
+#include "core/graph_runner.h"
+#include "cpu/products.h"
 #include "core/model_file.h"
 
 namespace cbs {
@@ -25,7 +26,7 @@ public:
     size_t reserve(int n_tokens);
     int n_mels() const { return n_mels_; }
 
-    // A stream's cached prefix, the voice prompt (as the CFM's, s3gen_cfm.h): the prompt's
+    // A stream's cached prefix, the voice prompt (as the CFM's, s3gen/cfm_prefix.h): the prompt's
     // keys and values at every block (each [A, P'] at the block's rate), the two causal
     // convolutions' left context (time fastest, [k-1, C]) and the prompt's mu.
     struct Prefix {
@@ -85,12 +86,12 @@ private:
     Embed embed_, up_embed_;
     std::vector<Block> blocks_, up_blocks_;
     // The positions n_table_-1 .. -(n_table_-1): the table of a shorter input is its middle
-    // rows, the same values; computing them (~1.5 M sin/cos for 500 tokens) cost ~10 ms per
-    // encode, most of the encoder's time on a GPU.
+    // rows, the same values; computing them (~1.5 M sin/cos for 500 tokens) for every encode
+    // would be most of the encoder's time on a GPU.
     std::vector<float> table_;
     int n_table_ = 0;
     GraphRunner runner_;
-    bool on_cpu_;  // keys padded for the CPU's sgemm (ggml_ops' key_pad_mask)
+    bool on_cpu_;  // keys padded for the CPU's sgemm (core/graph_helpers.h key_pad_mask)
     CpuProducts products_ = false;  // exact for an f32 model, fast (AMX) for a quantised one
 };
 

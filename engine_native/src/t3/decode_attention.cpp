@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "core/avx2_reduce.h"
-#include "core/ggml_ops.h"
+#include "cpu/avx2_reduce.h"
+#include "cpu/softmax.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -28,7 +28,7 @@ bool have_avx512() {
 
 bool have_avx2() {
 #ifdef CBS_DA_X86
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    static const bool yes = cpu_has_avx2_fma_f16c();
     return yes;
 #else
     return false;
@@ -176,7 +176,7 @@ HeadKernel head_kernel(int64_t D) {
 }
 
 // n floats to f16, rounded to nearest even as ggml_fp32_to_fp16 (and ggml_set_rows) rounds;
-// the CPU's conversion, 16 (AVX-512) or 8 (F16C) at a time (a call per value was ~1% of a step).
+// the CPU's conversion, 16 (AVX-512) or 8 (F16C) at a time (not a function call per value).
 #ifdef CBS_DA_X86
 __attribute__((target("avx512f,f16c"))) void to_f16_avx512(const float* in, ggml_fp16_t* out, int64_t n) {
     int64_t i = 0;

@@ -2,7 +2,7 @@
 //
 // ggml's CPU flash attention for a single query walks the cache one position at a time with
 // a scalar expf each and sums the values in f16 (rounding every step); at a few hundred
-// positions per head and 24 layers it was about a quarter of a Turbo Q4_0 decoding step.
+// positions per head and 24 layers that is a large share of a decoding step.
 // This op gives each thread whole heads: scores as f16 x f32 dot products (AVX-512 where
 // present), one vectorised softmax, the values summed in f32. Its result does not depend
 // on the thread count (ggml's splits a head's positions between threads).

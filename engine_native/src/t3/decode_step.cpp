@@ -5,9 +5,9 @@
 #include <cstring>
 #include <vector>
 
-#include "core/avx2_reduce.h"
-#include "core/ggml_ops.h"
-#include "core/q4_matmul.h"
+#include "core/graph_helpers.h"
+#include "cpu/avx2_reduce.h"
+#include "cpu/q4_matmul.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>

@@ -14,11 +14,13 @@
 
 namespace cbs {
 
+// Every value is given by the caller: the defaults live in the model file
+// (chatterbox.sampling.*, written by the converter).
 struct SamplingParams {
-    float temperature = 0.8f;
-    int top_k = 1000;
-    float top_p = 0.95f;
-    float repetition_penalty = 1.2f;
+    float temperature = 0.0f;
+    int top_k = 0;
+    float top_p = 0.0f;
+    float repetition_penalty = 0.0f;
     float min_p = 0.0f;
     float cfg_weight = 0.0f;  // Multilingual: classifier-free guidance weight (<= 0: none)
     // Throws ParameterError for a value outside its range in the options table.

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "core/backend.h"
+#include "core/graph_helpers.h"
+#include "cpu/activations.h"
 #include "t3/decode_attention.h"
 #include "t3/decode_step.h"
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/graph_helpers.h"
 #include "ggml-cpu.h"
 
 namespace cbs {

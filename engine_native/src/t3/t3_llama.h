@@ -19,7 +19,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/ggml_ops.h"
+#include "core/graph_runner.h"
 #include "t3/t3_model.h"
 
 namespace cbs {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/ggml_ops.h"
+#include "core/graph_runner.h"
 #include "ggml-backend.h"
 #include "t3/alignment.h"
 #include "t3/kv_cache.h"

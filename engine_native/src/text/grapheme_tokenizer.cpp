@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "text/text_norm.h"
 #include "text/text_unicode.h"
 
 namespace cbs {
@@ -80,77 +81,6 @@ static std::string utf8_of(const std::vector<uint32_t>& cps) {
 }  // namespace mtl_detail
 
 using namespace mtl_detail;
-
-// --- punc_norm ----------------------------------------------------------------------------
-
-static void replace_all(std::string& s, const std::string& from, const std::string& to) {
-    if (s.find(from) == std::string::npos) return;
-    std::string out;
-    out.reserve(s.size());
-    size_t pos = 0;
-    for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
-        out.append(s, pos, hit - pos);
-        out += to;
-    }
-    out.append(s, pos, std::string::npos);
-    s = std::move(out);
-}
-
-static bool ends_with(const std::string& s, const char* suffix) {
-    const size_t n = std::char_traits<char>::length(suffix);
-    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-std::string punc_norm_mtl(const std::string& utf8) {
-    if (utf8.empty()) return "You need to add some text for me to talk.";
-    std::vector<unicode::Char> chars = unicode::decode_utf8(utf8);
-    std::vector<uint32_t> first_upper;
-    const bool cap = unicode::py_lower_to_upper(chars[0].cp, first_upper);
-
-    std::string text;  // " ".join(text.split()), the first character upper-cased
-    text.reserve(utf8.size() + 8);
-    bool pending_space = false;
-    for (size_t i = 0; i < chars.size(); ++i) {
-        const unicode::Char& c = chars[i];
-        if (unicode::is_py_space(c.cp)) {
-            pending_space = !text.empty();
-            continue;
-        }
-        if (pending_space) text.push_back(' ');
-        pending_space = false;
-        if (i == 0 && cap) {
-            for (uint32_t u : first_upper) unicode::append_utf8(text, u);
-        } else {
-            text.append(utf8, c.offset, c.len);
-        }
-    }
-    static const std::pair<const char*, const char*> kReplace[] = {
-        {"...", ", "},
-        {"\xE2\x80\xA6", ", "},  // …
-        {":", ","},
-        {" - ", ", "},
-        {";", ", "},
-        {"\xE2\x80\x94", "-"},   // —
-        {"\xE2\x80\x93", "-"},   // –
-        {" ,", ","},
-        {"\xE2\x80\x9C", "\""},  // “
-        {"\xE2\x80\x9D", "\""},  // ”
-        {"\xE2\x80\x98", "'"},   // ‘
-        {"\xE2\x80\x99", "'"},   // ’
-    };
-    for (auto& [from, to] : kReplace) replace_all(text, from, to);
-    while (!text.empty() && text.back() == ' ') text.pop_back();
-    static const char* kEnders[] = {".", "!", "?", "-", ",",
-                                    "\xE3\x80\x81",   // 、
-                                    "\xEF\xBC\x8C",   // ，
-                                    "\xE3\x80\x82",   // 。
-                                    "\xEF\xBC\x9F",   // ？
-                                    "\xEF\xBC\x81"};  // ！
-    for (const char* e : kEnders)
-        if (ends_with(text, e)) return text;
-    text.push_back('.');
-    return text;
-}
 
 // --- lower / NFKD / Korean ---------------------------------------------------------------------
 

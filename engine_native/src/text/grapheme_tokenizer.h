@@ -23,9 +23,6 @@
 
 namespace cbs {
 
-// chatterbox.mtl_tts.punc_norm (differs from Turbo's: "...", " - ", ";" and the CJK enders).
-std::string punc_norm_mtl(const std::string& utf8);
-
 namespace mtl_text {
 std::string py_lower(const std::string& utf8);   // Python str.lower()
 std::string nfkd(const std::string& utf8);       // unicodedata.normalize("NFKD", s)

@@ -7,7 +7,7 @@
 
 namespace cbs {
 
-static void replace_all(std::string& s, const std::string& from, const std::string& to) {
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
     if (s.find(from) == std::string::npos) return;
     std::string out;
     out.reserve(s.size());
@@ -20,16 +20,27 @@ static void replace_all(std::string& s, const std::string& from, const std::stri
     s = std::move(out);
 }
 
-std::string punc_norm(const std::string& utf8) {
+namespace {
+
+struct PuncRules {
+    std::vector<std::pair<std::string, std::string>> replace;  // applied in order
+    std::vector<std::string> enders;                           // else '.' is appended
+};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Both references' punc_norm: the prompt message for empty text; the first character
+// upper-cased (before whitespace collapsing, as the references do); " ".join(text.split());
+// the replacements in order; trailing spaces removed; '.' appended unless an ender ends it.
+std::string normalize_punctuation(const std::string& utf8, const PuncRules& rules) {
     if (utf8.empty()) return "You need to add some text for me to talk.";
 
     std::vector<unicode::Char> chars = unicode::decode_utf8(utf8);
-
-    // Capitalise the first character (before whitespace collapsing, as the reference does).
     std::vector<uint32_t> first_upper;
     const bool cap = unicode::py_lower_to_upper(chars[0].cp, first_upper);
 
-    // " ".join(text.split())
     std::string text;
     text.reserve(utf8.size() + 8);
     bool pending_space = false;
@@ -48,24 +59,58 @@ std::string punc_norm(const std::string& utf8) {
         }
     }
 
-    static const std::pair<const char*, const char*> kReplace[] = {
-        {"\xE2\x80\xA6", ", "},  // … (U+2026)
-        {":", ","},
-        {"\xE2\x80\x94", "-"},   // — (U+2014)
-        {"\xE2\x80\x93", "-"},   // – (U+2013)
-        {" ,", ","},
-        {"\xE2\x80\x9C", "\""},  // “
-        {"\xE2\x80\x9D", "\""},  // ”
-        {"\xE2\x80\x98", "'"},   // ‘
-        {"\xE2\x80\x99", "'"},   // ’
-    };
-    for (auto& [from, to] : kReplace) replace_all(text, from, to);
-
+    for (const auto& [from, to] : rules.replace) replace_all(text, from, to);
     while (!text.empty() && text.back() == ' ') text.pop_back();
-    const char last = text.empty() ? '\0' : text.back();
-    if (!(last == '.' || last == '!' || last == '?' || last == '-' || last == ','))
-        text.push_back('.');
+    for (const std::string& e : rules.enders)
+        if (ends_with(text, e)) return text;
+    text.push_back('.');
     return text;
+}
+
+}  // namespace
+
+std::string punc_norm(const std::string& utf8) {
+    static const PuncRules kTurbo = {
+        {
+            {"\xE2\x80\xA6", ", "},  // … (U+2026)
+            {":", ","},
+            {"\xE2\x80\x94", "-"},   // — (U+2014)
+            {"\xE2\x80\x93", "-"},   // – (U+2013)
+            {" ,", ","},
+            {"\xE2\x80\x9C", "\""},  // “
+            {"\xE2\x80\x9D", "\""},  // ”
+            {"\xE2\x80\x98", "'"},   // ‘
+            {"\xE2\x80\x99", "'"},   // ’
+        },
+        {".", "!", "?", "-", ","},
+    };
+    return normalize_punctuation(utf8, kTurbo);
+}
+
+std::string punc_norm_mtl(const std::string& utf8) {
+    static const PuncRules kMultilingual = {
+        {
+            {"...", ", "},
+            {"\xE2\x80\xA6", ", "},  // …
+            {":", ","},
+            {" - ", ", "},
+            {";", ", "},
+            {"\xE2\x80\x94", "-"},   // —
+            {"\xE2\x80\x93", "-"},   // –
+            {" ,", ","},
+            {"\xE2\x80\x9C", "\""},  // “
+            {"\xE2\x80\x9D", "\""},  // ”
+            {"\xE2\x80\x98", "'"},   // ‘
+            {"\xE2\x80\x99", "'"},   // ’
+        },
+        {".", "!", "?", "-", ",",
+         "\xE3\x80\x81",   // 、
+         "\xEF\xBC\x8C",   // ，
+         "\xE3\x80\x82",   // 。
+         "\xEF\xBC\x9F",   // ？
+         "\xEF\xBC\x81"},  // ！
+    };
+    return normalize_punctuation(utf8, kMultilingual);
 }
 
 }  // namespace cbs

@@ -1,4 +1,5 @@
-// Punctuation normalisation applied to user text before tokenising.
+// Punctuation normalisation applied to user text before tokenising: the Turbo / Nano
+// reference's and the Multilingual reference's, one procedure with two rule sets.
 #pragma once
 
 #include <string>
@@ -13,5 +14,12 @@ namespace cbs {
 // removed and '.' is appended unless the text ends in . ! ? - or ,.
 // Bytes that are not valid UTF-8 pass through unchanged (never case-mapped).
 std::string punc_norm(const std::string& utf8);
+
+// chatterbox.mtl_tts.punc_norm: the same steps with the Multilingual lists ("...", " - ",
+// ";" replaced too; the CJK full stops and commas also end a sentence).
+std::string punc_norm_mtl(const std::string& utf8);
+
+// Every occurrence of `from` in s replaced by `to`, left to right (Python's str.replace).
+void replace_all(std::string& s, const std::string& from, const std::string& to);
 
 }  // namespace cbs

@@ -17,7 +17,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/amx_gemm.h"
+#include "cpu/amx_gemm.h"
 
 namespace cbs {
 

@@ -102,3 +102,64 @@ def test_cli_without_arguments_opens_the_app(tmp_path):
     p.terminate()
     _, err = p.communicate(timeout=30)
     assert b"Traceback" not in err, err.decode()[-2000:]
+
+
+# --- the first hour's rough edges (issue 44) ----------------------------------------------------
+
+
+def _run(*args, **env):
+    return subprocess.run([_cli(), *args], capture_output=True, text=True, env={**os.environ, **env})
+
+
+def test_info_names_the_q4_kernel_this_cpu_runs():
+    isa = engine_native.system_info()["q4_kernel_isa"]
+    out = _run("info").stdout
+    if isa:
+        assert f"T3 Q4_0 kernel ({isa})" in out
+    if engine_native.system_info()["q4_kernel"]:  # an x86 CPU with AVX2: the AVX2 form on request
+        assert "T3 Q4_0 kernel (AVX2)" in _run("info", CBS_Q4_KERNEL="avx2").stdout
+    assert "T3 Q4_0 kernel" not in _run("info", CBS_Q4_MATMUL="0").stdout
+
+
+@pytest.fixture(scope="module")
+def nano_q4():
+    from tests.helpers.models import model_path
+
+    return str(model_path("nano", "q4_0"))
+
+
+@pytest.mark.parametrize("cut", [300_000, 3_000_000])  # inside the header; inside the first tensors
+def test_a_truncated_model_gets_one_line_from_info_and_say(nano_q4, tmp_path, cut):
+    part = tmp_path / "cut.gguf"
+    with open(nano_q4, "rb") as f:
+        part.write_bytes(f.read(cut))
+    for args in (("info", str(part)), ("say", "Hello.", "-m", str(part), "-o", str(tmp_path / "x.wav"))):
+        res = _run(*args)
+        lines = res.stderr.strip().splitlines()
+        print("\n" + " ".join(args[:1]), "->", res.stderr.strip())
+        assert res.returncode == 1 and len(lines) == 1, res.stderr
+        assert lines[0].startswith(f"chatterbox-studio: error: {part}: ") and "truncated" in lines[0]
+        assert "download or convert it again" in lines[0]
+        assert not any(w in lines[0] for w in ("reshape", "divisor", "out of bounds", "gguf_init"))
+
+
+def test_serve_names_the_voice_folder_with_the_app_name_once(tmp_path):
+    out = _run("serve", "--help", XDG_DATA_HOME=str(tmp_path)).stdout
+    assert os.path.join(str(tmp_path), "chatterbox-studio", "voices") in out.replace("\n", "").replace(" ", "")
+    assert "chatterbox-studio/chatterbox-studio" not in out.replace("\n", "").replace(" ", "")
+
+
+def test_a_recording_given_as_voice_is_told_to_use_ref(nano_q4, tmp_path):
+    import numpy as np
+    import soundfile as sf
+
+    rec = tmp_path / "recording.wav"
+    sf.write(rec, np.zeros(24000, np.float32), 24000)
+    res = _run("say", "Hello.", "-m", nano_q4, "--voice", str(rec), "-o", str(tmp_path / "x.wav"))
+    print("\n" + res.stderr.strip())
+    assert res.returncode == 1 and f"use --ref {rec}" in res.stderr and "is a recording, not a voice file" in res.stderr
+    assert "model     " not in res.stderr  # told before the model loads
+    other = tmp_path / "notes.txt"
+    other.write_text("hello", encoding="utf-8")
+    res = _run("say", "Hello.", "-m", nano_q4, "--voice", str(other), "-o", str(tmp_path / "x.wav"))
+    assert res.returncode == 1 and "is not a voice file: --voice takes a .voice.gguf" in res.stderr

@@ -155,6 +155,7 @@ obj = {
     "nested": {"a": {"b": torch.full((2, 2), 7.0), "c": None}},
 }
 torch.save(obj, os.path.join(out, "mixed.pt"))
+torch.save(obj, os.path.join(out, "mixed_legacy.pt"), _use_new_zipfile_serialization=False)
 flat = {}
 def walk(prefix, o):
     if isinstance(o, torch.Tensor):
@@ -184,6 +185,8 @@ class Evil:
     def __reduce__(self):
         return (os.system, ("touch " + os.path.join(out, "PWNED"),))
 torch.save({"x": torch.ones(1), "evil": Evil()}, os.path.join(out, "evil_reduce.pt"))
+torch.save({"x": torch.ones(1), "evil": Evil()}, os.path.join(out, "evil_legacy.pt"),
+           _use_new_zipfile_serialization=False)
 
 class Custom:
     def __init__(self):
@@ -224,8 +227,10 @@ def _check_same(loaded, npz_path):
         assert np.array_equal(g, w) and g.tobytes() == w.tobytes(), k
 
 
-def test_load_pt_mixed(pt_dir):
-    obj = torch_pickle.load_pt(pt_dir / "mixed.pt")
+@pytest.mark.parametrize("name", ["mixed.pt", "mixed_legacy.pt"])
+def test_load_pt_mixed(pt_dir, name):
+    """The zip format and the legacy one (torch.save(..., _use_new_zipfile_serialization=False))."""
+    obj = torch_pickle.load_pt(pt_dir / name)
     _check_same(obj, pt_dir / "mixed.npz")
     assert obj["none"] is None and obj["float"] == 0.5 and obj["int"] == 42 and obj["str"] == "hello"
     assert obj["list"][1] == 1 and tuple(obj["list"][2]) == (2, "x")
@@ -256,8 +261,9 @@ def test_load_pt_parameter(pt_dir):
     np.testing.assert_array_equal(obj["p"], np.arange(4, dtype=np.float32))
 
 
-def test_load_pt_refuses_reduce_global(pt_dir):
-    path = pt_dir / "evil_reduce.pt"
+@pytest.mark.parametrize("name", ["evil_reduce.pt", "evil_legacy.pt"])
+def test_load_pt_refuses_reduce_global(pt_dir, name):
+    path = pt_dir / name
     with pytest.raises(torch_pickle.UnsafePickleError) as e:
         torch_pickle.load_pt(path)
     assert str(path) in str(e.value) and "system" in str(e.value)
@@ -325,8 +331,14 @@ def test_load_pt_zip_without_data_pkl(tmp_path):
     assert str(path) in str(e.value)
 
 
-def test_load_pt_legacy_refused(pt_dir):
-    path = pt_dir / "legacy.pt"
-    with pytest.raises(torch_pickle.TorchPickleError, match="legacy") as e:
+def test_load_pt_legacy(pt_dir):
+    assert np.array_equal(torch_pickle.load_pt(pt_dir / "legacy.pt")["x"], np.ones(3, np.float32))
+
+
+def test_load_pt_legacy_truncated(pt_dir, tmp_path):
+    data = (pt_dir / "mixed_legacy.pt").read_bytes()
+    path = tmp_path / "cut.pt"
+    path.write_bytes(data[: len(data) - 10])
+    with pytest.raises(torch_pickle.TorchPickleError) as e:
         torch_pickle.load_pt(path)
     assert str(path) in str(e.value)

@@ -1,5 +1,5 @@
-"""The CPU's matrix products in their modes (core/ggml_ops matmul and attention; core/amx_gemm.h,
-core/vnni_gemm.h).
+"""The CPU's matrix products in their modes (cpu/products.h matmul, cpu/attention.h; cpu/amx_gemm.h,
+cpu/vnni_gemm.h).
 
 `exact` is OpenBLAS sgemm (f32). `fast` is, where the CPU has AMX-BF16, the AMX tiles in bf16x3
 (each f32 operand split into two bf16 parts, three tile products); without AMX, where it has

@@ -1,4 +1,4 @@
-"""T3's CPU kernels of our own. Q4_0 matrix products on the CPU through the engine's own kernel (core/q4_matmul.h,
+"""T3's CPU kernels of our own. Q4_0 matrix products on the CPU through the engine's own kernel (cpu/q4_matmul.h,
 AVX-512 VNNI or AVX2; sgemm or AMX on the converted weights from 64 columns) against ggml's Q4_0 kernel
 and against the exact product of the dequantised weights (float64), on random shapes that
 include a row count not divisible by 8 (the kernel's row groups) and a block count that is odd and not a multiple
@@ -45,7 +45,7 @@ def test_q4_products(n, k, m):
     print(f"N={n} K={k} M={m}: ours vs ggml rel {_rel(ours, ggml):.2e}, vs exact {_rel(ours, exact):.2e}, "
           f"ggml vs exact {_rel(ggml, exact):.2e}")
     assert ours.shape == ggml.shape == (m, n)
-    if m < 64:  # ggml_ops.cpp kQ4KernelMaxColumns
+    if m < 64:  # cpu/products.cpp kQ4KernelMaxColumns
         assert _rel(ours, ggml) <= 1e-5
     else:
         assert _rel(ours, exact) <= 1e-5

@@ -37,7 +37,7 @@ def test_s3gen_mel_matches_reference(n_tokens):
 
 def test_f16_s3gen_mel_stays_near_f32():
     """An F16 model's S3Gen weights go through the CPU's f32 products converted row panel by
-    row panel (ggml_ops matmul); the issue's bound for f16 weights is mel rel 1e-3 of F32."""
+    row panel (cpu/products.cpp matmul); the issue's bound for f16 weights is mel rel 1e-3 of F32."""
     speech = np.random.default_rng(3).integers(0, 6561, 25).astype(np.int32)
     x0 = np.random.default_rng(3).standard_normal((80, 2 * (_n_prompt() + 25)), dtype=np.float32)
     ref = debug.s3gen_mel(model_path("turbo"), speech, None, x0)

@@ -1,0 +1,269 @@
+#include "cpu/products.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/backend.h"
+#include "cpu/amx_gemm.h"
+#include "cpu/blas.h"
+#include "cpu/op_helpers.h"
+#include "cpu/q4_matmul.h"
+#include "cpu/vnni_gemm.h"
+
+namespace cbs {
+
+CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight) {
+    if (!backend_is_cpu(backend)) return CpuProducts::ggml;
+    return weight->type == GGML_TYPE_F32 ? CpuProducts::exact : CpuProducts::fast;
+}
+
+#ifdef CBS_HAVE_BLAS
+
+// dst = a x b as ggml_mul_mat: C[N x M] = B[N x K] A[M x K]^T per batch of b, row-major.
+// Work units: b's batches, each cut into enough row blocks for every thread to have one.
+static void blas_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
+    openblas_one_thread();
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], batches = b->ne[2] * b->ne[3];
+    const int64_t chunks = batches >= nth ? 1 : (nth + batches - 1) / batches, rows = (N + chunks - 1) / chunks;
+    const int lda = static_cast<int>(a->nb[1] / sizeof(float)), ldb = static_cast<int>(b->nb[1] / sizeof(float));
+    const int ldc = static_cast<int>(dst->nb[1] / sizeof(float));
+    thread_local AmxPackedB ap;
+    thread_local AmxSplitA bs;
+    const float* packed = nullptr;  // the batch of a that ap holds
+    for (int64_t u = ith; u < batches * chunks; u += nth) {
+        const int64_t r0 = (u % chunks) * rows, i2 = (u / chunks) % b->ne[2], i3 = (u / chunks) / b->ne[2];
+        const int64_t n = std::min(rows, N - r0);
+        if (n <= 0) continue;
+        const float* A = row_at(a, 0, i2 / (b->ne[2] / a->ne[2]), i3 / (b->ne[3] / a->ne[3]));
+        float* C = const_cast<float*>(row_at(dst, r0, i2, i3));
+        if (amx) {
+            if (A != packed) ap.pack(A, lda, M, K), packed = A;
+            bs.split(row_at(b, r0, i2, i3), ldb, n, K);
+            amx_gemm(bs, ap, C, ldc);
+            continue;
+        }
+        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(M),
+                          static_cast<int>(K), 1.0f, row_at(b, r0, i2, i3), ldb, A, lda, 0.0f, C, ldc);
+    }
+}
+#endif
+
+#ifdef CBS_HAVE_BLAS
+// Rows m0 .. m0+m-1 of a 2-D weight as f32: its own rows when f32 (ld from its stride), else
+// converted into `buf` (ld = K).
+static const float* weight_rows_f32(const ggml_tensor* a, int64_t m0, int64_t m, std::vector<float>& buf, int64_t& ld) {
+    const int64_t K = a->ne[0];
+    if (a->type == GGML_TYPE_F32) {
+        ld = a->nb[1] / sizeof(float);
+        return reinterpret_cast<const float*>(static_cast<const char*>(a->data) + m0 * a->nb[1]);
+    }
+    buf.resize(static_cast<size_t>(m * K));
+    if (q4_is_packed(a)) {
+        q4_unpack_rows(a, m0, m, buf.data());
+    } else {
+        const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
+        for (int64_t i = 0; i < m; ++i) to_float(static_cast<const char*>(a->data) + (m0 + i) * a->nb[1], buf.data() + i * K, K);
+    }
+    ld = K;
+    return buf.data();
+}
+
+static void amx_weight_matmul(ggml_tensor* dst);
+
+// blas_matmul for a 2-D weight `a` stored quantised or f16 (a Q4_0 model's S3Gen): each thread
+// converts its share of a's rows to f32 (ggml's to_float) into a buffer of its own, then
+// multiplies every row of b by them. Converting costs M*K per product against sgemm's M*K*N,
+// and the activations stay f32 (ggml's own kernel rounds them to 8 bits). Faster than ggml's
+// Q4_0 kernel and nearly as fast as f32 weights, without the memory of dequantising at load.
+// On AMX (userdata set) any 2-D weight, f32 too, goes to amx_weight_matmul below.
+static void weight_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
+    if (amx) return amx_weight_matmul(dst);
+    openblas_one_thread();
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
+    const int64_t per = ((M + nth - 1) / nth + 15) / 16 * 16, m0 = std::min(M, ith * per), m = std::min(per, M - m0);
+    if (m <= 0) return;
+    thread_local std::vector<float> w;
+    int64_t ldw = K;
+    const float* W = weight_rows_f32(a, m0, m, w, ldw);
+    const int ldb = static_cast<int>(b->nb[1] / sizeof(float)), ldc = static_cast<int>(dst->nb[1] / sizeof(float));
+    for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2)
+            scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(N), static_cast<int>(m),
+                              static_cast<int>(K), 1.0f, row_at(b, 0, i2, i3), ldb, W, static_cast<int>(ldw), 0.0f,
+                              const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+}
+
+// The split tensor (amx_split's output): a cache line holding the product's work counter, then
+// the split of each batch of b (b's batches in order). amx_split zeroes the counter itself, so
+// a product needs no work_counter node (and no barrier) of its own.
+static constexpr int64_t kSplitHeader = 64;
+static std::atomic<int64_t>* split_counter(const ggml_tensor* split) {
+    return static_cast<std::atomic<int64_t>*>(split->data);
+}
+// Batch (i2, i3) of b in a split tensor whose batches take `bytes` each (AMX's or int16's form).
+template <class F>
+static void for_each_batch(const ggml_tensor* b, F&& f) {  // f(i2, i3) for each of b's ne[2] x ne[3] batches
+    for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) f(i2, i3);
+}
+
+static void* split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3, size_t bytes) {
+    return static_cast<char*>(split->data) + kSplitHeader + (i3 * b->ne[2] + i2) * bytes;
+}
+static void* split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
+    return split_batch(split, b, i2, i3, AmxSplitA::bytes(b->ne[1], b->ne[0]));
+}
+
+// The same on AMX tiles: pieces of kAmxRows weight rows, each taken by whichever thread is
+// free (the split's counter), packed into tiles and multiplied by all of b; so a core slowed
+// by other work on the machine holds up no other. 128 rows: the activations' split is read
+// from L3 once per piece, half as often as with 64 (256 gains nothing more).
+static constexpr int64_t kAmxRows = 128;
+static void amx_weight_matmul(ggml_tensor* dst) {
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
+    const int64_t ldc = dst->nb[1] / sizeof(float);
+    thread_local std::vector<float> w;
+    thread_local AmxPackedB wp;
+    AmxSplitA bs;
+    for (int64_t m0; (m0 = split_counter(split)->fetch_add(kAmxRows)) < M;) {
+        const int64_t m = std::min(kAmxRows, M - m0);
+        int64_t ldw = K;
+        wp.pack(weight_rows_f32(a, m0, m, w, ldw), ldw, m, K);
+        for_each_batch(b, [&](int64_t i2, int64_t i3) {
+            bs.view(split_batch(split, b, i2, i3), N, K);
+            amx_gemm(bs, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+        });
+    }
+}
+
+// b's rows split for AMX (AmxSplitA) into dst, one row of dst per batch of b, each thread a
+// share of the row blocks: done once per product, not by every thread that multiplies them.
+static void amx_split(ggml_tensor* dst, int ith, int nth, void*) {
+    const ggml_tensor* b = dst->src[0];
+    const int64_t K = b->ne[0], N = b->ne[1];
+    if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
+    AmxSplitA split;
+    for_each_batch(b, [&](int64_t i2, int64_t i3) {
+        split.view(split_batch(dst, b, i2, i3), N, K);
+        const int64_t blocks = split.row_blocks();
+        split.split_blocks(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), blocks * ith / nth, blocks * (ith + 1) / nth);
+    });
+}
+
+static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benchmarks/bench_s3gen_quant.py)
+    const char* v = std::getenv("CBS_BLAS_QUANT");
+    return !v || std::strcmp(v, "0") != 0;
+}
+#endif
+
+// Columns up to which a packed Q4_0 weight's product stays with our kernel (cpu/q4_matmul.h).
+static constexpr int64_t kQ4KernelMaxColumns = 64;
+
+#ifdef CBS_HAVE_BLAS
+// `fast` without AMX: a Q4_0 weight's products in int16 on AVX512-VNNI (cpu/vnni_gemm.h),
+// b's rows rounded once per product by a node of their own (vnni_split), then pieces of
+// kVnniRows weight rows taken by whichever thread is free, each unpacked and multiplied by
+// all of b (the split's counter, as amx_weight_matmul).
+static constexpr int64_t kVnniRows = 48;  // 3 groups of 16: one tile wide (cpu/vnni_gemm.cpp)
+
+static void* vnni_split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
+    return split_batch(split, b, i2, i3, I16Rows::bytes(b->ne[1], b->ne[0]));
+}
+
+static void vnni_split(ggml_tensor* dst, int ith, int nth, void*) {
+    const ggml_tensor* b = dst->src[0];
+    const int64_t K = b->ne[0], N = b->ne[1];
+    if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
+    I16Rows rows;
+    for_each_batch(b, [&](int64_t i2, int64_t i3) {
+        rows.view(vnni_split_batch(dst, b, i2, i3), N, K);
+        rows.quantize(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), N * ith / nth, N * (ith + 1) / nth);
+    });
+}
+
+static void vnni_weight_matmul(ggml_tensor* dst, int, int, void*) {
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
+    const int64_t ldc = dst->nb[1] / sizeof(float);
+    thread_local I16Weight wp;
+    I16Rows rows;
+    for (int64_t m0; (m0 = split_counter(split)->fetch_add(kVnniRows)) < M;) {
+        const int64_t m = std::min(kVnniRows, M - m0);
+        wp.unpack_q4_0(static_cast<const char*>(a->data) + m0 * a->nb[1], a->nb[1], m, K);
+        for_each_batch(b, [&](int64_t i2, int64_t i3) {
+            rows.view(vnni_split_batch(split, b, i2, i3), N, K);
+            vnni_gemm(rows, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+        });
+    }
+}
+
+// Whether a's products with b go to vnni_weight_matmul.
+static bool vnni_weight(const ggml_tensor* a, CpuProducts how) {
+    return how.kind == CpuProducts::fast && !amx_available() && vnni_available() && a->type == GGML_TYPE_Q4_0 &&
+           !q4_is_packed(a) && a->ne[0] % 32 == 0;
+}
+#endif
+
+ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts how) {
+    // T3's Q4_0 weights on the CPU (cpu/q4_matmul.h): a long prompt's many columns through
+    // the AMX tiles or sgemm below (the weights converted and packed per product), a decoding
+    // step and a short prompt (a sentence's text) through our kernel, which reads the weights
+    // once for all its columns, where converting and packing every weight per product costs
+    // more than it saves.
+    const bool packed = q4_is_packed(a);
+#ifdef CBS_HAVE_BLAS
+    if (packed)
+        how = b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && b->ne[1] >= kQ4KernelMaxColumns ? CpuProducts::fast
+                                                                                                        : CpuProducts::ggml;
+    const bool blas = how.blas();
+    const bool weight_like = ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && b->type == GGML_TYPE_F32 &&
+                             b->nb[0] == sizeof(float) && b->ne[1] >= 16 && a->ne[1] >= 16 && a->ne[0] == b->ne[0];
+    // Quantised or f16 weights; with AMX any 2-D weight (split by its rows: each thread packs its own).
+    if (blas && weight_like && ((a->type != GGML_TYPE_F32 && ggml_get_type_traits(a->type)->to_float &&
+                                 blas_quant_enabled()) ||
+                                (a->type == GGML_TYPE_F32 && amx_tag(how)))) {
+        if (vnni_weight(a, how)) {
+            const int64_t bytes = kSplitHeader + static_cast<int64_t>(I16Rows::bytes(b->ne[1], b->ne[0])) *
+                                                     b->ne[2] * b->ne[3];
+            ggml_tensor* args[3] = {a, b, ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &b, 1, vnni_split,
+                                                         GGML_N_TASKS_MAX, nullptr)};
+            return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 3,
+                                  vnni_weight_matmul, GGML_N_TASKS_MAX, nullptr);
+        }
+        void* amx = amx_tag(how);
+        ggml_tensor* args[3] = {a, b, nullptr};
+        if (amx) {
+            const int64_t bytes = kSplitHeader + static_cast<int64_t>(AmxSplitA::bytes(b->ne[1], b->ne[0])) *
+                                                     b->ne[2] * b->ne[3];
+            args[2] = ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &b, 1, amx_split, GGML_N_TASKS_MAX, nullptr);
+        }
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, amx ? 3 : 2,
+                              weight_matmul, GGML_N_TASKS_MAX, amx);
+    }
+    // Small products (a time embedding's one row) stay with ggml: sgemm's setup would dominate.
+    if (blas && a->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && a->nb[0] == sizeof(float) &&
+        b->nb[0] == sizeof(float) && b->ne[1] >= 16 && a->ne[1] >= 16 && a->ne[0] == b->ne[0] &&
+        b->ne[2] % a->ne[2] == 0 && b->ne[3] % a->ne[3] == 0) {
+        ggml_tensor* args[2] = {a, b};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 2, blas_matmul,
+                              GGML_N_TASKS_MAX, amx_tag(how));
+    }
+#endif
+    if (packed) return q4_matmul(ctx, a, b);  // ggml's kernels must not see the packed layout
+    // Asked for at f32: on CUDA an f32 x f32 product otherwise runs through TF32 (patches/0002).
+    ggml_tensor* r = ggml_mul_mat(ctx, a, b);
+    ggml_mul_mat_set_prec(r, GGML_PREC_F32);
+    return r;
+}
+
+ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x) {
+    return q4_is_packed(w) ? matmul(ctx, w, x, false) : ggml_mul_mat(ctx, w, x);
+}
+
+}  // namespace cbs

@@ -1,0 +1,47 @@
+// A graph's matrix products and how each runs on the CPU: ggml's own kernels, OpenBLAS's sgemm
+// (exact f32), AMX tiles in bf16x3 or int16 on AVX512-VNNI (fast), or T3's packed Q4_0 kernel.
+// matmul() picks the kernel; the kernels are custom graph operations on ggml's threads.
+#pragma once
+
+#include "ggml-backend.h"
+#include "ggml.h"
+
+namespace cbs {
+
+// How a graph's f32 matrix products run on the CPU (the `blas` argument below). From a bool,
+// the callers' on_cpu flag: true is `exact`, false `ggml`.
+struct CpuProducts {
+    enum Kind {
+        ggml,   // ggml's own kernels (any backend; the only choice off the CPU)
+        exact,  // OpenBLAS sgemm: f32 arithmetic, the reference mode (f32 models, parity)
+        fast,   // AMX tiles in bf16x3 (cpu/amx_gemm.h: within ~1e-5 of f32) where the CPU has
+                // them; else, on AVX512-VNNI, Q4_0 weights' products and attention in int16
+                // (cpu/vnni_gemm.h: ~2e-5 and ~7e-5); else as exact. For a model whose
+                // matrices are quantised or f16 anyway
+    };
+    Kind kind;
+    CpuProducts(bool blas) : kind(blas ? exact : ggml) {}  // NOLINT(google-explicit-constructor)
+    CpuProducts(Kind k) : kind(k) {}                       // NOLINT(google-explicit-constructor)
+    bool blas() const { return kind != ggml; }
+};
+
+// The products for a component whose matrices include `weight`: ggml off the CPU, exact for an
+// f32 weight, fast for a quantised or f16 one.
+CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight);
+
+// ggml_mul_mat(a, b) ([K, M, ...] x [K, N, ...] -> [M, N, ...], a broadcast over b's
+// batches). With `blas` (a CPU backend's graph) and OpenBLAS built in, f32 operands whose
+// rows are contiguous (views allowed) go through single-threaded sgemm on ggml's threads,
+// each taking a share of the rows: faster than ggml's tinyBLAS on this model's shapes.
+// A 2-D `a` stored quantised or f16 (a quantised model's S3Gen weights) takes the same path:
+// each thread converts its share of a's rows to f32 first (CBS_BLAS_QUANT=0: ggml's kernel).
+// `fast` with AMX: the same splits, each product on AMX tiles (a 2-D `a` split by its rows
+// between the threads, whatever its type); without AMX, on AVX512-VNNI, a Q4_0 `a`'s products
+// in int16 (b's rows rounded once per product, a's rows unpacked by pieces).
+ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts blas);
+
+// ggml_mul_mat(w, x) for a model weight w, at ggml's default precision; matmul's path for
+// T3's packed Q4_0 weights on the CPU (cpu/q4_matmul.h).
+ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);
+
+}  // namespace cbs

@@ -1,0 +1,63 @@
+"""Likeness read on real voices: the verdict thresholds (engine_native.likeness.SAME_SPEAKER,
+DIFFERENT_SPEAKER) and best-of-N's choice, with the trained GE2E speaker encoder on real
+recordings (tests/helpers/real_speech.py). The thresholds come from benchmarks/bench_speakers.py
+(12 speakers: same-speaker cosines median 0.90, different median 0.49).
+
+Likeness itself is the cosine of the engine's VoiceEncoder embeddings (the same network); the
+random-weight test models give ~1.0 for everything, so these checks need the trained encoder.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers import real_speech as rs
+
+
+@pytest.fixture(scope="module")
+def voices(speaker_encoder, harvard):
+    """{speaker: [embeddings of their clips]}: the codec2 man and woman, pyannote's speaker91."""
+    from voice_lab.silence import detect_silence, speech_regions
+
+    enc = speaker_encoder
+    x, sr = rs.read(harvard)
+    try:
+        wav, _turns = rs.pyannote_sample()
+    except rs.FetchError as e:
+        pytest.skip(str(e))
+    out: dict[str, list] = {"man": [], "woman": []}
+    for r in speech_regions(detect_silence(x.reshape(-1, 1), sr, -30, 0.3), x.size / sr):
+        part = x[int(r.start * sr):int(r.end * sr)]
+        out["man" if rs.median_f0(part, sr) < 165 else "woman"].append(enc.embed(part, sr))
+    y, ysr = rs.read(wav)
+    # the long solo turns of pyannote's speaker91 (no one else speaks there, by its RTTM)
+    out["speaker91"] = [enc.embed(y[int(a * ysr):int(b * ysr)], ysr) for a, b in ((14.7, 17.9), (21.8, 25.0))]
+    return out
+
+
+def test_verdicts_on_real_voices(voices):
+    from engine_native.likeness import describe, verdict
+
+    for who, (a, b) in voices.items():
+        assert verdict(float(a @ b)) == "same voice", (who, float(a @ b))
+    for x in voices["man"]:
+        for y in voices["woman"] + voices["speaker91"]:
+            assert verdict(float(x @ y)) == "different voice", float(x @ y)
+    assert describe(0.873) == "0.87 (same voice)" and verdict(0.75) == "unsure"
+
+
+def test_best_of_n_keeps_the_take_in_the_voice(voices):
+    """best_take's choice (likeness.choose) on real scores: of "takes" by the woman, the man and
+    another woman, scored against the woman's other clip, hers is kept."""
+    from engine_native.likeness import choose
+
+    ref = voices["woman"][0]
+    takes = [("man", voices["man"][0]), ("woman", voices["woman"][1]), ("speaker91", voices["speaker91"][0]),
+             ("man", voices["man"][1])]
+    candidates = [(seed, float(e @ ref), 3.0, True) for seed, (_who, e) in enumerate(takes)]
+    assert takes[choose(candidates)][0] == "woman"
+    # a take of implausible length loses to a plausible one, however alike
+    candidates[1] = (1, candidates[1][1], 30.0, False)
+    assert takes[choose(candidates)][0] != "woman"
+    assert np.isfinite([c[1] for c in candidates]).all()
