@@ -15,6 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from engine_native.errors import VoiceError
 
 # More channels than this is not a recording layout anyone uses (7.1 surround has 8).
 MAX_CHANNELS = 16
@@ -38,6 +39,18 @@ def to_mono(samples: np.ndarray) -> np.ndarray:
     elif x.ndim != 1:
         raise ValueError(f"audio must be (samples,) or (samples, channels); got shape {x.shape}")
     return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def usable_mono(samples: np.ndarray) -> np.ndarray:
+    """Audio an embedding or a clone is asked of, as mono float32 (`to_mono`); VoiceError when
+    it is not numbers, has no samples or holds NaN or infinity."""
+    try:
+        mono = to_mono(samples)
+    except ValueError as e:
+        raise VoiceError(str(e)) from None
+    if mono.size == 0 or not np.all(np.isfinite(mono)):
+        raise VoiceError("the audio is empty or holds invalid samples")
+    return mono
 
 
 def _fix_length(y: np.ndarray, n_in: int, src: int, dst: int) -> np.ndarray:

@@ -23,7 +23,7 @@ import threading
 
 import numpy as np
 
-from engine_native.audio import resample_soxr, to_mono
+from engine_native.audio import resample_soxr, usable_mono
 from engine_native.errors import EngineError, ModelError, VoiceError
 
 SAMPLE_RATE = 16000
@@ -94,12 +94,7 @@ class SpeakerEncoder:
 
     def prepare(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
         """Any audio -> what embed_prepared takes (see the module)."""
-        try:
-            mono = to_mono(samples)
-        except ValueError as e:
-            raise VoiceError(str(e)) from None
-        if mono.size == 0 or not np.all(np.isfinite(mono)):
-            raise VoiceError("the audio is empty or holds invalid samples")
+        mono = usable_mono(samples)
         if not isinstance(sample_rate, (int, np.integer)) or sample_rate < 1000:
             raise VoiceError(f"sample_rate must be an integer >= 1000, got {sample_rate!r}")
         wav = resample_soxr(mono, int(sample_rate), SAMPLE_RATE) if sample_rate != SAMPLE_RATE else mono

@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from shot_helpers import pump  # noqa: E402 - scripts/, beside this file
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.append(ROOT)  # tests.helpers (the stand-in); the app itself as installed (or from the venv's sources)
 
@@ -28,15 +30,6 @@ sys.path.append(ROOT)  # tests.helpers (the stand-in); the app itself as install
 def log(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
-
-def pump(app, seconds: float, until=None) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        app.processEvents()
-        if until is not None and until():
-            return True
-        time.sleep(0.02)
-    return bool(until()) if until else True
 
 
 def main() -> int:

@@ -17,19 +17,11 @@ import argparse
 import os
 import sys
 import tempfile
-import time
+
+from shot_helpers import pump, throwaway_window  # noqa: E402 - scripts/, beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-def pump(app, seconds: float, until=None) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        app.processEvents()
-        if until is not None and until():
-            return True
-        time.sleep(0.01)
-    return until() if until else True
 
 SCRIPT = ("# Chapter one\n\n"
           "Narrator: The rain had not stopped for three days. [pause 1s]\n"
@@ -48,21 +40,12 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="cbs-shot-script-")
 
-    from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.qt import theme
-    from app.qt.gui import make_app
-    from app.qt.main_window import MainWindow
     from app.qt.script_panels import save_cast
-    from app.qt.settings import Settings
 
-    app = make_app([sys.argv[0]])
-    settings = Settings(QSettings(os.path.join(work, "settings.ini"), QSettings.IniFormat))
-    theme.apply(app, "dark")
-    w = MainWindow(settings, os.path.join(work, "data"))
+    app, w = throwaway_window(work)
     w.script.lexicon_path = os.path.join(work, "lexicon.json")
-    w.resize(1360, 820)
     w.move(0, 0)
     w.show()
     loaded = []

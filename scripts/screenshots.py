@@ -15,9 +15,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
+
+from shot_helpers import pump, throwaway_window  # noqa: E402 - scripts/, beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,15 +31,6 @@ LINES = ["the quick brown fox jumps over the lazy dog and keeps on running far a
          "a journey of a thousand miles begins with one small step forward today",
          "every voice has a colour of its own that listeners recognise at once"]
 
-
-def pump(app, seconds: float, until=None) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        app.processEvents()
-        if until is not None and until():
-            return True
-        time.sleep(0.01)
-    return until() if until else True
 
 
 def recording(folder: str, voice: str, speed: int) -> str:
@@ -67,19 +59,9 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="cbs-shots-")
 
-    from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.qt import theme
-    from app.qt.gui import make_app
-    from app.qt.main_window import MainWindow
-    from app.qt.settings import Settings
-
-    app = make_app([sys.argv[0]])
-    settings = Settings(QSettings(os.path.join(work, "settings.ini"), QSettings.IniFormat))
-    theme.apply(app, "dark")
-    w = MainWindow(settings, os.path.join(work, "data"))
-    w.resize(1360, 820)
+    app, w = throwaway_window(work)
     w.show()
     loaded = []
     w.client.modelChanged.connect(loaded.append)

@@ -19,7 +19,7 @@ import numpy as np
 
 from engine_native import _core
 from engine_native import options as schema
-from engine_native.audio import norm_loudness, resample_sinc, resample_soxr, to_mono
+from engine_native.audio import norm_loudness, resample_sinc, resample_soxr, to_mono, usable_mono
 from engine_native.errors import (EngineError, IncompatibleVoiceError, SilentAudioError, VoiceError,
                                   VoiceTooShortError)
 from engine_native.speech import check_speech
@@ -45,13 +45,7 @@ _MADE_BY_CLONING = ("builtin", "clone_seconds", "duration_s", "created_at", "sou
 def _audio(samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
     """Any audio an embedding is asked of, as (mono float32, rate); VoiceError if unusable."""
     sr = _SAMPLE_RATE.check(sample_rate)
-    try:
-        mono = to_mono(samples)
-    except ValueError as e:
-        raise VoiceError(str(e)) from None
-    if mono.size == 0 or not np.all(np.isfinite(mono)):
-        raise VoiceError("the audio is empty or holds invalid samples")
-    return mono, sr
+    return usable_mono(samples), sr
 
 
 class VoiceCloner:

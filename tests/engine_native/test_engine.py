@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from engine_native import (EmptyTextError, Engine, EngineError, ModelError, ParameterError, Voice, split_text)
+from engine_native import EmptyTextError, Engine, EngineError, ModelError, ParameterError, Voice
 from engine_native.bench import StageWatch
 from tests.helpers.models import model_path
 
@@ -206,22 +206,6 @@ def test_freeing_a_model_lets_other_python_threads_run(model):
     during = sum(t0 < t < t1 for t in ticks)
     # The free itself must be long enough to tell: with the GIL held nothing ticks inside it.
     assert t1 - t0 < 0.02 or during >= 2, f"the free took {(t1 - t0) * 1000:.0f} ms and no thread ran ({during} ticks)"
-
-
-def test_split_text():
-    s = split_text("Hello there. how are you?I am fine!\nA list item\n...  \n  Dr.Who is here.  ")
-    assert [x.text for x in s] == ["Hello there.", "how are you?", "I am fine!", "A list item", "Dr.Who is here."]
-    text = "Mr. Smith went to St. Ives. Then he came back... Done"
-    assert [text[x.start:x.end] for x in split_text(text)] == ["Mr. Smith went to St. Ives.", "Then he came back...",
-                                                                "Done"]
-    long = "word, " * 200 + "end."
-    pieces = split_text(long)
-    assert len(pieces) > 1 and all(len(p.text) <= 300 for p in pieces)
-    assert split_text("... -- !!") == []
-    # the Multilingual model's scripts: CJK full stops need no space; danda and ؟ do
-    assert [x.text for x in split_text("你好。今天天气很好！真的吗？是的")] == ["你好。", "今天天气很好！", "真的吗？", "是的"]
-    assert [x.text for x in split_text("नमस्ते। आप कैसे हैं?")] == ["नमस्ते।", "आप कैसे हैं?"]
-    assert [x.text for x in split_text("مرحبا؟ كيف حالك.")] == ["مرحبا؟", "كيف حالك."]
 
 
 def test_errors_name_their_cause(engine, model, tmp_path):
