@@ -37,7 +37,7 @@ def executed(output: str) -> int:
 
 def native_exe(target: str) -> Path:
     if shutil.which("clang++-14") is None:
-        pytest.skip("clang-14 is not installed (bash scripts/setup.sh test installs it)")
+        pytest.skip("clang-14 is not installed (docs/FUZZING.md: apt-get install clang-14 libclang-rt-14-dev llvm-14)")
     exe = BUILD / f"fuzz_{target}"
     if not exe.exists():
         pytest.skip(f"{exe.relative_to(ROOT)} is not built: bash scripts/sanitizer_build.sh fuzz_targets")
