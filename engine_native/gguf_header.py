@@ -224,6 +224,8 @@ def read_tensors(header: GGUFHeader) -> dict:
     out = {}
     with open(header.path, "rb") as f:
         for t in header.tensors:
+            if 0 in t.shape:  # no data, yet its other dimensions may be anything
+                raise GGUFFileError(f"{header.path}: tensor {t.name} has no elements (shape {t.shape}); {AGAIN}")
             dtype = _PLAIN_DTYPES.get(t.type)
             if dtype is None:
                 raise GGUFFileError(f"{header.path}: tensor {t.name} has type {t.type}, which this file "
