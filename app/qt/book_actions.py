@@ -75,8 +75,6 @@ class BookActions(QObject):
         return view
 
     def _show(self, view: BookRenderView) -> BookRenderView:
-        if self.view is not None and self.view is not view:
-            self.view.deleteLater()
         self.view = view
         view.stateChanged.connect(lambda s, v=view: self._closed(v) if s == "closed" else None)
         view.show()
@@ -85,4 +83,3 @@ class BookActions(QObject):
     def _closed(self, view: BookRenderView) -> None:
         if self.view is view:
             self.view = None
-        view.deleteLater()

@@ -347,5 +347,6 @@ class BookRenderView(QDialog):
         if self.state == "done":
             folder = self.job.parts_folder
             BackgroundOp(lambda _r: shutil.rmtree(folder, ignore_errors=True)).start()
+        e.accept()                          # (not QDialog's: a view is not a question to reject)
+        self.book = self.result = None      # the view stays the window's child until then; its book need not
         self.stateChanged.emit("closed")
-        super().closeEvent(e)
