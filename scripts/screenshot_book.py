@@ -1,7 +1,7 @@
 """Screenshots of making an audiobook, for the README: docs/screenshots/book_review.png (the review
 of the real Alice EPUB: cover, metadata, chapters with the front matter unticked, one renamed)
-and book_render.png (the render under way: the title page done and playable, chapter I
-rendering, the time left).
+book_render.png (the render under way: the title page done and playable, chapter I
+rendering, the time left) and book_summary.png (a render's end: the summary).
 
 Run it through scripts/screenshots.sh --book MODEL.gguf (a real X server from xvfb-run, Qt's xcb
 plugin). It uses a throw-away settings file, data folder and output; MAX_TOKENS speech tokens
@@ -72,7 +72,7 @@ def main() -> int:
     dlg.render_button.click()
     view = w.books.view
     view.resize(760, 420)
-    if not pump(app, 900, lambda: 1 in view.done and view.table.cellWidget(1, 1).value() >= 120
+    if not pump(app, 900, lambda: 1 in view.done and view.bars[1].value() >= 120
                 or view.state == "failed"):
         print("the render did not get far enough in time", file=sys.stderr)
         return 1
@@ -80,7 +80,24 @@ def main() -> int:
     view.grab().save(os.path.join(args.out, "book_render.png"))
     view.cancel()
     pump(app, 60, lambda: not w.client.busy)
-    print(f"wrote {args.out}/book_review.png and book_render.png")
+    view.close()
+
+    # the summary at the end: the title page alone, rendered again from its finished chapter
+    dlg = w.books.make_audiobook(ALICE)
+    pump(app, 60, lambda: dlg.book is not None)
+    for r in range(dlg.table.rowCount()):
+        dlg.set_chapter(r, included=r == 0)
+    dlg.set_chapter(0, title="Title page")
+    dlg.output_edit.setText(os.path.join(work, "Alice.m4b"))
+    dlg.render_button.click()
+    view = w.books.view
+    view.resize(760, 420)
+    if not pump(app, 300, lambda: view.state in ("done", "failed")) or view.state != "done":
+        print(f"the audiobook was not written: {view.status_label.text()}", file=sys.stderr)
+        return 1
+    pump(app, 0.3)
+    view.grab().save(os.path.join(args.out, "book_summary.png"))
+    print(f"wrote {args.out}/book_review.png, book_render.png and book_summary.png")
     w.close()
     QApplication.processEvents()
     return 0

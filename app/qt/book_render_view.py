@@ -14,6 +14,7 @@ file (loudness, AAC, chapters, cover) runs in the background (app.core.book.job.
 
 from __future__ import annotations
 
+import html
 import os
 import shutil
 import threading
@@ -30,6 +31,7 @@ from PySide6.QtWidgets import (
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
+    QWidget,
 )
 
 from app.core.long_render import format_eta
@@ -38,6 +40,16 @@ from engine_native.errors import Cancelled
 
 PLAY_BLOCK_S = 5.0      # a finished chapter goes to the player this much at a time ...
 PLAY_AHEAD_S = 30.0     # ... and never more than this far ahead of what has been heard
+
+
+def summary_html(lines: list[str]) -> str:
+    """The summary's lines (app.core.book.job.summary_lines: a label, then the words) as a table."""
+    rows = []
+    for line in lines:
+        label, _sep, text = line.partition(" ")
+        rows.append(f"<tr><td style='padding-right:12px; color:gray'>{html.escape(label.capitalize())}</td>"
+                    f"<td>{html.escape(text.strip())}</td></tr>")
+    return "<table>" + "".join(rows) + "</table>"
 
 
 def load_book(job):
@@ -98,6 +110,7 @@ class BookRenderView(QDialog):
         h.resizeSection(1, 150)
         for col in (2, 3):
             h.setSectionResizeMode(col, QHeaderView.ResizeToContents)
+        self.table.verticalHeader().setVisible(False)      # the titles carry the chapters' numbers
         self.table.setEditTriggers(QTableWidget.NoEditTriggers)
         self.table.setSelectionMode(QTableWidget.NoSelection)
         lay.addWidget(self.table, 1)
@@ -135,12 +148,19 @@ class BookRenderView(QDialog):
         self._starts = [sum(sizes[:i]) for i in range(len(sizes))]
         self._sizes = sizes
         self.table.setRowCount(len(self.rows))
+        self.bars: list[QProgressBar] = []
         for r, (n, c) in enumerate(self.rows):
             self.table.setItem(r, 0, QTableWidgetItem(f"{n}. {c.title}"))
             bar = QProgressBar()
             bar.setRange(0, 1000)
             bar.setTextVisible(False)
-            self.table.setCellWidget(r, 1, bar)
+            bar.setFixedHeight(8)
+            cell = QWidget()
+            cell_lay = QHBoxLayout(cell)
+            cell_lay.setContentsMargins(6, 0, 6, 0)
+            cell_lay.addWidget(bar, 0, Qt.AlignVCenter)
+            self.bars.append(bar)
+            self.table.setCellWidget(r, 1, cell)
             self.table.setItem(r, 2, QTableWidgetItem("waiting"))
             play = QPushButton("▶ Play")
             play.setEnabled(False)
@@ -210,12 +230,16 @@ class BookRenderView(QDialog):
             return
         r = e.chapter - 1
         frac = min(1.0, max(0.0, (e.fraction * self._total - self._starts[r]) / max(1, self._sizes[r])))
-        bar = self.table.cellWidget(r, 1)
+        bar = self.bars[r]
         if e.kind == "chapter-start":
             self._audio_at_start = e.audio_s
             self.table.item(r, 2).setText("rendering")
         elif e.kind == "piece":
             bar.setValue(round(frac * 1000))
+            left_book = self._total * (1.0 - e.fraction)
+            if e.eta_s is not None and left_book > 0:      # the book's pace, over what is left of the chapter
+                eta = e.eta_s * self._sizes[r] * (1.0 - frac) / left_book
+                self.table.item(r, 2).setText(f"{format_eta(eta)} left")
         elif e.kind == "chapter-done":
             number = self.rows[r][0]
             self.done[number] = (self.rows[r][1].title, e.path)
@@ -224,8 +248,8 @@ class BookRenderView(QDialog):
             self.table.cellWidget(r, 3).setEnabled(True)
         self.bar.setValue(round(e.fraction * 1000))
         left = "" if e.eta_s is None else f" · {format_eta(e.eta_s)} left"
-        self.status_label.setText(f"Chapter {e.chapter} of {e.chapters}: {e.title} · {100 * e.fraction:.0f}%"
-                                  f"{left} · {format_eta(e.audio_s)} of audio")
+        self.status_label.setText(f"Reading {e.title} ({e.chapter} of {e.chapters}) · {int(100 * e.fraction)}% of "
+                                  f"the book{left} · {format_eta(e.audio_s)} of audio so far")
 
     def _stopped(self, e: BaseException) -> None:
         if isinstance(e, Cancelled):
@@ -274,8 +298,7 @@ class BookRenderView(QDialog):
         self.report, self.plan = written
         self.w.settings.book_job = ""
         self.summary = summary_lines(self.result, self.report, self.plan)
-        self.summary_label.setText("\n".join(line.split(None, 1)[1] if " " in line else line
-                                             for line in self.summary))
+        self.summary_label.setText(summary_html(self.summary))
         self.summary_label.show()
         self._set_state("done")
         self.status_label.setText(f"Done: {self.report.path}")

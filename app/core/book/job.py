@@ -176,6 +176,10 @@ def chapter_files(done: list[tuple[int, str, str]]) -> list:
     return [ChapterAudio(n, title, path, sf.info(path).frames, cached=True) for n, title, path in sorted(done)]
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 def _fmt(x) -> str:
     return "n/a" if x is None else f"{x:.1f}"
 
@@ -185,13 +189,14 @@ def summary_lines(result, report, plan) -> list[str]:
     sentences regenerated or refused, the loudness met, the time it took."""
     from app.core.long_render import format_eta
 
-    lines = [f"wrote     {report.path}: {format_eta(report.seconds)} ({report.seconds:.1f} s), {report.chapters} "
-             "chapters" + (f" in {len(report.files)} files" if len(report.files) > 1 else "")]
+    lines = [f"wrote     {report.path}: {format_eta(report.seconds)} ({report.seconds:.1f} s), "
+             f"{_count(report.chapters, 'chapter')}" + (f" in {len(report.files)} files" if len(report.files) > 1 else "")]
     if result is not None:
         cached = sum(c.cached for c in result.chapters)
-        lines += [f"text      {result.characters:,} characters; {result.rendered:,} sentences rendered now, "
-                  f"{result.pieces - result.rendered:,} taken from earlier runs, {cached} chapters finished before",
-                  f"retakes   {result.regenerated} sentences regenerated for an implausible length, "
+        lines += [f"text      {_count(result.characters, 'character')}; {_count(result.rendered, 'sentence')} rendered "
+                  f"now, {result.pieces - result.rendered:,} taken from earlier runs, {_count(cached, 'chapter')} "
+                  "finished before",
+                  f"retakes   {_count(result.regenerated, 'sentence')} regenerated for an implausible length, "
                   f"{result.implausible} still implausible, {len(result.failed)} refused by the engine"]
         lines += [f"refused   {f}" for f in result.failed[:10]]
     lines.append(f"loudness  {_fmt(plan.measured_lufs)} LUFS -> {_fmt(report.lufs)} LUFS (target {plan.target_lufs:g}), "

@@ -137,7 +137,7 @@ def test_paused_closed_reopened_and_resumed_equals_uninterrupted(qtbot, tmp_path
     (tmp_path / "b").mkdir()
     w = _window(tmp_path / "b", model)
     view = _reviewed(qtbot, w, book, tmp_path / "resumed.m4b")
-    _wait(qtbot, lambda: 1 in view.done and view.table.cellWidget(1, 1).value() > 0, 600, "chapter 2 under way")
+    _wait(qtbot, lambda: 1 in view.done and view.bars[1].value() > 0, 600, "chapter 2 under way")
     view.pause()
     assert view.state == "paused" and view.pause_button.text() == "Resume"
     _wait(qtbot, lambda: not w.client.busy, 120, "the engine to stop")
@@ -161,4 +161,22 @@ def test_paused_closed_reopened_and_resumed_equals_uninterrupted(qtbot, tmp_path
     assert [x.size for x in got] == [x.size for x in expected]
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))
     assert [c["tags"]["title"] for c in _probe(tmp_path / "resumed.m4b")["chapters"]] == ["Chapter One", "Chapter Two"]
+    _close(w)
+
+
+def test_a_play_in_the_studio_goes_first_and_the_book_goes_on(qtbot, tmp_path, model):
+    w = _window(tmp_path, model)
+    book = write_epub(tmp_path / "short.epub", SHORT_BOOK[:2])
+    view = _reviewed(qtbot, w, book, tmp_path / "short.m4b")
+    job = view.engine_job
+    _wait(qtbot, lambda: view.bars[0].value() > 0, 300, "the book under way")
+    take = w.script.play_text("A word between.", 0)
+    _wait(qtbot, lambda: w.controller.state == "idle", 300, "the studio's take")
+    assert take.frames > 0 and view.state in ("rendering", "writing", "done")     # not paused by it
+    _wait(qtbot, lambda: view.state in ("done", "failed"), 600, "the audiobook")
+    assert view.state == "done", view.status_label.text()
+    assert view.engine_job is job and not job.cancelled                          # the same job went on
+    assert view.result.rendered < view.result.pieces                             # from its parts folder
+    assert [c["tags"]["title"] for c in _probe(tmp_path / "short.m4b")["chapters"]] == ["Chapter One", "Chapter Two"]
+    view.close()
     _close(w)
