@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 
-from screenshots import ROOT, pump  # noqa: E402 - the sibling script's helpers
+from screenshots import ROOT, open_window, pump  # the sibling script's helpers
 
 ALICE = os.path.join(ROOT, "tests", "helpers", "books", "alice.epub")
 
@@ -31,25 +31,10 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="cbs-book-shots-")
 
-    from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.qt import theme
-    from app.qt.gui import make_app
-    from app.qt.main_window import MainWindow
-    from app.qt.settings import Settings
-
-    app = make_app([sys.argv[0]])
-    settings = Settings(QSettings(os.path.join(work, "settings.ini"), QSettings.IniFormat))
-    theme.apply(app, "dark")
-    w = MainWindow(settings, os.path.join(work, "data"))
-    w.resize(1280, 800)
-    w.show()
-    loaded = []
-    w.client.modelChanged.connect(loaded.append)
-    w.load_model(args.model)
-    if not pump(app, 300, lambda: loaded) or not loaded[-1]:
-        print(f"the model did not load: {w.last_error}", file=sys.stderr)
+    app, w = open_window(args.model, work, (1280, 800))
+    if w is None:
         return 1
     w.toolbar.preset_combo.setCurrentText("Low latency")
     w.sampling_panel.spins["max_tokens"].setValue(args.max_tokens)

@@ -41,6 +41,31 @@ def pump(app, seconds: float, until=None) -> bool:
     return until() if until else True
 
 
+def open_window(model: str, work: str, size: tuple[int, int]):
+    """(app, the main window with `model` loaded) on a throw-away settings file and data folder
+    in `work`, dark theme; the window is None (and the reason on stderr) when the model did not load."""
+    from PySide6.QtCore import QSettings
+
+    from app.qt import theme
+    from app.qt.gui import make_app
+    from app.qt.main_window import MainWindow
+    from app.qt.settings import Settings
+
+    app = make_app([sys.argv[0]])
+    settings = Settings(QSettings(os.path.join(work, "settings.ini"), QSettings.IniFormat))
+    theme.apply(app, "dark")
+    w = MainWindow(settings, os.path.join(work, "data"))
+    w.resize(*size)
+    w.show()
+    loaded = []
+    w.client.modelChanged.connect(loaded.append)
+    w.load_model(model)
+    if not pump(app, 300, lambda: loaded) or not loaded[-1]:
+        print(f"the model did not load: {w.last_error or 'not in time'}", file=sys.stderr)
+        return app, None
+    return app, w
+
+
 def recording(folder: str, voice: str, speed: int) -> str:
     """~11 s of espeak-ng speech with pauses and a little noise (44.1 kHz stereo FLAC)."""
     import soundfile as sf
@@ -67,28 +92,10 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="cbs-shots-")
 
-    from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.qt import theme
-    from app.qt.gui import make_app
-    from app.qt.main_window import MainWindow
-    from app.qt.settings import Settings
-
-    app = make_app([sys.argv[0]])
-    settings = Settings(QSettings(os.path.join(work, "settings.ini"), QSettings.IniFormat))
-    theme.apply(app, "dark")
-    w = MainWindow(settings, os.path.join(work, "data"))
-    w.resize(1360, 820)
-    w.show()
-    loaded = []
-    w.client.modelChanged.connect(loaded.append)
-    w.load_model(args.model)
-    if not pump(app, 300, lambda: loaded):
-        print("the model did not load in time", file=sys.stderr)
-        return 1
-    if not loaded[-1]:
-        print(f"the model did not load: {w.last_error}", file=sys.stderr)
+    app, w = open_window(args.model, work, (1360, 820))
+    if w is None:
         return 1
 
     # a few voices in the library (needs native cloning)
