@@ -211,6 +211,8 @@ class BookRenderView(QDialog):
 
     def cancel(self) -> None:
         """Stop and forget the job; the finished chapters stay (Write the finished chapters)."""
+        if self.state not in ("rendering", "paused", "failed"):
+            return
         running = self.state == "rendering"
         self._set_state("cancelled")
         self.w.settings.book_job = ""

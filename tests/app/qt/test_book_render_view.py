@@ -180,3 +180,21 @@ def test_a_play_in_the_studio_goes_first_and_the_book_goes_on(qtbot, tmp_path, m
     assert [c["tags"]["title"] for c in _probe(tmp_path / "short.m4b")["chapters"]] == ["Chapter One", "Chapter Two"]
     view.close()
     _close(w)
+
+
+def test_cancel_keeps_the_finished_chapters_and_writes_them_on_their_own(qtbot, tmp_path, model):
+    w = _window(tmp_path, model)
+    book = write_epub(tmp_path / "short.epub", SHORT_BOOK[:2])
+    view = _reviewed(qtbot, w, book, tmp_path / "short.m4b")
+    _wait(qtbot, lambda: 1 in view.done, 300, "the first chapter")
+    view.cancel()
+    assert view.state == "cancelled" and w.settings.book_job == ""          # forgotten: no resume at the next start
+    _wait(qtbot, lambda: not w.client.busy, 120, "the engine to stop")
+    assert view.write_button.isVisible() and "1 finished chapter kept" in view.status_label.text()
+    view.write_button.click()
+    _wait(qtbot, lambda: view.state in ("done", "failed"), 300, "the finished chapters written")
+    assert view.state == "done", view.status_label.text()
+    assert [c["tags"]["title"] for c in _probe(tmp_path / "short.m4b")["chapters"]] == ["Chapter One"]
+    assert view.summary[0].endswith("1 chapter") and view.result is None
+    view.close()
+    _close(w)
