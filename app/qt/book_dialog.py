@@ -14,7 +14,7 @@ import json
 import os
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QPixmap
+from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -43,14 +43,18 @@ COVER_SIZE = 132
 
 
 def read_book(path: str):
-    """(Book, the `Name:` speakers in its text) off the GUI thread; BookError when unreadable."""
+    """(Book, the `Name:` speakers in its text, its cover as a QImage the dialog's size or None),
+    off the GUI thread (a QImage may be made there); BookError when the book cannot be read."""
     from app.core.book import import_book
     from app.core.book.render import chapter_script
     from engine_native.script import speaker_names
 
     book = import_book(path)
     names = speaker_names("\n".join(chapter_script(c) for c in book.chapters))
-    return book, names
+    cover = QImage()
+    if book.cover and cover.loadFromData(book.cover):
+        cover = cover.scaled(COVER_SIZE, COVER_SIZE * 3 // 2, Qt.KeepAspectRatio, Qt.SmoothTransformation)
+    return book, names, None if cover.isNull() else cover
 
 
 class BookDialog(QDialog):
@@ -162,7 +166,7 @@ class BookDialog(QDialog):
     # --- the book -----------------------------------------------------------------------------------
 
     def _show_book(self, result) -> None:
-        self.book, self.speakers = result
+        self.book, self.speakers, cover = result
         b = self.book
         self.title_edit.setText(b.title)
         self.title_edit.setPlaceholderText("")
@@ -170,10 +174,8 @@ class BookDialog(QDialog):
         self.language_label.setText(b.language or "not given (English assumed)")
         self.source_label.setText(f"{os.path.basename(self.path)} · {b.format}")
         self.notes_label.setText("\n".join(b.notes[:4]))
-        if b.cover:
-            pix = QPixmap()
-            if pix.loadFromData(b.cover):
-                self.cover.setPixmap(pix.scaled(self.cover.size(), Qt.KeepAspectRatio, Qt.SmoothTransformation))
+        if cover is not None:
+            self.cover.setPixmap(QPixmap.fromImage(cover))
         self.table.blockSignals(True)
         self.table.setRowCount(len(b.chapters))
         for r, c in enumerate(b.chapters):

@@ -185,10 +185,8 @@ class BookRenderView(QDialog):
             self._set_state("paused")
             self.status_label.setText("Load a model to render the audiobook; it goes on where it stopped.")
             return
-        if self.job.model_path and self.client.model_path and \
-                os.path.basename(self.client.model_path) != os.path.basename(self.job.model_path):
-            self.job.model_path = self.client.model_path    # another model: what it renders is its own
-        self.job.model_path = self.job.model_path or self.client.model_path or ""
+        # The loaded model renders; parts keyed by another model's file are left as they are.
+        self.job.model_path = self.client.model_path or self.job.model_path
         self.w.settings.book_job = self.job.to_json()
         self._set_state("rendering")
         self.status_label.setText("Starting…")

@@ -4,7 +4,9 @@ engine on Nano Q4_0 (random weights), the cheapest preset and two speech tokens 
 
 - the review of an EPUB (a chapter excluded, one renamed) rendered into an M4B whose chapters
   ffprobe reads with the titles given; the first chapter played through the app's player while
-  the second renders; the summary at the end;
+  the second renders; the summary at the end; the GUI thread never busy for long meanwhile;
+- a Play in the studio during the render goes first, and the same job goes on afterwards;
+- Cancel: the finished chapters written into an audiobook of their own;
 - the real Alice EPUB's title page (front matter, ticked in the review) with the book's cover and tags;
 - a render paused mid-chapter, the app closed and opened again: the job comes back paused,
   Resume finishes it, and every chapter's samples equal an uninterrupted render's.
@@ -23,7 +25,7 @@ import soundfile as sf
 pytest.importorskip("pytestqt")
 
 from tests.helpers.book_files import SHORT_BOOK, write_epub  # noqa: E402
-from tests.helpers.main_window import _close, _make_window, _wait, load_and_wait  # noqa: E402
+from tests.helpers.main_window import TimerProbe, _close, _make_window, _wait, load_and_wait  # noqa: E402
 
 BOOKS = os.path.join(os.path.dirname(__file__), "..", "..", "helpers", "books")
 MAX_TOKENS = 2
@@ -76,6 +78,8 @@ def _chapter_samples(view) -> list[np.ndarray]:
 def test_review_render_to_m4b_play_the_first_chapter_and_the_summary(qtbot, tmp_path, model):
     w = _window(tmp_path, model)
     book = write_epub(tmp_path / "short.epub", SHORT_BOOK, title="Three Short Chapters", author="A. Writer")
+    probe = TimerProbe()
+    probe.start()
     view = _reviewed(qtbot, w, book, tmp_path / "short.m4b", exclude={0}, rename={2: "The Last"})
     assert view.state == "rendering" and view.table.rowCount() == 2
     assert w.settings.book_job and json.loads(w.settings.book_job)["chapters"] == [2, 3]
@@ -88,6 +92,8 @@ def test_review_render_to_m4b_play_the_first_chapter_and_the_summary(qtbot, tmp_
     frames = sf.info(view.done[2][1]).frames
     _wait(qtbot, lambda: view.state in ("done", "failed"), 600, "the audiobook")
     assert view.state == "done", view.status_label.text()
+    probe.stop()
+    probe.check("while the book was read, rendered, played and written")   # the GUI thread never waited
     assert abs(w.player.snapshot().fed_s - frames / w.client.sample_rate) < 1e-3   # the whole chapter, once
     view.stop_playing()
     probe = _probe(tmp_path / "short.m4b")
