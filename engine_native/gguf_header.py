@@ -24,6 +24,9 @@ DEFAULT_ALIGNMENT = 32
 # GGUFValueType: scalar codes -> struct format
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+# No writer nests arrays (gguf's own writes none); a crafted header nesting them a byte apart
+# would otherwise recurse until Python's stack gives out.
+MAX_ARRAY_DEPTH = 4
 _U64 = struct.Struct("<Q")
 AGAIN = "download or convert it again"
 
@@ -127,7 +130,7 @@ class _Cursor:
         self._need(0 if len(out) == n else size + 1)
         return [b.decode("utf-8", "replace") for b in out]
 
-    def value(self, vtype: int):
+    def value(self, vtype: int, depth: int = 0):
         if vtype in _SCALARS:
             return self.unpack(_SCALARS[vtype])
         if vtype == _STRING:
@@ -143,7 +146,10 @@ class _Cursor:
             if etype == _STRING:
                 return self.strings(n)
             if etype == _ARRAY:
-                return [self.value(_ARRAY) for _ in range(n)]
+                if depth >= MAX_ARRAY_DEPTH:
+                    raise GGUFFileError(f"{self.path}: corrupt GGUF header (arrays nested over "
+                                        f"{MAX_ARRAY_DEPTH} deep); {AGAIN}")
+                return [self.value(_ARRAY, depth + 1) for _ in range(n)]
         raise GGUFFileError(f"{self.path}: corrupt GGUF header (unknown value type {vtype}); {AGAIN}")
 
 
@@ -202,3 +208,30 @@ def read_complete_header(path: str | os.PathLike) -> GGUFHeader:
     header = read_header(path)
     header.check_complete()
     return header
+
+
+# Plain (not quantised) tensor types -> numpy dtypes, for reading small files' tensors.
+_PLAIN_DTYPES = {0: "<f4", 1: "<f2", 24: "<i1", 25: "<i2", 26: "<i4", 27: "<i8", 28: "<f8"}
+
+
+def read_tensors(header: GGUFHeader) -> dict:
+    """Every tensor of a complete header's file as a numpy array in numpy's order (the reverse
+    of ggml's), for small files of plain types (voices). GGUFFileError for a quantised tensor
+    or data that runs past the file."""
+    import numpy as np
+
+    header.check_complete()
+    out = {}
+    with open(header.path, "rb") as f:
+        for t in header.tensors:
+            if 0 in t.shape:  # no data, yet its other dimensions may be anything
+                raise GGUFFileError(f"{header.path}: tensor {t.name} has no elements (shape {t.shape}); {AGAIN}")
+            dtype = _PLAIN_DTYPES.get(t.type)
+            if dtype is None:
+                raise GGUFFileError(f"{header.path}: tensor {t.name} has type {t.type}, which this file "
+                                    f"kind never holds; {AGAIN}")
+            f.seek(header.data_offset + t.offset)
+            data = np.frombuffer(f.read(t.nbytes), dtype=dtype)
+            out[t.name] = data.reshape(tuple(reversed(t.shape)) or (1,))
+    return out
+

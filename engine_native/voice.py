@@ -98,25 +98,25 @@ class Voice:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Voice":
-        from gguf import GGUFReader
+        # Read by our own header reader, whose every step consumes bytes of the file: gguf's
+        # GGUFReader spent minutes in a crafted kilobyte (arrays of arrays; docs/FUZZING.md).
+        from engine_native.gguf_header import GGUFFileError, read_header, read_tensors
 
         path = Path(path)
         if not path.is_file():
             raise VoiceError(f"voice file not found: {path}")
         try:
-            r = GGUFReader(str(path))
-        except Exception as e:  # gguf raises ValueError/struct errors/OSError on bad files
+            header = read_header(path)
+            header.check_complete()
+            kv = header.kv
+            if kv.get("general.architecture") != VOICE_ARCH:
+                raise VoiceError(f"{path}: not a Chatterbox voice file (architecture "
+                                 f"{kv.get('general.architecture')!r}; a model file is not a voice)")
+            tensors = read_tensors(header)
+        except GGUFFileError as e:
             raise VoiceError(_unreadable(path, e)) from None
-        kv = {}
-        for f in r.fields.values():
-            try:
-                kv[f.name] = f.contents()
-            except Exception:
-                continue
-        if kv.get("general.architecture") != VOICE_ARCH:
-            raise VoiceError(f"{path}: not a Chatterbox voice file (architecture "
-                             f"{kv.get('general.architecture')!r}; a model file is not a voice)")
-        tensors = {t.name: np.array(t.data) for t in r.tensors}
+        except OSError as e:
+            raise VoiceError(f"{path}: cannot be read ({e.strerror or e})") from None
         for name in ("voice.cond_prompt_speech_tokens", "voice.prompt_token"):  # ids stored as floats must be whole
             if name in tensors and tensors[name].dtype.kind == "f":
                 t = tensors[name]
@@ -141,20 +141,13 @@ class Voice:
         return voice
 
 
-def _unreadable(path: Path, error: BaseException) -> str:
-    """One line for a voice file gguf's reader failed on (engine_native.gguf_header says what
-    is wrong with it, rather than the numpy words the reader fails with)."""
-    from engine_native.gguf_header import GGUFFileError, NotGGUFError, read_header
+def _unreadable(path: Path, error: Exception) -> str:
+    """One line for a file the header reader refused (engine_native.gguf_header names the problem)."""
+    from engine_native.gguf_header import NotGGUFError
 
-    try:
-        read_header(path).check_complete()
-    except NotGGUFError:
+    if isinstance(error, NotGGUFError):
         return f"{path}: not a voice file (a voice is a .voice.gguf file made by cloning a recording)"
-    except GGUFFileError as e:
-        return str(e)
-    except OSError as e:
-        return f"{path}: cannot be read ({e.strerror or e})"
-    return f"{path}: not a readable voice file ({error})"
+    return str(error)
 
 
 # The recording a voice was cloned from, kept beside its file so that the voice can be

@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 
-from shot_helpers import pump, throwaway_window  # noqa: E402 - scripts/, beside this file
+from shot_helpers import open_window, pump  # noqa: E402 - scripts/, beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -30,7 +30,6 @@ LINES = ["the quick brown fox jumps over the lazy dog and keeps on running far a
          "she sells sea shells by the sea shore while the gulls circle overhead",
          "a journey of a thousand miles begins with one small step forward today",
          "every voice has a colour of its own that listeners recognise at once"]
-
 
 
 def recording(folder: str, voice: str, speed: int) -> str:
@@ -61,16 +60,8 @@ def main() -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    app, w = throwaway_window(work)
-    w.show()
-    loaded = []
-    w.client.modelChanged.connect(loaded.append)
-    w.load_model(args.model)
-    if not pump(app, 300, lambda: loaded):
-        print("the model did not load in time", file=sys.stderr)
-        return 1
-    if not loaded[-1]:
-        print(f"the model did not load: {w.last_error}", file=sys.stderr)
+    app, w = open_window(args.model, work, (1360, 820))
+    if w is None:
         return 1
 
     # a few voices in the library (needs native cloning)

@@ -35,3 +35,18 @@ def throwaway_window(work: str, size=(1360, 820)):
     w = MainWindow(settings, os.path.join(work, "data"))
     w.resize(*size)
     return app, w
+
+
+def open_window(model: str, work: str, size=(1360, 820)):
+    """(app, a shown throw-away window with `model` loaded); the window is None (and the reason
+    on stderr) when the model did not load."""
+    app, w = throwaway_window(work, size)
+    w.show()
+    loaded = []
+    w.client.modelChanged.connect(loaded.append)
+    w.load_model(model)
+    if not pump(app, 300, lambda: loaded) or not loaded[-1]:
+        print(f"the model did not load: {w.last_error or 'not in time'}", file=sys.stderr)
+        return app, None
+    return app, w
+

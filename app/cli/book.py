@@ -21,7 +21,6 @@ import os
 import sys
 import threading
 
-from engine_native.options import random_seed
 from app.cli.common import UserError, add_engine_arguments, guarded, load_engine, log, provenance, resolve_voice
 from app.cli.script_cli import ScriptSetup, add_script_arguments
 
@@ -112,30 +111,26 @@ def _output_kind(target: str) -> str:
 
 def _language_rule(args, engine, book):
     """The chapter -> language code function for a Multilingual model, or None."""
-    from engine_native.language import NAMES
+    from app.core.book import BookError
+    from app.core.book.job import language_rule
 
-    def code(tag: str | None) -> str | None:
-        return tag.split("-")[0].split("_")[0].lower() if tag else None
-
-    langs = {code(book.chapter_language(c)) for _, c in book.included()} - {None}
-    if not engine.languages:
-        foreign = sorted(lang for lang in langs if lang != "en")
-        if foreign and not args.any_language:
-            names = ", ".join(f"{c} ({NAMES.get(c, c)})" for c in foreign)
-            raise UserError(f"this book is in {names} and {os.path.basename(args.model)} speaks English only; load a "
-                            "Multilingual model, or pass --any-language to read it with this one")
-        return None
-    if args.language:
+    try:
+        rule = language_rule(book, engine.languages, model_name=os.path.basename(args.model),
+                             any_language=args.any_language,
+                             hint="load a Multilingual model, or pass --any-language to read it with this one")
+    except BookError as e:
+        raise UserError(str(e)) from None
+    if rule is None or args.language:
         return None                            # the given --language is in the options already
-    unknown = sorted(lang for lang in langs if lang not in engine.languages)
+    unknown = sorted({c for _, ch in book.included() if (c := _code(book.chapter_language(ch)))}
+                     - set(engine.languages))
     if unknown:
         log(f"note      {', '.join(unknown)} is not among the model's languages: detected from the text instead")
-
-    def rule(chapter) -> str | None:
-        c = code(book.chapter_language(chapter))
-        return c if c in engine.languages else None
-
     return rule
+
+
+def _code(tag: str | None) -> str | None:
+    return tag.split("-")[0].split("_")[0].lower() if tag else None
 
 
 def cmd_book(args) -> int:
@@ -192,8 +187,8 @@ def _cover(args, book):
 
 
 def _render(args, book, engine, voice, setup, kind, cover) -> int:
-    from app.core.book.m4b import LOUDNESS_TARGET_LUFS, AudiobookError, Tags, loudness_plan, write_audiobook, \
-        write_chapter_files
+    from app.core.book.job import summary_lines, write_book
+    from app.core.book.m4b import AudiobookError, Tags
     from app.core.book.render import DEFAULT_CHAPTER_PAUSE, BookSettings, Cancelled, render_book
     from app.core.long_render import format_eta, parts_dir_for
 
@@ -202,7 +197,7 @@ def _render(args, book, engine, voice, setup, kind, cover) -> int:
     if folder.is_dir() and any(folder.iterdir()):
         log(f"resume    finished work in {folder}")
     settings = BookSettings(
-        voices=setup.voices, lexicon=setup.lexicon, seed=args.seed if args.seed is not None else random_seed(),
+        voices=setup.voices, lexicon=setup.lexicon, seed=args.seed,
         options=setup.options, stream_options=setup.stream, best_of=setup.best_of,
         paragraph_pause=setup.paragraph_pause,
         chapter_pause=DEFAULT_CHAPTER_PAUSE if args.chapter_pause is None else args.chapter_pause,
@@ -232,12 +227,8 @@ def _render(args, book, engine, voice, setup, kind, cover) -> int:
                 book.year, comment=f"Read by {narrator} with Chatterbox Studio",
                 provenance=provenance(engine, setup.voices))
     try:
-        plan = loudness_plan([c.path for c in result.chapters], result.rate,
-                             target=LOUDNESS_TARGET_LUFS if args.loudness is None else args.loudness)
-        if kind == "folder":
-            report = write_chapter_files(result.chapters, target, args.chapter_format, result.rate, tags, cover, plan)
-        else:
-            report = write_audiobook(result.chapters, target, result.rate, tags, cover, plan)
+        report, plan = write_book(result.chapters, target, kind, result.rate, tags, cover, loudness=args.loudness,
+                                  chapter_format=args.chapter_format)
     except AudiobookError as e:
         raise UserError(str(e)) from None
     if not args.keep_parts and not args.no_resume:
@@ -248,27 +239,6 @@ def _render(args, book, engine, voice, setup, kind, cover) -> int:
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)
-    _summary(result, report, plan)
+    for line in summary_lines(result, report, plan):
+        log(line)
     return 0
-
-
-def _fmt(x) -> str:
-    return "n/a" if x is None else f"{x:.1f}"
-
-
-def _summary(result, report, plan) -> None:
-    from app.core.long_render import format_eta
-
-    cached = sum(c.cached for c in result.chapters)
-    log(f"wrote     {report.path}: {format_eta(report.seconds)} ({report.seconds:.1f} s), {report.chapters} chapters"
-        + (f" in {len(report.files)} files" if len(report.files) > 1 else ""))
-    log(f"text      {result.characters:,} characters; {result.rendered:,} sentences rendered now, "
-        f"{result.pieces - result.rendered:,} taken from earlier runs, {cached} chapters finished before")
-    log(f"retakes   {result.regenerated} sentences regenerated for an implausible length, {result.implausible} still "
-        f"implausible, {len(result.failed)} refused by the engine")
-    for f in result.failed[:10]:
-        log(f"refused   {f}")
-    log(f"loudness  {_fmt(plan.measured_lufs)} LUFS -> {_fmt(report.lufs)} LUFS (target {plan.target_lufs:g}), "
-        f"gain {plan.gain_db:+.1f} dB{', peaks limited' if plan.limiter else ''}; true peak "
-        f"{_fmt(report.peak_dbtp)} dBTP")
-    log(f"time      {format_eta(result.wall_s)} rendering")

@@ -141,6 +141,14 @@ class EngineClient(QObject):
                                                           model_path=model_path),
                            label="export script", success=success, failure=failure, progress=progress)
 
+    def render_book(self, request, book, *, progress, success=None, failure=None) -> EngineJob:
+        """Render a book's chapters (request: app.core.book.job.BookJob, book: its Book with the
+        review applied) into the job's parts folder; `progress(BookEvent)` as it goes, success
+        gets the BookResult. A background job: a user's request (Play in the studio) stops it
+        within a sentence and it goes on afterwards from its parts folder, as a resume does."""
+        return self.submit(lambda w, job: w.render_book(job, request, book), label="audiobook", success=success,
+                           failure=failure, progress=progress, background=True)
+
     def prepare_stream(self, voice, params: dict) -> EngineJob:
         """Readies a voice for streaming with these settings in the background (a user's
         request preempts it), so that the first Play with it speaks as soon as later ones."""
@@ -255,8 +263,8 @@ class EngineClient(QObject):
     def _on_failed(self, job: EngineJob, error) -> None:
         self._finish(job)
         if job.preempted and isinstance(error, Cancelled):
-            self.waiting.insert(0, EngineJob(job.fn, job.label, job.success, job.failure, job.progress,
-                                             background=True))
+            job.requeue()
+            self.waiting.insert(0, job)
             self._pump()
             return
         if job.failure:

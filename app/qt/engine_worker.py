@@ -57,12 +57,20 @@ class EngineJob:
         """From any thread: stop the job within one chunk; queued, it never starts."""
         with self._lock:
             if self.cancelled:
+                self.preempted = False  # cancelled after a preemption: it is not to run again
                 return
             self.cancelled = True
             self.cancel_requested_at = time.perf_counter()
             it = self._iterator
         if it is not None:
             it.cancel()
+
+    def requeue(self) -> None:
+        """A preempted background job about to run again: the same object, so that whoever holds
+        it (a view's Pause) still reaches it."""
+        with self._lock:
+            self.cancelled = self.preempted = self.finished = False
+            self.cancel_requested_at, self._iterator = None, None
 
     def is_set(self) -> bool:
         return self.cancelled
@@ -255,6 +263,26 @@ class EngineWorker(QObject):
         return render_script_file(engine, text, path, voices=vmap, seed=params.pop("seed", None), options=params,
                                   lexicon=lexicon, best_of=best_of, speakers=speakers, model_path=model_path,
                                   cancel=job, progress=lambda *p: self.progressed.emit(job, p))
+
+    def render_book(self, job: EngineJob, request, book):
+        """A book's included chapters into the job's parts folder (app.core.book.render), with the
+        narrator, the cast and the lexicons (the app's global one, then the book's); each
+        BookEvent goes to the GUI. Stopped, it raises Cancelled: finished work stays there."""
+        from app.core.book.render import Cancelled as RenderStopped
+        from app.core.book.render import render_book
+        from app.core.paths import global_lexicon_path
+        from engine_native.lexicon import load_lexicons
+
+        engine = self.require_engine()
+        voices = {None: self.voice(request.voice), **{n: self.voice(v) for n, v in request.cast.items()}}
+        lexicon = load_lexicons(*[p for p in (global_lexicon_path(), request.lexicon) if p and os.path.isfile(p)])
+        settings = request.settings(book, voices, lexicon if len(lexicon) else None, engine.languages,
+                                    model_name=os.path.basename(request.model_path) or "this model")
+        try:
+            return render_book(engine, book, settings, request.parts_folder, model_path=request.model_path or None,
+                               cancel=job, on_event=lambda e: self.progressed.emit(job, e))
+        except RenderStopped:
+            raise Cancelled(f"{job.label or 'job'} stopped") from None
 
     def likeness(self, samples, voice) -> float:
         from engine_native.likeness import likeness

@@ -1,8 +1,10 @@
 """Files opened on the main window (the command line, a double-click, a drop, a second launch),
 each for what it is (app.core.open_files): a model loads, a voice joins the library once the
 user says so, a text, Markdown, HTML or EPUB file becomes the script (one undo step), and a
-recording opens in the Voice Lab. Telling them apart reads GGUF headers and books, in the
-background."""
+recording opens in the Voice Lab. A book file (EPUB, Markdown, HTML, text) first asks whether
+to make an audiobook of it (app.qt.book_actions) or open it as the script; an EPUB's default
+is the audiobook, the others' the script. Telling them apart reads GGUF headers and books, in
+the background."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class FileOpener(QObject):
         super().__init__(window)
         self.w = window
         self.voice_prompt: QMessageBox | None = None
+        self.book_prompt: QMessageBox | None = None
 
     def open(self, paths) -> BackgroundOp | None:
         """Opens each file; GGUF files (models, voices) once their headers are read in the
@@ -55,7 +58,7 @@ class FileOpener(QObject):
         if by_kind[VOICE]:
             self.ask_to_add_voices(by_kind[VOICE])
         for path in by_kind[SCRIPT][:1]:
-            self.open_script(path)
+            self.ask_book_or_script(path)
         if by_kind[RECORDING]:
             self.w.open_voice_lab(by_kind[RECORDING][0])
             if len(by_kind[RECORDING]) > 1:
@@ -82,6 +85,31 @@ class FileOpener(QObject):
 
         box.finished.connect(done)
         self.voice_prompt = box
+        box.open()
+        return box
+
+    def ask_book_or_script(self, path: str) -> QMessageBox:
+        """An audiobook of the file, or the file as the script (window-modal, no nested event loop)."""
+        name = os.path.basename(path)
+        box = QMessageBox(QMessageBox.Question, "Open a book", f"Make an audiobook of {name}, or open it as the "
+                          "script?", parent=self.w)
+        box.setInformativeText("An audiobook: review its chapters, then render them into an M4B with chapters "
+                               "and its cover. The script: its text in the editor, to play and edit.")
+        book = box.addButton("Make an audiobook…", QMessageBox.AcceptRole)
+        script = box.addButton("Open as the script", QMessageBox.AcceptRole)
+        box.addButton(QMessageBox.Cancel)
+        box.setDefaultButton(book if path.lower().endswith(".epub") else script)
+
+        def done(_result: int) -> None:
+            clicked = box.clickedButton()
+            self.book_prompt = None
+            if clicked is book:
+                self.w.books.make_audiobook(path)
+            elif clicked is script:
+                self.open_script(path)
+
+        box.finished.connect(done)
+        self.book_prompt = box
         box.open()
         return box
 

@@ -7,6 +7,7 @@ Lab page, and wires its parts together, each a module of what the user sees:
 - app.qt.language_picker: a Multilingual model's language
 - app.qt.script_actions: playing the script, regenerating, cast, lexicon, best-of, export
 - app.qt.take_actions: the transport, the take history and exporting a take
+- app.qt.book_actions: making an audiobook of a book (the review, then the render)
 
 Here besides: the error banner (app.qt.error_banner), files opened on the window (app.qt.file_opener:
 from the command line, a second launch, a drop: app.qt.drops), the first-run tour, the theme, and
@@ -27,6 +28,7 @@ from app.core.player import Player
 from app.core.voice_library import VARIANT_NAMES, VoiceStore
 from app.qt import theme
 from app.qt.background import error_text
+from app.qt.book_actions import BookActions
 from app.qt.drops import DropFilter, dropped_files
 from app.qt.engine_client import EngineClient
 from app.qt.error_banner import ErrorBanner
@@ -81,6 +83,7 @@ class MainWindow(QMainWindow):
         self.language = LanguagePicker(self)
         self.script = ScriptActions(self)
         self.takes = TakeActions(self)
+        self.books = BookActions(self)
         self._fill_menu()
         self._connect()
         self.statusBar().addWidget(self.models.status_label, 1)
@@ -96,6 +99,7 @@ class MainWindow(QMainWindow):
             self.restoreState(self.settings.window_state)
         self.editor.set_text(self.settings.script or SAMPLE_SCRIPT)
         self._model_changed(None)
+        self.books.resume_saved()
         freeze_heap()
 
     # --- construction --------------------------------------------------------------------------------
@@ -145,6 +149,7 @@ class MainWindow(QMainWindow):
         m = self.toolbar.menu
         m.addAction("Models…", lambda: self.models.open_manager())
         m.addAction("Add voice from a recording…", lambda: self.voices.add_voice())
+        self.books.add_menu(m)
         m.addSeparator()
         self.models.add_menus(m)
         appearance = m.addMenu("Appearance")

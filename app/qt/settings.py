@@ -123,7 +123,9 @@ class Settings:
     last_open_dir = Setting("ui/last_open_dir", str, "")
     script = Setting("editor/script", str, "")
     best_of = Setting("script/best_of", int, 1)  # takes per sentence; the best likeness is kept
-    casts = Setting("script/casts", str, "{}")  # JSON: cast key (app.qt.script_panels.cast_key) -> {name: voice}
+    casts = Setting("script/casts", str, "{}")
+    book_job = Setting("book/job", str, "")  # JSON: the audiobook being rendered or paused (app.core.book.job.BookJob)
+    book_casts = Setting("book/casts", str, "{}")  # JSON: book file -> its cast {name: voice}  # JSON: cast key (app.qt.script_panels.cast_key) -> {name: voice}
 
     SAMPLING_KEYS = schema.SAMPLING  # None: the model's default (prompt_seconds: the voice's whole prompt)
 

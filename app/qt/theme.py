@@ -147,8 +147,8 @@ QAbstractSpinBox::up-arrow:disabled, QAbstractSpinBox::down-arrow:disabled {{ im
 QComboBox::drop-down {{ border: none; width: 24px; }}
 QComboBox::down-arrow {{ image: url({down}); width: 10px; height: 10px; }}
 QComboBox QAbstractItemView {{ background: {c.base}; border: 1px solid {c.border}; selection-background-color: {c.accent}; }}
-QCheckBox::indicator, QListWidget::indicator {{ width: 14px; height: 14px; border: 1px solid {c.muted}; border-radius: 4px; background: {c.base}; }}
-QCheckBox::indicator:checked, QListWidget::indicator:checked {{ background: {c.accent}; border-color: {c.accent}; image: url({check}); }}
+QCheckBox::indicator, QListWidget::indicator, QTableView::indicator {{ width: 14px; height: 14px; border: 1px solid {c.muted}; border-radius: 4px; background: {c.base}; }}
+QCheckBox::indicator:checked, QListWidget::indicator:checked, QTableView::indicator:checked {{ background: {c.accent}; border-color: {c.accent}; image: url({check}); }}
 QPushButton::menu-indicator {{ image: url({down}); width: 9px; height: 9px; subcontrol-position: right center; subcontrol-origin: padding; right: 6px; }}
 QToolButton::menu-indicator {{ image: none; width: 0; }}
 QToolTip {{ border: 1px solid {c.border}; padding: 4px; }}

@@ -58,7 +58,7 @@ class Cancelled(Exception):
 class BookSettings:
     voices: dict | None = None           # speaker -> Voice; None -> the narrator (engine_native.script.voice_for)
     lexicon: object = None
-    seed: int = 0
+    seed: int | None = 0                 # None: the one an earlier run of this parts folder drew, else a new one
     options: dict = field(default_factory=dict)          # synthesis options (language set per chapter)
     stream_options: dict = field(default_factory=dict)
     best_of: int = 1
@@ -169,6 +169,8 @@ class _Renderer:
         self.folder = Path(folder)
         self.cache = PartsCache(self.folder, model_path=model_path, model_id=getattr(engine, "model_id", None),
                                 stream_options=settings.stream_options, rate=self.rate, watermark=engine.watermark)
+        if settings.seed is None:          # resuming without a seed finds the first run's pieces
+            self.s = settings = replace(settings, seed=self.cache.seed(None))
         self.provenance = Provenance.of(engine, voice_names(settings.voices, engine.builtin_voice.name))
         self.cancel, self.on_event = cancel, on_event
         self.result = BookResult([], self.rate)

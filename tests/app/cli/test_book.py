@@ -41,10 +41,12 @@ def test_book_epub_to_m4b_and_resume(model, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "ready     chapter 1/3 'Chapter One'" in r.stderr and "3 chapters" in r.stderr
     assert "8 sentences rendered now, 0 taken from earlier runs" in r.stderr and "Traceback" not in r.stderr
-    probe = json.loads(subprocess.run(["ffprobe", "-v", "error", "-show_chapters", "-show_streams", "-of", "json",
-                                       str(tmp_path / "short.m4b")], capture_output=True, text=True).stdout)
+    probe = json.loads(subprocess.run(["ffprobe", "-v", "error", "-show_chapters", "-show_streams", "-show_format",
+                                       "-of", "json", str(tmp_path / "short.m4b")], capture_output=True, text=True).stdout)
     assert [c["tags"]["title"] for c in probe["chapters"]] == ["Chapter One", "Chapter Two", "Chapter Three"]
     assert probe["streams"][0]["codec_name"] == "aac"
+    comment = probe["format"]["tags"]["comment"]   # the book's line, then how its speech was made (marked)
+    assert comment.startswith("Read by ") and f"model: {model.name}" in comment and comment.endswith("watermark: perth")
     first = sorted((tmp_path / "short.m4b.parts" / "chapters").glob("001-*.wav"))
     assert len(first) == 1 and sf.info(str(first[0])).frames > 0          # playable while the rest renders
     # The same command again: every chapter from the parts folder, nothing rendered.

@@ -76,6 +76,15 @@ def test_files_are_classified_by_what_they_are(model, files, tmp_path):
     assert read_script(os.path.join(BOOKS, "alice.epub")).startswith("# Chapter I. Down the Rabbit-Hole\n\nAlice was")
 
 
+def _answer_book_prompt(qtbot, w, answer: str, *, default: bool) -> None:
+    """A book file asks: an audiobook, or the script? Click `answer`; `default`: is it the default?"""
+    _wait(qtbot, lambda: w.opener.book_prompt is not None, 30, "the book-or-script question")
+    box = w.opener.book_prompt
+    button = next(b for b in box.buttons() if b.text() == answer)
+    assert (box.defaultButton() is button) == default
+    button.click()
+
+
 def test_each_file_opens_for_what_it_is(qtbot, tmp_path, model, files):
     w = _make_window(tmp_path)
     qtbot.addWidget(w)
@@ -100,11 +109,13 @@ def test_each_file_opens_for_what_it_is(qtbot, tmp_path, model, files):
     # a script: the editor's text, one undo step from the old one
     w.editor.set_text("The old script.")
     w.open_files([files["md"]])
+    _answer_book_prompt(qtbot, w, "Open as the script", default=True)
     _wait(qtbot, lambda: "Once upon a time." in w.editor.text(), 30, "the script")
     assert w.editor.text() == "# A story\n\nOnce upon a time.\n\n# The end\n\nThey lived.\n"
     w.editor.edit.undo()
     assert w.editor.text() == "The old script."
     drop_file(w.editor.edit.viewport(), os.path.join(BOOKS, "alice.epub"))  # dropped: opened, not pasted as a path
+    _answer_book_prompt(qtbot, w, "Open as the script", default=False)  # an EPUB's default is the audiobook
     _wait(qtbot, lambda: "Down the Rabbit-Hole" in w.editor.text(), 60, "the EPUB as the script")
     assert "alice.epub" not in w.editor.text()
 
