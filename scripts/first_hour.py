@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -42,6 +43,14 @@ def main() -> int:
     for var, sub in (("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"), ("HF_HOME", "hf")):
         os.environ[var] = os.path.join(home, sub)
     os.environ.pop("HF_HUB_OFFLINE", None)
+    # what scripts/setup.sh leaves on a fresh machine beside the app: the watermark's model in the
+    # data folder (the engine marks its speech by default and needs it to load a model)
+    from engine_native.paths import data_dir
+    from engine_native.watermark import MODEL_FILE
+    from tests.helpers.models import watermark_model_path
+
+    os.makedirs(data_dir(), exist_ok=True)
+    shutil.copyfile(watermark_model_path(), os.path.join(data_dir(), MODEL_FILE))
 
     from tests.helpers.hub_server import HubServer
     from tests.reference.cache import snapshot_dir
