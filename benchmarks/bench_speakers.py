@@ -216,7 +216,12 @@ def windows_check(enc) -> None:
         print(f"| codec2 speech_orig_16k | {r.report['speakers']['count']} | {speaker + 1} | "
               f"{', '.join(f'{a:.2f}-{b:.2f}' for a, b in spans)} | {voices(spans)} |")
     wav, turns = rs.pyannote_sample()
-    known_turns_rows(enc, "pyannote sample (conversation)", wav, turns, 6.0)
+    known_turns_rows(enc, "pyannote sample (two women in conversation)", wav, turns, 6.0)
+    known_turns_rows(enc, "pyannote sample (two women in conversation)", wav, turns, 10.0)
+    path, talkers = rs.codec2_compilation()
+    for target in (6.0, 10.0):
+        known_turns_rows(enc, f"codec2 all.wav ({len(talkers)} talkers in turn), target {target:g} s", path, talkers,
+                         target)
 
 
 def known_turns_rows(enc, label: str, path, known, target: float) -> None:

@@ -263,6 +263,10 @@ def render_said(args, text: str, file_out: bool, engine, pool=None) -> int:
     starts = [c[1] for c in chapters(text, args.chapters)] if args.chapters else [0]
     bounds = [None] * len(starts)          # (first sample, last sample) per chapter
     pos = 0
+    if setup.best_of > 1 and hasattr(engine, "likeness_encoder"):   # a local engine (a cluster's workers score alike)
+        from engine_native.likeness import scored_by
+
+        log(f"best-of   {setup.best_of} takes a sentence, likeness by {scored_by(engine, voice)}")
     t0 = time.perf_counter()
     first_audio = None
     for part in setup.render(engine, items, seed, cache=cache):
