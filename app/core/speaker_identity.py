@@ -35,6 +35,11 @@ class SpeakerEmbedder:
     description: str         # "the GE2E speaker encoder (PATH)" / "the model's CAMPPlus x-vectors (PATH)"
     trained: bool            # the thresholds were measured on it
 
+    @property
+    def short(self) -> str:
+        """A few words for a label: "GE2E encoder" / "model's x-vectors"."""
+        return "GE2E encoder" if self.trained else "model's x-vectors"
+
 
 def installed_path() -> str | None:
     """The speaker encoder scripts/setup.sh converted, where it is (CBS_SPEAKER_ENCODER moves it)."""

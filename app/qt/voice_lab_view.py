@@ -341,7 +341,7 @@ class VoiceLabView(QWidget):
         self._window_info()
         self.find_speakers()
 
-    # --- speakers (engine thread) ---------------------------------------------------------------------
+    # --- speakers (a background operation, or the engine thread) ---------------------------------------
 
     def find_speakers(self):
         """Tell the recording's speakers apart: with the trained speaker encoder where it is
@@ -363,7 +363,7 @@ class VoiceLabView(QWidget):
                 self.client.find_speakers(a.mono, a.rate, a.regions, success=on_engine, failure=bad)
             else:
                 self.session.speakers_found(None, None)
-                self.speakers_label.setText("Speakers not checked")
+                self.speakers_label.setText("Speakers not checked (no speaker encoder)")
                 self.speakers_label.setToolTip(self.session.speakers_note())
 
         def on_engine(result):
@@ -384,11 +384,12 @@ class VoiceLabView(QWidget):
         s.speakers_found(found, by)
         self.speaker_combo.clear()
         self.speakers_label.setToolTip(s.speakers_note())
+        by = f" ({by.short})" if by is not None else ""
         if not s.several_speakers:
-            self.speakers_label.setText("One speaker")
+            self.speakers_label.setText(f"One speaker{by}")
             self.speaker_combo.hide()
             return
-        self.speakers_label.setText(f"{found.count} speakers")
+        self.speakers_label.setText(f"{found.count} speakers{by}")
         for i in range(found.count):
             self.speaker_combo.addItem(f"Speaker {i + 1} · {found.seconds[i]:.1f} s", i)
         self.speaker_combo.show()

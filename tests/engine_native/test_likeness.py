@@ -29,7 +29,7 @@ def voices(speaker_encoder, harvard):
     out: dict[str, list] = {"man": [], "woman": []}
     for r in speech_regions(detect_silence(x.reshape(-1, 1), sr, -30, 0.3), x.size / sr):
         part = x[int(r.start * sr):int(r.end * sr)]
-        out["man" if rs.median_f0(part, sr) < 165 else "woman"].append(enc.embed(part, sr))
+        out["man" if rs.median_f0(part, sr) < rs.MALE_BELOW_HZ else "woman"].append(enc.embed(part, sr))
     y, ysr = rs.read(wav)
     # the long solo turns of pyannote's speaker91 (no one else speaks there, by its RTTM)
     out["speaker91"] = [enc.embed(y[int(a * ysr):int(b * ysr)], ysr) for a, b in ((14.7, 17.9), (21.8, 25.0))]
@@ -83,7 +83,7 @@ def harvard_voices(harvard):
     out: dict[str, list] = {"man": [], "woman": []}
     for r in speech_regions(detect_silence(x.reshape(-1, 1), sr, -30, 0.3), x.size / sr):
         part = x[int(r.start * sr):int(r.end * sr)]
-        out["man" if rs.median_f0(part, sr) < 165 else "woman"].append(part)
+        out["man" if rs.median_f0(part, sr) < rs.MALE_BELOW_HZ else "woman"].append(part)
     return out, sr
 
 

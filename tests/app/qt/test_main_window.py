@@ -87,7 +87,7 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
     assert kinds == {"speech", "silence"}
     # the engine's speaker encoder looks for a second speaker; this recording has one voice
     _wait(qtbot, lambda: w.lab.session.speakers is not None and w.lab.session.busy == "", 60, "the speaker search")
-    assert w.lab.session.speakers.count == 1 and w.lab.speakers_label.text() == "One speaker"
+    assert w.lab.session.speakers.count == 1 and w.lab.speakers_label.text() == "One speaker (model's x-vectors)"
     assert not w.lab.speaker_combo.isVisible()
     # the window lies on speech only, is long enough to clone, and its edges drag
     spans = w.lab.session.windows
@@ -174,7 +174,7 @@ def test_voice_lab_shows_two_speakers_and_takes_the_window_from_the_one_picked(s
     w.lab.open_file(path)
     _wait(qtbot, lambda: w.lab.session.analysis is not None and w.lab.session.speakers is not None and w.lab.session.busy == "", 120,
           "the Voice Lab analysis and speaker search")
-    assert w.lab.session.speakers.count == 2 and w.lab.speakers_label.text() == "2 speakers"
+    assert w.lab.session.speakers.count == 2 and w.lab.speakers_label.text() == "2 speakers (model's x-vectors)"
     assert not w.lab.session.speakers_by.trained and "CAMPPlus x-vectors" in w.lab.speakers_label.toolTip()
     assert w.lab.speaker_combo.isVisibleTo(w.lab) and w.lab.speaker_combo.count() == 2
     assert {k for _a, _b, k in w.lab.waveform.regions} == {"speech", "speech2", "silence"}
