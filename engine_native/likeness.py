@@ -150,13 +150,13 @@ def choose(candidates) -> int:
 
 
 def best_take(engine, text: str, voice=None, *, seeds, options: dict | None = None,
-              stream_options: dict | None = None, cancel=None, scorer=None, encoder=None) -> Take | None:
+              stream_options: dict | None = None, cancel=None, scorer=None) -> Take | None:
     """Render `text` once per seed (as Engine.stream renders it) and keep the best take.
     `scorer(audio) -> float` replaces the likeness (default: `Likeness` to `voice`, with the
-    trained `encoder` where given). None when cancelled."""
+    engine's likeness_encoder where it has one). None when cancelled."""
     lo, hi = plausible_seconds(text)
     if scorer is None:
-        scorer = Likeness(engine, voice, encoder=encoder)
+        scorer = Likeness(engine, voice)
     takes, candidates = [], []
     for s in seeds:
         chunks = []
