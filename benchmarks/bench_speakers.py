@@ -73,7 +73,7 @@ def speakers_and_clips() -> dict[str, list[tuple[np.ndarray, int]]]:
     x, sr = rs.read(rs.codec2("raw/speech_orig_16k.wav"))
     regs = regions_of(x, sr)
     f0 = [rs.median_f0(x[int(r.start * sr):int(r.end * sr)], sr) for r in regs]
-    for label, pick in (("man", lambda f: f < 165), ("woman", lambda f: f >= 165)):
+    for label, pick in (("man", lambda f: f < rs.MALE_BELOW_HZ), ("woman", lambda f: f >= rs.MALE_BELOW_HZ)):
         out[f"codec2 harvard {label} (16k)"] = [(x[int(r.start * sr):int(r.end * sr)], sr)
                                                  for r, f in zip(regs, f0) if pick(f)]
     wav, turns = rs.pyannote_sample()
@@ -200,7 +200,7 @@ def windows_check(enc) -> None:
 
     def voices(spans):
         f0 = [rs.median_f0(x[int(a * sr):int(b * sr)], sr) for a, b in spans]
-        sexes = {"man" if f < 165 else "woman" for f in f0}
+        sexes = {"man" if f < rs.MALE_BELOW_HZ else "woman" for f in f0}
         return (f"median F0 {', '.join(f'{f:.0f}' for f in f0)} Hz: "
                 f"{'one voice (' + next(iter(sexes)) + ')' if len(sexes) == 1 else 'MIXED'}")
 
@@ -216,7 +216,12 @@ def windows_check(enc) -> None:
         print(f"| codec2 speech_orig_16k | {r.report['speakers']['count']} | {speaker + 1} | "
               f"{', '.join(f'{a:.2f}-{b:.2f}' for a, b in spans)} | {voices(spans)} |")
     wav, turns = rs.pyannote_sample()
-    known_turns_rows(enc, "pyannote sample (conversation)", wav, turns, 6.0)
+    known_turns_rows(enc, "pyannote sample (two women in conversation)", wav, turns, 6.0)
+    known_turns_rows(enc, "pyannote sample (two women in conversation)", wav, turns, 10.0)
+    path, talkers = rs.codec2_compilation()
+    for target in (6.0, 10.0):
+        label = f"codec2 all.wav ({len(talkers)} talker segments in turn), target {target:g} s"
+        known_turns_rows(enc, label, path, talkers, target)
 
 
 def known_turns_rows(enc, label: str, path, known, target: float) -> None:

@@ -91,6 +91,10 @@ class Engine:
         self.variant, self.sample_rate, self.defaults = config.variant, config.sample_rate, config.defaults
         self.device, self.device_note = self.stages.device, self.stages.device_note
         self.builtin_voice = self.stages.builtin_voice
+        #: a trained speaker encoder (engine_native.speaker_encoder) that scores likeness
+        #: (engine_native.likeness) against voices whose recording is known; None: the model's
+        #: VoiceEncoder. The caller chooses (the app and the CLI: app.core.speaker_identity).
+        self.likeness_encoder = None
         self.load_seconds = time.perf_counter() - t0
 
     # ---------------------------------------------------------------- information

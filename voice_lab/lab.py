@@ -161,7 +161,7 @@ def prepare_clip(path, target: float = DEFAULT_TARGET_SECONDS, chain="auto",
             raise VoiceLabError(f"{path}: speaker {chosen + 1} asked for; the recording has {found.count}")
         speakers_report = {**found.to_dict(), "chosen": chosen + 1 if found.count else None}
         if found.count > 1:
-            window_regions = found.spans_of(chosen)
+            window_regions = found.clone_spans(chosen)
     try:
         window = choose_window(window_regions, effective, CLONING_MIN_SECONDS)
     except VoiceLabError as e:

@@ -114,6 +114,7 @@ def add_option_argument(group, name: str, **kw) -> None:
 
 
 def load_engine(args):
+    from app.core.speaker_identity import equip
     from engine_native import Engine
 
     if getattr(args, "voice", None):  # a wrong --voice is told before the model takes seconds to load
@@ -126,7 +127,7 @@ def load_engine(args):
                                                  else "; not watermarking (--no-watermark)"))
     if engine.device_note:
         log(f"device    {engine.device_note}")
-    return engine
+    return equip(engine)
 
 
 def clone_from_file(engine, path: str, name: str | None = None):

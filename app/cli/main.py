@@ -111,26 +111,6 @@ def _cmd_requantize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _speaker_embedder(args: argparse.Namespace):
-    """(embed, description) for telling speakers apart: the trained GE2E speaker encoder
-    (--speaker-encoder, else the one scripts/setup.sh converts, where it is) - measured on
-    real recordings (benchmarks/bench_speakers.py); else the model's CAMPPlus x-vectors;
-    else (None, None)."""
-    from engine_native.convert.ge2e import default_path
-
-    path = args.speaker_encoder or (str(default_path()) if default_path().is_file() else None)
-    if path:
-        from engine_native.speaker_encoder import SpeakerEncoder
-
-        enc = SpeakerEncoder(path)
-        return enc.embed, f"the GE2E speaker encoder ({path})"
-    if args.model:
-        from app.cli.common import load_engine
-
-        return load_engine(args).speaker_xvector, f"the model's CAMPPlus x-vectors ({args.model})"
-    return None, None
-
-
 def _cmd_lab(args: argparse.Namespace) -> int:
     if args.bake:
         missing = [flag for flag, v in (("-m/--model", args.model), ("--name", args.name)) if not v]
@@ -145,12 +125,17 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
     from engine_native import EngineError
 
-    try:
-        embed, encoder = _speaker_embedder(args)
+    from app.cli.common import load_engine
+    from app.core.speaker_identity import NOT_CHECKED, speaker_embedder
+
+    try:  # the trained encoder (--speaker-encoder, else setup's), else the model's x-vectors
+        embedder = speaker_embedder(args.speaker_encoder, lambda: load_engine(args) if args.model else None)
     except EngineError as e:  # a missing or wrong encoder file or model: the message names it
         return _fail(str(e))
+    encoder = embedder.description if embedder else None
     try:
-        result = prepare_clip(args.input, target=args.target, chain=args.chain, embed=embed,
+        result = prepare_clip(args.input, target=args.target, chain=args.chain,
+                              embed=embedder.embed if embedder else None,
                               speaker=None if args.speaker is None else args.speaker - 1)
         if "speakers" in result.report:
             result.report["speakers"]["encoder"] = encoder
@@ -166,8 +151,8 @@ def _cmd_lab(args: argparse.Namespace) -> int:
           f"{r['source']['duration']:.2f} s, {r['analysis']['speech_seconds']:.2f} s of speech")
     sp = r.get("speakers")
     if sp is None:
-        print("speakers  not analysed: without a speaker encoder the lab cannot check that the window holds "
-              "one voice (give --speaker-encoder FILE, as scripts/setup.sh makes, or -m MODEL)")
+        print(f"speakers  not analysed: {NOT_CHECKED} (give --speaker-encoder FILE, as scripts/setup.sh makes, "
+              "or -m MODEL)")
     else:
         print(f"speakers  told apart by {encoder}")
         for s in sp["speakers"]:

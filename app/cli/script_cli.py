@@ -266,6 +266,13 @@ def render_said(args, text: str, file_out: bool, engine, pool=None) -> int:
     starts = [c[1] for c in chapters(text, args.chapters)] if args.chapters else [0]
     bounds = [None] * len(starts)          # (first sample, last sample) per chapter
     pos = 0
+    if setup.best_of > 1 and hasattr(engine, "likeness_encoder"):   # a local engine (a cluster's workers score alike)
+        from engine_native.likeness import TRAINED, scored_by
+
+        by = scored_by(engine, voice)
+        why = ("" if by == TRAINED else " (no trained speaker encoder: scripts/setup.sh converts one)"
+               if engine.likeness_encoder is None else " (the voice keeps no recording beside it to compare with)")
+        log(f"best-of   {setup.best_of} takes a sentence, likeness by {by}{why}")
     t0 = time.perf_counter()
     first_audio = None
     for part in setup.render(engine, items, seed, cache=cache):

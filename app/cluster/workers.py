@@ -50,12 +50,14 @@ class PieceWorker:
 
     def __init__(self, model_path: str, threads: int | None, device: str, shipped=None, watermark: bool = True):
         from app.core.long_render import model_identity
+        from app.core.speaker_identity import equip
         from engine_native import Engine
 
         t0 = time.perf_counter()
         name = os.path.basename(model_path)
         local = model_path if shipped is None else unpack_model(name, shipped)
-        self.engine = Engine(local, threads=threads, device=device, watermark=watermark)
+        # likeness as the app scores it
+        self.engine = equip(Engine(local, threads=threads, device=device, watermark=watermark))
         # the key the parts folder uses: the file's name and size, however it reached this node
         self.model_id = model_identity(local).replace(os.path.basename(local), name)
         self.load_s = time.perf_counter() - t0

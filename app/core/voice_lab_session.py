@@ -5,8 +5,10 @@ clone window, the filter chain, the rendered window (kept while the window and c
 the same), the cloned voice and where it went. The view (app.qt.voice_lab_view) lays it out
 and binds it; the work is in the functions below, which never run on the GUI thread: the
 analysis and the rendering (voice_lab.lab) and the file writes as background operations,
-`find_speakers`, `clone` and `test_take_likeness` on the engine thread (EngineClient's
-operations of the same names).
+`find_speakers` as a background operation with the trained speaker encoder where it is
+installed, else on the engine thread with the model's x-vectors (the choice:
+app.core.speaker_identity), `clone` and `test_take_likeness` on the engine thread
+(EngineClient's operations of the same names).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class VoiceLabSession:
         self.path = path
         self.analysis: Analysis | None = None
         self.speakers = None  # voice_lab.speakers.Speakers of the recording, once told apart
+        self.speakers_by = None  # the app.core.speaker_identity.SpeakerEmbedder that told them apart
         self.speaker = 0  # the speaker the window comes from (by most speech)
         self.windows: list[tuple[float, float]] = []  # the clone window, in seconds
         self.chain = None  # voice_lab.chain.Chain the window goes through
@@ -57,9 +60,21 @@ class VoiceLabSession:
         self.analysis = a
         self.set_windows(a.window)
 
-    def speakers_found(self, found) -> None:
-        self.speakers = found
+    def speakers_found(self, found, by=None) -> None:
+        self.speakers, self.speakers_by = found, by
         self.speaker = 0
+
+    def speakers_note(self) -> str:
+        """Who told the speakers apart and what that leaves unchecked, in words."""
+        from app.core.speaker_identity import HOW_TO_GET, NOT_CHECKED
+
+        by = self.speakers_by
+        if by is None:
+            return f"Speakers not checked: {NOT_CHECKED} ({HOW_TO_GET}, or load a model)."
+        if by.trained:
+            return f"Speakers told apart by {by.description}, whose thresholds are measured on real voices."
+        return (f"Speakers told apart by {by.description}: the thresholds are measured on the trained GE2E "
+                f"encoder, not on these, so two similar voices may stay one ({HOW_TO_GET}).")
 
     @property
     def several_speakers(self) -> bool:
@@ -88,7 +103,7 @@ class VoiceLabSession:
 
         regions, who = self.analysis.regions, ""
         if self.several_speakers:
-            regions, who = self.speakers.spans_of(self.speaker), f"speaker {self.speaker + 1}: "
+            regions, who = self.speakers.clone_spans(self.speaker), f"speaker {self.speaker + 1}: "
         try:
             w = choose_window(regions, max(target, MIN_CLIP_SECONDS), CLONING_MIN_SECONDS)
         except VoiceLabError as e:
@@ -142,11 +157,17 @@ class VoiceLabSession:
 # --- the jobs (never on the GUI thread) --------------------------------------------------------------
 
 
-def find_speakers(engine, mono, rate: int, regions):
-    """Who speaks where, with the engine's speaker encoder (voice_lab.speakers)."""
+def find_speakers(mono, rate: int, regions, engine=None):
+    """(who speaks where: voice_lab.speakers.Speakers, the SpeakerEmbedder that told them
+    apart): with the trained speaker encoder where it is installed, else with `engine`'s
+    x-vectors (app.core.speaker_identity); (None, None) when there is neither."""
+    from app.core.speaker_identity import speaker_embedder
     from voice_lab.speakers import find_speakers as find
 
-    return find(mono, rate, regions, engine.speaker_xvector)
+    by = speaker_embedder(engine=engine)
+    if by is None:
+        return None, None
+    return find(mono, rate, regions, by.embed), by
 
 
 def clone(engine, samples, rate: int = OUTPUT_RATE):
@@ -154,17 +175,21 @@ def clone(engine, samples, rate: int = OUTPUT_RATE):
     return engine.voice_from_audio(samples, rate)
 
 
-def test_take_likeness(engine, text: str, voice, options: dict | None = None, cancel=None) -> float | None:
-    """The likeness (engine_native.likeness) of a take of `text` in `voice` to the voice: how
-    well the clone speaks like its recording. A take needs no more tokens than its sentence
-    can plausibly last; `cancel` (anything with `is_set()`) stops it between chunks."""
-    from engine_native.likeness import best_take, plausible_seconds
+def test_take_likeness(engine, text: str, voice, options: dict | None = None, cancel=None,
+                       recording=None) -> tuple[float, str] | None:
+    """(likeness, what scored it) of a take of `text` in `voice` to the voice: how well the
+    clone speaks like `recording` ((samples, rate), the clip it was cloned from), with the
+    engine's trained speaker encoder where it has one (engine_native.likeness.Likeness). A
+    take needs no more tokens than its sentence can plausibly last; `cancel` (anything with
+    `is_set()`) stops it between chunks. None when cancelled."""
+    from engine_native.likeness import Likeness, best_take, plausible_seconds
 
     opts = dict(options or {})
     longest_tokens = int(plausible_seconds(text)[1] * engine.token_rate) + 1
     opts.setdefault("max_tokens", min(longest_tokens, engine.defaults["max_tokens"]))
-    take = best_take(engine, text, voice, seeds=[0], options=opts, cancel=cancel)
-    return None if take is None else take.score
+    scorer = Likeness(engine, voice, reference=recording)
+    take = best_take(engine, text, voice, seeds=[0], options=opts, cancel=cancel, scorer=scorer)
+    return None if take is None else (take.score, scorer.by)
 
 
 def save_to_library(store, voice, name: str, clip, meta: dict) -> str:

@@ -166,15 +166,18 @@ class EngineClient(QObject):
                            failure=failure)
 
     def find_speakers(self, mono, rate: int, regions, *, success=None, failure=None) -> EngineJob:
-        """Who speaks where in a recording (voice_lab.speakers.Speakers), with the model's
-        speaker encoder."""
+        """(who speaks where in a recording: voice_lab.speakers.Speakers, what told them apart),
+        with the trained speaker encoder where installed, else the model's x-vectors
+        (app.core.voice_lab_session.find_speakers)."""
         return self.submit(lambda w, _job: w.find_speakers(mono, rate, regions), label="find speakers",
                            success=success, failure=failure)
 
-    def test_take_likeness(self, text: str, voice, options: dict | None = None, *, success=None,
+    def test_take_likeness(self, text: str, voice, options: dict | None = None, *, recording=None, success=None,
                            failure=None) -> EngineJob:
-        """The likeness of a take of `text` in `voice` to that voice, in the background."""
-        return self.submit(lambda w, job: w.test_take_likeness(job, text, voice, options), label="clone likeness",
+        """(likeness, what scored it) of a take of `text` in `voice` to that voice and its
+        `recording` ((samples, rate)), in the background."""
+        return self.submit(lambda w, job: w.test_take_likeness(job, text, voice, options, recording),
+                           label="clone likeness",
                            success=success, failure=failure, background=True)
 
     # --- the queue ----------------------------------------------------------------------------------

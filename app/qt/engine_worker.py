@@ -163,6 +163,7 @@ class EngineWorker(QObject):
     def load_model(self, path: str, threads: int, device: str, watermark: bool = True) -> dict:
         import functools
 
+        from app.core.speaker_identity import equip
         from engine_native import DeviceError, Engine
         from engine_native.language import detect_language
 
@@ -174,7 +175,7 @@ class EngineWorker(QObject):
         except DeviceError as e:  # a device remembered from another machine (or unplugged)
             engine = Engine(path, threads=threads or None, device="auto", watermark=watermark)
             note = f"{e}; using {engine.device} instead"
-        self.engine = engine
+        self.engine = equip(engine)
         try:  # read here, off the GUI thread: the tokenizer takes seconds to parse
             tags = engine.expression_tags
         except Exception:  # noqa: BLE001 - an unreadable tag list only leaves the menu with pauses
@@ -297,11 +298,13 @@ class EngineWorker(QObject):
     def find_speakers(self, mono, rate: int, regions):
         from app.core.voice_lab_session import find_speakers
 
-        return find_speakers(self.require_engine(), mono, rate, regions)
+        return find_speakers(mono, rate, regions, self.require_engine())
 
-    def test_take_likeness(self, job: EngineJob, text: str, voice, options: dict | None) -> float | None:
+    def test_take_likeness(self, job: EngineJob, text: str, voice, options: dict | None,
+                           recording=None) -> tuple[float, str] | None:
         from app.core.voice_lab_session import test_take_likeness
 
-        score = test_take_likeness(self.require_engine(), text, self.voice(voice), options, cancel=job)
+        score = test_take_likeness(self.require_engine(), text, self.voice(voice), options, cancel=job,
+                                   recording=recording)
         job.check()
         return score

@@ -3,9 +3,10 @@ the probe and loudness, the filter chain, A/B preview, Clone, a test sentence in
 voice, Save to library, Export voice and Export model with this voice.
 
 The view lays out and binds a VoiceLabSession (app.core.voice_lab_session: the state and the
-jobs). The analysis, the rendering and every file written run as background operations; the
-speaker search, cloning and the clone's likeness run on the engine thread through the
-EngineClient's operations. Nothing here blocks the GUI thread.
+jobs). The analysis, the rendering, every file written and the speaker search with the trained
+speaker encoder run as background operations; the speaker search with the model's x-vectors
+(no trained encoder installed), cloning and the clone's likeness run on the engine thread
+through the EngineClient's operations. Nothing here blocks the GUI thread.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from app.qt.background import BackgroundOp, error_text
 from app.qt.chain_editor import ChainEditor
 from app.qt.icons import icon
 from app.qt.waveform import WaveformView
+from engine_native.likeness import describe
 
 
 def _fmt_loud(m: dict | None) -> str:
@@ -339,41 +341,55 @@ class VoiceLabView(QWidget):
         self._window_info()
         self.find_speakers()
 
-    # --- speakers (engine thread) ---------------------------------------------------------------------
+    # --- speakers (a background operation, or the engine thread) ---------------------------------------
 
     def find_speakers(self):
-        """Tell the recording's speakers apart with the engine's speaker encoder; with two, the
-        window comes from one of them (the one with the most speech, or the one picked)."""
+        """Tell the recording's speakers apart: with the trained speaker encoder where it is
+        installed (a background operation, no model needed), else with the loaded model's
+        x-vectors (the engine thread); with two, the window comes from one of them (the one
+        with the most speech, or the one picked)."""
         a = self.session.analysis
         if a is None or not a.regions:
             return None
-        if self.client.info is None:
-            self.speakers_label.setText("Load a model to tell speakers apart")
-            return None
-        self._set_busy("speakers")
 
-        def ok(found):
+        def ok(result):
+            if self.session.analysis is not a:
+                return
+            found, by = result
+            if found is not None:
+                self.show_speakers(found, by)
+            elif self.client.info is not None:  # no trained encoder: the model's x-vectors
+                self._set_busy("speakers")
+                self.client.find_speakers(a.mono, a.rate, a.regions, success=on_engine, failure=bad)
+            else:
+                self.session.speakers_found(None, None)
+                self.speakers_label.setText("Speakers not checked (no speaker encoder)")
+                self.speakers_label.setToolTip(self.session.speakers_note())
+
+        def on_engine(result):
             self._set_busy("")
             if self.session.analysis is a:
-                self.show_speakers(found)
+                self.show_speakers(*result)
 
         def bad(e):
             self._set_busy("")
             self.speakers_label.setText(f"Speakers not told apart: {error_text(e)}")
 
-        return self.client.find_speakers(a.mono, a.rate, a.regions, success=ok, failure=bad)
+        return self._run("speakers", lambda: jobs.find_speakers(a.mono, a.rate, a.regions), ok, bad)
 
-    def show_speakers(self, found) -> None:
-        """Show who speaks where (the second speaker's speech in its own colour) and take the
-        window from the chosen speaker."""
+    def show_speakers(self, found, by=None) -> None:
+        """Show who speaks where (the second speaker's speech in its own colour), which encoder
+        told them apart, and take the window from the chosen speaker."""
         s = self.session
-        s.speakers_found(found)
+        s.speakers_found(found, by)
         self.speaker_combo.clear()
+        self.speakers_label.setToolTip(s.speakers_note())
+        by = f" ({by.short})" if by is not None else ""
         if not s.several_speakers:
-            self.speakers_label.setText("One speaker")
+            self.speakers_label.setText(f"One speaker{by}")
             self.speaker_combo.hide()
             return
-        self.speakers_label.setText(f"{found.count} speakers")
+        self.speakers_label.setText(f"{found.count} speakers{by}")
         for i in range(found.count):
             self.speaker_combo.addItem(f"Speaker {i + 1} · {found.seconds[i]:.1f} s", i)
         self.speaker_combo.show()
@@ -489,13 +505,16 @@ class VoiceLabView(QWidget):
         text = self.test_edit.text().strip() or TEST_SENTENCE
         self.session.clone_likeness = None
 
-        def ok(score):
-            if score is not None and self.session.voice is voice:
-                self.session.clone_likeness = score
-                self._show_note(f"{note} Likeness of a test take: {score:.2f}".strip())
+        recording = self.session.voice_clip if self.session.voice is voice else None
 
-        return self.client.test_take_likeness(text, voice, dict(self.likeness_options or {}), success=ok,
-                                               failure=lambda _e: None)
+        def ok(result):
+            if result is not None and self.session.voice is voice:
+                score, by = result
+                self.session.clone_likeness = score
+                self._show_note(f"{note} Likeness of a test take: {describe(score)}, by {by}.".strip())
+
+        return self.client.test_take_likeness(text, voice, dict(self.likeness_options or {}), recording=recording,
+                                               success=ok, failure=lambda _e: None)
 
     def speak_test(self) -> None:
         if self.session.voice is not None:

@@ -144,6 +144,31 @@ def codec2(name: str) -> Path:
     return path
 
 
+def codec2_compilation() -> tuple[Path, list[tuple[float, float, str]]]:
+    """codec2's wav/all.wav (57 s, 8 kHz: its test talkers one after another) and where each
+    talker is, found by matching the package's own single-talker files into it (normalised
+    cross-correlation >= 0.99): [(start, end, file stem)]; the rest of the file (its last
+    10 s, whose talker the package ships on its own nowhere) is "unknown"."""
+    path = codec2("wav/all.wav")
+    x, sr = read(path)
+    size = 1 << int(np.ceil(np.log2(2 * x.size)))
+    spectrum = np.fft.rfft(x, size)
+    known = []
+    for name in ("raw/hts1a.raw", "raw/hts2a.raw", "raw/morig.raw", "raw/forig.raw", "raw/ve9qrp_10s.raw",
+                 "raw/cq_ref.raw", "raw/kristoff.raw", "raw/vk5qi.raw"):
+        y = np.fromfile(codec2(name), np.int16).astype(np.float32) / 32768.0
+        c = np.fft.irfft(spectrum * np.conj(np.fft.rfft(y, size)), size)[: x.size - y.size + 1]
+        k = int(np.argmax(np.abs(c)))
+        seg = x[k:k + y.size]
+        if float(seg @ y / (np.linalg.norm(seg) * np.linalg.norm(y) + 1e-12)) < 0.99:
+            raise FetchError(f"codec2's all.wav no longer holds {name}")
+        known.append((k / sr, (k + y.size) / sr, Path(name).stem.replace("_10s", "")))
+    known.sort()
+    if x.size / sr - known[-1][1] > 0.5:
+        known.append((known[-1][1], x.size / sr, "unknown"))
+    return path, known
+
+
 def asterisk_prompts(lang: str) -> tuple[str, list[Path]]:
     """(the voice's folder name, e.g. "en_US_f_Allison"; its voicemail prompts, largest first)."""
     base = _deb(f"asterisk-core-sounds-{lang}-g722") / "usr" / "share" / "asterisk" / "sounds"
@@ -187,3 +212,14 @@ def f0_track(x: np.ndarray, rate: int, fmin: float = 60.0, fmax: float = 400.0) 
 def median_f0(x: np.ndarray, rate: int) -> float:
     f = f0_track(x, rate)
     return float(np.median(f)) if f.size >= 5 else float("nan")
+
+
+#: a span's median F0 under this is a man's voice (codec2's Harvard recording: the man reads at
+#: 114-133 Hz, the woman at 229 Hz)
+MALE_BELOW_HZ = 165.0
+
+
+def voices_by_pitch(path, spans) -> set[str]:
+    """{"man"} / {"woman"} / both: who speaks in each span of the recording, by its median F0."""
+    x, sr = read(path)
+    return {"man" if median_f0(x[int(a * sr):int(b * sr)], sr) < MALE_BELOW_HZ else "woman" for a, b in spans}

@@ -20,6 +20,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from tests.helpers import real_speech as rs
 from tests.helpers.models import model_path
 
 pytestmark = pytest.mark.skipif(not (shutil.which("espeak-ng") and shutil.which("ffmpeg")),
@@ -126,16 +127,6 @@ def test_lab_reports_the_speakers(dialogue, tmp_path):
 
 # ------------------------------------------------------------------ real recordings, trained encoder
 
-MALE_BELOW_HZ = 165.0   # median F0 of a span: the codec2 recording's man reads 114-133 Hz, its woman 229 Hz
-
-
-def _sex(path, spans):
-    from tests.helpers import real_speech as rs
-
-    x, sr = rs.read(path)
-    return {"man" if rs.median_f0(x[int(a * sr):int(b * sr)], sr) < MALE_BELOW_HZ else "woman" for a, b in spans}
-
-
 def test_real_man_and_woman_give_one_voice_windows(speaker_encoder, harvard):
     """Each speaker's clone window holds that speaker only (by pitch), and both are offered."""
     from voice_lab.lab import prepare_clip
@@ -143,9 +134,9 @@ def test_real_man_and_woman_give_one_voice_windows(speaker_encoder, harvard):
     first = prepare_clip(harvard, target=10.0, embed=speaker_encoder.embed)
     sp = first.report["speakers"]
     assert sp["count"] == 2, sp
-    assert _sex(harvard, first.report["window"]["spans"]) == {"woman"}      # the one with more speech
+    assert rs.voices_by_pitch(harvard, first.report["window"]["spans"]) == {"woman"}      # the one with more speech
     # the man is offered too, with his own spans; his 4.2 s are too little to clone alone
-    assert [_sex(harvard, s["spans"]) for s in sp["speakers"]] == [{"woman"}, {"man"}]
+    assert [rs.voices_by_pitch(harvard, s["spans"]) for s in sp["speakers"]] == [{"woman"}, {"man"}]
     from voice_lab.errors import TooLittleSpeechError
 
     with pytest.raises(TooLittleSpeechError, match="speech"):
@@ -154,7 +145,6 @@ def test_real_man_and_woman_give_one_voice_windows(speaker_encoder, harvard):
 
 def test_real_one_voice_is_one_speaker(speaker_encoder):
     """A long recording of one radio amateur (codec2's ve9qrp, 8 kHz, 112 s): one speaker."""
-    from tests.helpers import real_speech as rs
     from voice_lab.silence import detect_silence, speech_regions
     from voice_lab.speakers import find_speakers
 
@@ -179,4 +169,55 @@ def test_lab_names_real_speakers_and_times(speaker_encoder, harvard, tmp_path):
     with open(out[:-4] + ".lab.json", encoding="utf-8") as f:
         report = json.load(f)
     assert report["speakers"]["encoder"].startswith("the GE2E speaker encoder")
-    assert _sex(harvard, report["window"]["spans"]) == {"woman"}
+    assert rs.voices_by_pitch(harvard, report["window"]["spans"]) == {"woman"}
+
+
+def _known_seconds(spans, known) -> dict[str, float]:
+    """Seconds of each known speaker inside the spans (the package's own times)."""
+    out: dict[str, float] = {}
+    for a, b in spans:
+        for s, e, who in known:
+            if min(b, e) > max(a, s):
+                out[who] = out.get(who, 0.0) + min(b, e) - max(a, s)
+    return out
+
+
+def test_real_compilation_of_talkers_gives_one_talker_windows(speaker_encoder):
+    """codec2's wav/all.wav: eight talkers one after another (men and women; several men). Two
+    speakers are offered (MAX_SPEAKERS), each a group of talkers; each one's clone window holds
+    one talker only, by the package's own times of each talker (tests/helpers/real_speech.py)."""
+    from voice_lab.lab import prepare_clip
+
+    try:
+        path, known = rs.codec2_compilation()
+    except rs.FetchError as e:
+        pytest.skip(str(e))
+    first = prepare_clip(str(path), target=10.0, embed=speaker_encoder.embed)
+    sp = first.report["speakers"]
+    assert sp["count"] == 2, sp
+    talkers = []
+    for k in range(2):
+        r = first if k == 0 else prepare_clip(str(path), target=10.0, embed=speaker_encoder.embed, speaker=1)
+        spans = r.report["window"]["spans"]
+        held = {who: s for who, s in _known_seconds(spans, known).items() if s > 0.05}
+        assert len(held) == 1 and sum(b - a for a, b in spans) > 5.0, (k, spans, held)
+        talkers += list(held)
+    assert talkers[0] != talkers[1]
+
+
+@pytest.mark.xfail(strict=True, reason="the trained encoder keeps pyannote's two women one speaker (split centroids "
+                                       "0.89; one person's speech splits up to 0.82-0.995) and the window then "
+                                       "straddles a turn")
+def test_real_two_women_conversation_window(speaker_encoder):
+    """pyannote's sample: two women in a quick conversation, their turns in the package's RTTM.
+    The clone window should hold one of them (by the RTTM's times); today it does not (see the
+    mark): a strict expected failure, so the day it holds one this test says so."""
+    from voice_lab.lab import prepare_clip
+
+    try:
+        wav, turns = rs.pyannote_sample()
+    except rs.FetchError as e:
+        pytest.skip(str(e))
+    r = prepare_clip(str(wav), target=10.0, embed=speaker_encoder.embed)
+    held = _known_seconds(r.report["window"]["spans"], turns)
+    assert len([s for s in held.values() if s > 0.25]) == 1, (r.report["speakers"]["count"], held)

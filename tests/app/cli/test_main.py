@@ -163,3 +163,24 @@ def test_a_recording_given_as_voice_is_told_to_use_ref(nano_q4, tmp_path):
     other.write_text("hello", encoding="utf-8")
     res = _run("say", "Hello.", "-m", nano_q4, "--voice", str(other), "-o", str(tmp_path / "x.wav"))
     assert res.returncode == 1 and "is not a voice file: --voice takes a .voice.gguf" in res.stderr
+
+
+def test_say_best_of_says_which_embeddings_score_likeness(nano_q4, speaker_encoder, harvard, tmp_path):
+    """`say --best-of` scores takes with the trained speaker encoder (app.core.speaker_identity)
+    when the voice keeps its recording beside it, and says so; else names the model's own."""
+    from engine_native import Engine
+    from engine_native.voice import save_clip
+    from tests.helpers import real_speech as rs
+
+    x, sr = rs.read(harvard)
+    voice = str(tmp_path / "harvard.voice.gguf")
+    Engine(nano_q4).voice_from_audio(x, sr, name="harvard").save(voice)
+    args = ("say", "Hi.", "-m", nano_q4, "--best-of", "2", "--max-tokens", "8", "-o", str(tmp_path / "x.wav"))
+    res = _run(*args, "--voice", voice, CBS_SPEAKER_ENCODER=speaker_encoder.path)
+    assert res.returncode == 0, res.stderr
+    assert "likeness by the model's VoiceEncoder (the voice keeps no recording beside it" in res.stderr
+    save_clip(voice, x, sr)
+    res = _run(*args, "--voice", voice, CBS_SPEAKER_ENCODER=speaker_encoder.path)
+    assert res.returncode == 0 and "best-of   2 takes a sentence, likeness by the trained" in res.stderr, res.stderr
+    res = _run(*args, "--voice", voice, CBS_SPEAKER_ENCODER="/nonexistent/speaker-encoder.gguf")
+    assert res.returncode == 0 and "likeness by the model's VoiceEncoder (no trained speaker encoder" in res.stderr

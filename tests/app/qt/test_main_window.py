@@ -27,6 +27,7 @@ if qt_problem():  # the interpreter would abort mid-test; say why instead
     pytest.fail(qt_problem(), pytrace=False)
 
 MAX_TOKENS = 40  # 1.6 s of speech at most per sentence
+NO_SPEAKER_ENCODER = "/nonexistent/speaker-encoder.gguf"   # as if scripts/setup.sh had not converted one
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,8 @@ def recording(tmp_path_factory):
 # --- Voice Lab, clone, save, export --------------------------------------------------------------
 
 
-def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, recording, qtbot, tmp_path):
+def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, recording, qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("CBS_SPEAKER_ENCODER", NO_SPEAKER_ENCODER)   # the model's x-vectors tell speakers apart
     w = studio
     path, rec = recording
     drop_file(w.editor.edit.viewport(), path)  # anywhere on the window: here onto the script editor
@@ -85,7 +87,7 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
     assert kinds == {"speech", "silence"}
     # the engine's speaker encoder looks for a second speaker; this recording has one voice
     _wait(qtbot, lambda: w.lab.session.speakers is not None and w.lab.session.busy == "", 60, "the speaker search")
-    assert w.lab.session.speakers.count == 1 and w.lab.speakers_label.text() == "One speaker"
+    assert w.lab.session.speakers.count == 1 and w.lab.speakers_label.text() == "One speaker (model's x-vectors)"
     assert not w.lab.speaker_combo.isVisible()
     # the window lies on speech only, is long enough to clone, and its edges drag
     spans = w.lab.session.windows
@@ -160,16 +162,20 @@ def test_drop_opens_voice_lab_with_regions_then_clone_save_export(studio, record
     assert [e.name for e in w.library.entries()][1:] == []
 
 
-def test_voice_lab_shows_two_speakers_and_takes_the_window_from_the_one_picked(studio, dialogue, qtbot):
-    """One speaker per voice in the app: a recording of two voices taking turns; the engine's
-    x-vectors tell them apart, each speaker's speech gets its colour, the window comes from
-    the speaker with the most speech and moves to the other when picked."""
+def test_voice_lab_shows_two_speakers_and_takes_the_window_from_the_one_picked(studio, dialogue, qtbot, monkeypatch):
+    """One speaker per voice in the app: a recording of two voices taking turns; with no trained
+    speaker encoder installed the engine's x-vectors tell them apart (on the engine thread),
+    each speaker's speech gets its colour, the window comes from the speaker with the most
+    speech and moves to the other when picked. (The trained encoder on real speakers:
+    test_voice_lab_speakers.py.)"""
+    monkeypatch.setenv("CBS_SPEAKER_ENCODER", NO_SPEAKER_ENCODER)
     w = studio
     path, turns = dialogue
     w.lab.open_file(path)
     _wait(qtbot, lambda: w.lab.session.analysis is not None and w.lab.session.speakers is not None and w.lab.session.busy == "", 120,
           "the Voice Lab analysis and speaker search")
-    assert w.lab.session.speakers.count == 2 and w.lab.speakers_label.text() == "2 speakers"
+    assert w.lab.session.speakers.count == 2 and w.lab.speakers_label.text() == "2 speakers (model's x-vectors)"
+    assert not w.lab.session.speakers_by.trained and "CAMPPlus x-vectors" in w.lab.speakers_label.toolTip()
     assert w.lab.speaker_combo.isVisibleTo(w.lab) and w.lab.speaker_combo.count() == 2
     assert {k for _a, _b, k in w.lab.waveform.regions} == {"speech", "speech2", "silence"}
 
