@@ -8,8 +8,7 @@ import sys
 from PySide6.QtCore import QCoreApplication, QSettings, QTimer
 from PySide6.QtWidgets import QApplication
 
-ORG = "chatterbox-studio"
-APP = "chatterbox-studio"
+from app.core.paths import APP, ORG  # named once (engine_native.paths): the data folder and the settings file
 
 
 def qt_problem() -> str | None:
