@@ -26,8 +26,6 @@ prompt; the speech tokens carry none of the source's level).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from engine_native.audio import resample_soxr, to_mono
@@ -142,16 +140,12 @@ def chunks(stages, wav16: np.ndarray, voice, seed: int, p: dict, plan, cancel):
     cuts = segments(wav16, stages.config)
     index = 0
     for si, (a, b) in enumerate(cuts):
-        t0 = time.perf_counter()
         tokens = tokenize(stages, wav16[a:b], cancel)
         if tokens is None or cancel.is_set():
             return
-        tokenize_ms = (time.perf_counter() - t0) * 1e3
         for wav, final, times in segment_chunks(stages, tokens, voice, seed + si, p, plan, cancel):
             if cancel.is_set():
                 return
-            times.encoder_ms += tokenize_ms  # the tokenizer is the source's encoder
-            tokenize_ms = 0.0
             yield Chunk(samples=wav, sample_rate=stages.config.sample_rate, index=index,
                         is_last=final and si == len(cuts) - 1, text="", span=(a, b), sentence_index=si,
                         n_sentences=len(cuts), stages=times)

@@ -99,3 +99,36 @@ def vc_generate_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     if seen["randn_like"] != 1 or seen["randn"] != (0 if variant == "mtl" else 1):
         raise RuntimeError(f"the reference's noise draws were not the expected ones: {seen}")
     return {"tokens": captured["tokens"], "mel": captured["mel"], "wav": wav[0].numpy().astype(np.float32)}
+
+
+@stage("vc_bench")
+def vc_bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """wav, sr, variant, threads, repeat -> ms (the best of `repeat` calls of
+    `ChatterboxVC.generate` on the source written as a WAV, the snapshot's built-in voice
+    (conds.pt's gen) as the target, the watermark left out as in vc_generate) and the
+    process's peak RSS in bytes. torch.set_num_threads(threads)."""
+    import resource
+    import time
+
+    import soundfile as sf
+
+    from chatterbox.vc import ChatterboxVC
+
+    torch.set_num_threads(int(np.asarray(inputs["threads"])))
+    variant = str(np.asarray(inputs["variant"]))
+    s3 = _s3gen(snapshot, variant)
+    if variant == "mtl":
+        from .stages_mtl import load_conds
+    else:
+        from .stages import load_conds
+    vc = ChatterboxVC(s3, "cpu", ref_dict=load_conds(snapshot).gen)
+    vc.watermarker.apply_watermark = lambda wav, sample_rate: wav
+    best = float("inf")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "source.wav"
+        sf.write(str(path), np.asarray(inputs["wav"], np.float32), int(np.asarray(inputs["sr"])), subtype="FLOAT")
+        for _ in range(int(np.asarray(inputs["repeat"]))):
+            t0 = time.perf_counter()
+            vc.generate(str(path))
+            best = min(best, time.perf_counter() - t0)
+    return {"ms": np.asarray(best * 1e3), "peak_rss": np.asarray(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)}
