@@ -9,8 +9,9 @@ takes our CFM noise, `s3gen_flow.initial_noise`, and our HiFT excitation):
 - the waveform `Engine.revoice` returns vs `generate`'s (before its watermark): rel <= 1e-4,
   HiFT's decode tolerance (tests/engine_native/src/hift/test_hift.py).
 Turbo's meanflow S3Gen (full size) and the Multilingual S3Gen (standard CFM with guidance,
-size small). In CI one short clip per model; the full set (6 recordings of different lengths,
-rates and formats, two target voices each):
+size small). In CI one short clip per model; the full set (6 real recordings, 3 to 8 s, at 8, 16
+and 44.1 kHz, WAV, G.722, MP3 stereo; two target voices: the built-in one and a clone of
+codec2's 16 kHz reading):
 
     CBS_REVOICE_FULL=1 QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -s \
         tests/engine_native/test_engine_revoice.py -k parity
@@ -52,15 +53,15 @@ def _sources(tmp_path_factory) -> dict[str, tuple[np.ndarray, int]]:
         out = {"hts1a-8k-wav-3s": real_speech.read(hts1a)}
         if FULL:
             tmp = tmp_path_factory.mktemp("revoice-src")
-            out["hts1a-44k-stereo-mp3"] = real_speech.read(_mp3_44k_stereo(hts1a, tmp))
-            out["vk5qi-8k-wav"] = real_speech.read(real_speech.codec2("wav/vk5qi.wav"))
+            out["hts1a-44k-stereo-mp3-3s"] = real_speech.read(_mp3_44k_stereo(hts1a, tmp))
             _, en = real_speech.asterisk_prompts("en")
-            out["allison-en-16k-g722"] = real_speech.read_g722(en[0])
             _, fr = real_speech.asterisk_prompts("fr")
-            out["june-fr-16k-g722"] = real_speech.read_g722(fr[0])
             wav, _ = real_speech.pyannote_sample()
-            x, sr = real_speech.read(wav)
-            out["pyannote-16k-wav-20s"] = (x[: 20 * sr], sr)
+            for name, (x, sr), seconds in [("vk5qi-8k-wav-5s", real_speech.read(real_speech.codec2("wav/vk5qi.wav")), 5),
+                                           ("allison-en-16k-g722-6s", real_speech.read_g722(en[0]), 6),
+                                           ("june-fr-16k-g722-4s", real_speech.read_g722(fr[0]), 4),
+                                           ("pyannote-16k-wav-8s", real_speech.read(wav), 8)]:
+                out[name] = (x[: seconds * sr], sr)
     except real_speech.FetchError as e:
         pytest.skip(f"real recordings unavailable: {e}")
     return out
