@@ -4,7 +4,7 @@ same weights, first streamed audio, peak memory of a long source, and the join b
     .venv/bin/python benchmarks/bench_revoice.py [--variant turbo] [--threads 2] [--seconds 10]
         [--stream-seconds 60] [--long-seconds 600] [--repeat 2]
 
-The source is real speech: pyannote's 30 s conversation, then codec2's 11 s reading, repeated
+The source is real speech: codec2's 11 s reading, then pyannote's 30 s conversation, repeated
 to the length asked (tests/helpers/real_speech.py). Prints, asserting nothing:
 - conversion of a `--seconds` source: ours (best of `--repeat`, warm) and ChatterboxVC.generate
   (the reference venv, torch.set_num_threads(threads), its watermark left out), the model's
@@ -52,13 +52,13 @@ print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 def speech(seconds: float) -> np.ndarray:
     a, _ = real_speech.read(real_speech.pyannote_sample()[0], rate=RATE)
     b, _ = real_speech.read(real_speech.codec2("raw/speech_orig_16k.wav"), rate=RATE)
-    one = np.concatenate([a, b])
+    one = np.concatenate([b, a])
     n = int(seconds * RATE)
     return np.ascontiguousarray(np.tile(one, n // one.size + 1)[:n], np.float32)
 
 
 def log_mel(model, wav: np.ndarray) -> np.ndarray:
-    return np.log(np.maximum(debug.mel_24k(model, wav), 1e-5))  # [frames, 80]
+    return debug.mel_24k(model, wav)  # [frames, 80], S3Gen's log mel (its prompt_feat)
 
 
 def main() -> int:
@@ -80,7 +80,7 @@ def main() -> int:
           f"threads {args.threads}")
 
     src = speech(args.seconds)
-    engine.revoice(src[: RATE], RATE, seed=0)  # warm
+    engine.revoice(src[: 2 * RATE], RATE, seed=0)  # warm
     ours = float("inf")
     for _ in range(args.repeat):
         t0 = time.perf_counter()

@@ -4,7 +4,9 @@ on real human recordings (tests/helpers/real_speech.py), and its refusals.
 Parity, stage by stage, the noise fixed on both sides (the reference's stage `vc_generate`
 takes our CFM noise, `s3gen_flow.initial_noise`, and our HiFT excitation):
 - the source's speech tokens: identical (`Engine.revoice_tokens` vs the reference's tokenizer
-  after its librosa.load);
+  after its librosa.load), except a token whose FSQ input sits on a rounding boundary within
+  TIE on the reference's side (one of 100 tokens of june-fr: -0.50000024 there, -0.5 here);
+  S3Gen then continues from our tokens on both sides (`force_tokens`);
 - the mel HiFT gets: rel <= 2e-5 (the S3Gen parity tests' tolerance);
 - the waveform `Engine.revoice` returns vs `generate`'s (before its watermark): rel <= 1e-4,
   HiFT's decode tolerance (tests/engine_native/src/hift/test_hift.py).
@@ -36,6 +38,9 @@ from tests.reference.runner import run_stage
 
 FULL = os.environ.get("CBS_REVOICE_FULL") == "1"
 SEED = 7
+# A token may differ only where the FSQ input is this close to a rounding boundary (float error:
+# the S3Tokenizer's projection agrees to rel ~1.5e-6).
+TIE = 1e-5
 
 
 def _mp3_44k_stereo(path, tmp) -> str:
@@ -91,17 +96,25 @@ def _parity(engine: Engine, variant: str, snapshot, x: np.ndarray, sr: int, voic
     source = hift.excitation_continue(hift.f0(mel), hift.source_state(SEED))  # its vocoder's excitation
     ref = run_stage("vc_generate", snapshot, wav=x, sr=np.asarray(sr), variant=np.array(variant),
                     prompt_token=voice.prompt_token, prompt_feat=voice.prompt_feat, embedding=voice.embedding,
-                    x0=x0, source=source)
+                    x0=x0, source=source, force_tokens=tokens)
     got = engine.revoice(x, sr, voice, seed=SEED)
 
-    same = int(np.sum(tokens == ref["tokens"])) if tokens.shape == ref["tokens"].shape else -1
-    lines.append(f"  tokens {same}/{ref['tokens'].size} identical ({S} ours)")
+    assert tokens.shape == ref["tokens"].shape, (tokens.shape, ref["tokens"].shape)
+    differ = np.flatnonzero(tokens != ref["tokens"])
+    # The only difference allowed: a token whose FSQ input (tanh(proj) x 0.999, rounded to
+    # {-1, 0, 1}) lies on a rounding boundary within float error on the reference's side.
+    fsq = np.tanh(ref["proj"].astype(np.float64)) * 0.999
+    tie = np.min(np.abs(np.abs(fsq) - 0.5), axis=1) < TIE
+    lines.append(f"  tokens {S - differ.size}/{S} identical" + (
+        f"; {differ.size} differ, each a rounding tie (reference FSQ input within "
+        f"{np.min(np.abs(np.abs(fsq[differ]) - 0.5), axis=1).max():.1e} of 0.5): S3Gen continues "
+        f"from ours on both sides" if differ.size else ""))
     r_mel, a_mel = rel(mel, ref["mel"]), float(np.abs(mel - ref["mel"]).max())
     lines.append(f"  mel {mel.shape} rel {r_mel:.2e} max_abs {a_mel:.2e}")
     r_wav, a_wav = rel(got, ref["wav"]), float(np.abs(got - ref["wav"]).max())
     lines.append(f"  wav {got.shape} rel {r_wav:.2e} max_abs {a_wav:.2e} (ref rms {np.sqrt(np.mean(ref['wav'] ** 2)):.2e})")
     print("\n".join(lines))
-    np.testing.assert_array_equal(tokens, ref["tokens"])
+    assert tie[differ].all(), lines
     assert mel.shape == ref["mel"].shape and r_mel <= 2e-5, lines
     assert got.shape == ref["wav"].shape and r_wav <= 1e-4, lines
 

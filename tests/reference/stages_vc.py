@@ -31,9 +31,13 @@ def _s3gen(snapshot: Path, variant: str):
 def vc_generate_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     """wav (mono f32), sr, variant ("turbo" or "mtl"), the target voice (prompt_token [P],
     prompt_feat [F, 80], embedding [192]), x0 [80, 2 x (P + S)], source [480 x 2 S] ->
-    tokens (the S3Tokenizer's, int32 [S]), mel [80, 2 S] (what HiFT gets), wav (generate's
-    output before the watermark). The source WAV is written as float32 and read back by
-    generate's own librosa.load(audio, sr=16000)."""
+    tokens (the S3Tokenizer's, int32 [S]), proj (its FSQ input, project_down's output [S, 8],
+    for a source of one 30 s window), mel [80, 2 S] (what HiFT gets), wav (generate's output
+    before the watermark). The source WAV is written as float32 and read back by generate's
+    own librosa.load(audio, sr=16000). With force_tokens [S]: S3Gen goes on from those tokens
+    instead of the tokenizer's (which `tokens` still returns): a test whose tokens differ only
+    where the FSQ input sits on a rounding boundary compares the rest of the path on the same
+    tokens."""
     import soundfile as sf
 
     import chatterbox.models.s3gen.s3gen as s3gen_module
@@ -76,12 +80,17 @@ def vc_generate_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     def tokenizer(*a, **k):
         out = orig_tok(*a, **k)
         captured["tokens"] = out[0][0].numpy().astype(np.int32)
+        if "force_tokens" in inputs:  # S3Gen goes on from the given tokens (see the docstring)
+            forced = torch.from_numpy(np.asarray(inputs["force_tokens"], np.int64).reshape(1, -1))
+            return forced, torch.tensor([forced.shape[1]])
         return out
 
     def hift_inference(speech_feat, cache_source=None):
         captured["mel"] = speech_feat[0].numpy().astype(np.float32).copy()
         return orig_hift(speech_feat, cache_source)
 
+    hook = s3.tokenizer.quantizer._codebook.project_down.register_forward_hook(
+        lambda _m, _i, out: captured.setdefault("proj", []).append(out.detach().float().numpy().copy()))
     m_source = s3.mel2wav.m_source
     m_source.forward = lambda s: (source.clone(), None, None)
     s3.tokenizer.forward = tokenizer
@@ -96,9 +105,14 @@ def vc_generate_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     finally:
         torch.randn, torch.randn_like = orig_randn, orig_randn_like
         del m_source.forward, s3.tokenizer.forward, s3.hift_inference
+        hook.remove()
     if seen["randn_like"] != 1 or seen["randn"] != (0 if variant == "mtl" else 1):
         raise RuntimeError(f"the reference's noise draws were not the expected ones: {seen}")
-    return {"tokens": captured["tokens"], "mel": captured["mel"], "wav": wav[0].numpy().astype(np.float32)}
+    out = {"tokens": captured["tokens"], "mel": captured["mel"], "wav": wav[0].numpy().astype(np.float32)}
+    proj = captured.get("proj", [])
+    if len(proj) == 1 and proj[0].shape[0] == out["tokens"].size:  # one 30 s window: its rows are the tokens
+        out["proj"] = proj[0].astype(np.float32)
+    return out
 
 
 @stage("vc_bench")
