@@ -87,7 +87,8 @@ _find_native_module()
 
 from engine_native.errors import (Cancelled, DeviceError, EmptyTextError, EngineBusyError, EngineError,  # noqa: E402
                                   IncompatibleVoiceError, ModelError, OutOfMemoryError, ParameterError,
-                                  SilentAudioError, Superseded, VoiceError, VoiceTooShortError)
+                                  NoSpeechError, SilentAudioError, SourceError, SourceTooShortError, Superseded,
+                                  VoiceError, VoiceTooShortError)
 _import_core()
 from engine_native._core import ModelFile, devices, ggml_version, system_info  # noqa: E402
 
@@ -109,6 +110,7 @@ def __getattr__(name: str):  # the engine loads numpy-heavy modules: import it o
 
 
 __all__ = ["Engine", "Voice", "Chunk", "Stream", "StageTimes", "StageEvent", "Sentence", "split_text", "EngineError", "ModelError", "VoiceError",
-           "VoiceTooShortError", "SilentAudioError", "IncompatibleVoiceError", "EmptyTextError", "ParameterError",
+           "VoiceTooShortError", "SilentAudioError", "IncompatibleVoiceError", "SourceError",
+           "SourceTooShortError", "NoSpeechError", "EmptyTextError", "ParameterError",
            "Cancelled", "Superseded", "OutOfMemoryError", "EngineBusyError", "DeviceError", "ModelFile", "devices", "ggml_version",
            "system_info", "MIN_VOICE_SECONDS"]

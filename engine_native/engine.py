@@ -9,8 +9,9 @@
 `engine.stages` (engine_native.pipeline): the text front end (punc_norm, the tokenizer,
 sentences) -> a T3 session (speech tokens) -> S3Gen's flow (encoder, CFM) -> a vocoder
 stream (HiFT) -> the Perth watermark -> Chunks, driven sentence by sentence by
-`pipeline.scheduler`; cloning is `pipeline.cloning`. Each sentence has its own seed (seed +
-index), so regenerating one sentence reproduces it.
+`pipeline.scheduler`; cloning is `pipeline.cloning`; re-voicing a recording (`revoice`,
+ChatterboxVC's path: its S3Tokenizer tokens instead of T3's) is `pipeline.revoice`. Each
+sentence has its own seed (seed + index), so regenerating one sentence reproduces it.
 
 Watermark: like the official package, the engine marks everything it speaks with Resemble
 AI's Perth implicit watermark (imperceptible; `chatterbox-studio detect` or
@@ -35,7 +36,7 @@ import numpy as np
 
 from engine_native import options as schema
 from engine_native.errors import EmptyTextError, ModelError, ParameterError
-from engine_native.pipeline import scheduler
+from engine_native.pipeline import revoice, scheduler
 from engine_native.pipeline.cloning import MIN_SPEECH_SECONDS, MIN_VOICE_SECONDS, MIN_VOICE_SECONDS_MTL  # noqa: F401
 from engine_native.pipeline.concurrency import CancelToken, Stream
 from engine_native.pipeline.model import check_device, devices  # noqa: F401 - public here too
@@ -265,6 +266,41 @@ class Engine:
     def release_stream_prefixes(self) -> int:
         """Frees the cached stream prefixes; returns the CFM's bytes freed."""
         return self.stages.flow.release_prefixes()
+
+    # ---------------------------------------------------------------- re-voicing
+    def revoice(self, samples: np.ndarray, sample_rate: int, voice: Voice | None = None, *, seed: int | None = None,
+                cfm_steps: int | None = None, prompt_seconds: float | None = None) -> np.ndarray:
+        """A recording (any rate, mono or (n, channels)) spoken again in `voice` (None: the
+        built-in one): the same words and timing, float32 at `sample_rate`, by the path of the
+        reference's `ChatterboxVC.generate`, watermarked as it marks while `watermark` is on
+        (pipeline.revoice; a source over
+        revoice.SEGMENT_SECONDS is cut at pauses). SourceError for audio it cannot use,
+        SourceTooShortError, NoSpeechError."""
+        wav16, voice, seed, p = self._revoice_request(samples, sample_rate, voice, seed, cfm_steps, prompt_seconds)
+        return np.concatenate([c.samples for c in revoice.chunks(self.stages, wav16, voice, seed, p, ChunkPlan(),
+                                                                 CancelToken(), self._watermark)])
+
+    def revoice_stream(self, samples: np.ndarray, sample_rate: int, voice: Voice | None = None, *,
+                       first_chunk_tokens: int = 10, chunk_tokens: int = 25, seed: int | None = None,
+                       cfm_steps: int | None = None, prompt_seconds: float | None = None) -> Stream:
+        """`revoice` as a Stream of Chunks (checked now; converted as it is iterated), cut as
+        `stream` cuts a sentence; a Chunk's sentence is a segment of the source (text "")."""
+        plan = ChunkPlan(schema.check("first_chunk_tokens", first_chunk_tokens),
+                         schema.check("chunk_tokens", chunk_tokens))
+        wav16, voice, seed, p = self._revoice_request(samples, sample_rate, voice, seed, cfm_steps, prompt_seconds)
+        mark = self._watermark
+        return Stream(lambda cancel: revoice.chunks(self.stages, wav16, voice, seed, p, plan, cancel, mark))
+
+    def revoice_tokens(self, samples: np.ndarray, sample_rate: int) -> list[np.ndarray]:
+        """The source's speech tokens as `revoice` converts them, one int32 array per segment."""
+        wav16 = revoice.source_16k(self.stages.config, samples, sample_rate)
+        return [revoice.tokenize(self.stages, wav16[a:b], CancelToken())
+                for a, b in revoice.segments(wav16, self.stages.config)]
+
+    def _revoice_request(self, samples, sample_rate, voice, seed, cfm_steps, prompt_seconds):
+        voice = self._usable_voice(voice)
+        seed, p = self._options(seed, {"cfm_steps": cfm_steps, "prompt_seconds": prompt_seconds})
+        return revoice.source_16k(self.stages.config, samples, sample_rate), voice, seed, p
 
     def _options(self, seed, options: dict) -> tuple[int, dict]:
         return check_options(self.stages.config, self.stages.t3.max_tokens_upper(), seed, options)

@@ -32,6 +32,18 @@ class IncompatibleVoiceError(VoiceError):
     """The voice was made for another model variant."""
 
 
+class SourceError(EngineError):
+    """A recording to re-voice cannot be used (not audio, empty, invalid samples)."""
+
+
+class SourceTooShortError(SourceError):
+    """The recording to re-voice is too short to tokenize."""
+
+
+class NoSpeechError(SourceError):
+    """The recording to re-voice holds no speech."""
+
+
 class EmptyTextError(EngineError):
     """There is nothing to say: the text is empty or only punctuation."""
 

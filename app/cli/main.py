@@ -223,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     from app.cli.speak import add_parsers as add_speech_parsers
 
     add_speech_parsers(sub)
+    from app.cli.revoice import add_parser as add_revoice_parser
+
+    add_revoice_parser(sub)
     from app.cli.bench import add_parser as add_bench_parser
 
     add_bench_parser(sub)

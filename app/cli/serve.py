@@ -16,6 +16,8 @@ from app.server.config import (
     MAX_BODY_BYTES,
     MAX_CLIENT_REQUESTS,
     MAX_INPUT_CHARS,
+    MAX_SOURCE_SECONDS,
+    MAX_UPLOAD_BYTES,
     ServerConfig,
     library_dir,
 )
@@ -44,7 +46,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         log(f"chatterbox-studio: error: --queue must be at least 1; got {args.queue}")
         return 1
     for flag, value in (("--max-client-requests", args.max_client_requests), ("--max-input-chars", args.max_input_chars),
-                        ("--max-body-bytes", args.max_body_bytes), ("--max-audio-seconds", args.max_audio_seconds)):
+                        ("--max-body-bytes", args.max_body_bytes), ("--max-audio-seconds", args.max_audio_seconds),
+                        ("--max-upload-bytes", args.max_upload_bytes), ("--max-source-seconds", args.max_source_seconds)):
         if not value > 0:
             log(f"chatterbox-studio: error: {flag} must be positive; got {value}")
             return 1
@@ -64,6 +67,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                           voices_dir=args.voices or library_dir(), threads=args.threads, device=args.device, queue=args.queue,
                           parallel=args.parallel, max_input_chars=args.max_input_chars,
                           max_body_bytes=args.max_body_bytes, max_audio_seconds=args.max_audio_seconds,
+                          max_upload_bytes=args.max_upload_bytes, max_source_seconds=args.max_source_seconds,
                           max_client_requests=args.max_client_requests, allowed_hosts=list(args.allowed_hosts),
                           cors_origins=list(args.cors_origins),
                           log_level="info" if args.verbose else "warning", watermark=not args.no_watermark)
@@ -161,6 +165,10 @@ def add_parser(sub) -> None:
                    help=f"longest 'input' text; longer gets 413 (default {MAX_INPUT_CHARS:,})")
     p.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES, metavar="N",
                    help=f"largest request body; larger gets 413 (default {MAX_BODY_BYTES:,})")
+    p.add_argument("--max-upload-bytes", type=int, default=MAX_UPLOAD_BYTES, metavar="N",
+                   help=f"largest upload to /v1/audio/voice-conversion; larger gets 413 (default {MAX_UPLOAD_BYTES:,})")
+    p.add_argument("--max-source-seconds", type=float, default=MAX_SOURCE_SECONDS, metavar="S",
+                   help=f"longest recording to re-voice; longer gets 413 (default {MAX_SOURCE_SECONDS:g})")
     p.add_argument("--max-audio-seconds", type=float, default=MAX_AUDIO_SECONDS, metavar="S",
                    help=f"a response's audio ends here, whole but cut short (default {MAX_AUDIO_SECONDS:g})")
     p.add_argument("--no-watermark", action="store_true",

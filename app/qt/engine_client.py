@@ -149,6 +149,14 @@ class EngineClient(QObject):
         return self.submit(lambda w, job: w.render_book(job, request, book), label="audiobook", success=success,
                            failure=failure, progress=progress, background=True)
 
+    def revoice(self, samples, rate: int, voice, params: dict, *, on_chunk, success=None, failure=None,
+                label="re-voice") -> EngineJob:
+        """A decoded recording spoken again in `voice` (Engine.revoice_stream), each chunk to
+        `on_chunk` as it comes; success gets a summary as `stream`'s. `params`: seed,
+        cfm_steps, prompt_seconds, first_chunk_tokens, chunk_tokens."""
+        return self.submit(lambda w, job: w.revoice(job, samples, rate, voice, params), label=label,
+                           success=success, failure=failure, progress=on_chunk)
+
     def prepare_stream(self, voice, params: dict) -> EngineJob:
         """Readies a voice for streaming with these settings in the background (a user's
         request preempts it), so that the first Play with it speaks as soon as later ones."""

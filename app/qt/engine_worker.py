@@ -220,6 +220,29 @@ class EngineWorker(QObject):
         self.require_engine().watermark = on
         return on
 
+    def revoice(self, job: EngineJob, samples, rate: int, voice, params: dict) -> dict:
+        """Run engine.revoice_stream on a decoded recording, sending each chunk to the GUI;
+        returns a summary as `stream` does."""
+        engine = self.require_engine()
+        it = engine.revoice_stream(samples, rate, self.voice(voice), **params)
+        job.set_iterator(it)
+        n, seed, audio = 0, params.get("seed"), 0
+        t0 = t_last = time.perf_counter()
+        try:
+            for chunk in it:
+                if job.cancelled:
+                    job.chunks_after_cancel += 1
+                    continue
+                n += 1
+                audio += len(chunk.samples)
+                seed = chunk.timings.get("seed", seed) if n == 1 else seed  # the first segment's: the take's
+                t_last = self._send(job, chunk, t_last)
+        finally:
+            it.close()
+        job.check()
+        return {"chunks": n, "seed": seed, "audio_s": audio / engine.sample_rate,
+                "compute_s": time.perf_counter() - t0}
+
     def prepare_stream(self, job: EngineJob, voice, params: dict) -> None:
         """engine.prepare_stream: the voice's cached stream prefix for these settings."""
         it = self.require_engine().prepare_stream(self.voice(voice), **params)

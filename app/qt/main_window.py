@@ -21,7 +21,8 @@ import os
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QIcon, QKeySequence, QShortcut
-from PySide6.QtWidgets import QApplication, QLabel, QMainWindow, QSplitter, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QApplication, QFileDialog, QLabel, QMainWindow, QSplitter, QStackedWidget, QVBoxLayout,
+                               QWidget)
 
 from app.core.paths import app_data_dir, app_icon
 from app.core.player import Player
@@ -150,6 +151,7 @@ class MainWindow(QMainWindow):
         m.addAction("Models…", lambda: self.models.open_manager())
         m.addAction("Add voice from a recording…", lambda: self.voices.add_voice())
         self.books.add_menu(m)
+        m.addAction("Re-voice a recording…", lambda: self.revoice_recording())
         m.addSeparator()
         self.models.add_menus(m)
         appearance = m.addMenu("Appearance")
@@ -184,6 +186,7 @@ class MainWindow(QMainWindow):
         tb.sampling_button.toggled.connect(self._toggle_sampling)
         self.sampling_panel.watermarkToggled.connect(self._watermark_toggled)
         self.lab.backRequested.connect(self.show_studio)
+        self.lab.revoiceRequested.connect(self.revoice_recording)
         self.lab.voiceSaved.connect(self.voices.saved)
         self.lab.playAudio.connect(self.preview_audio)
         self.lab.stopAudio.connect(c.stop)
@@ -240,6 +243,19 @@ class MainWindow(QMainWindow):
     def open_voice_lab(self, path: str):
         self.stack.setCurrentWidget(self.lab)
         return self.lab.open_file(path)
+
+    def revoice_recording(self, path: str | None = None):
+        """The Re-voice dialog for a recording (chosen here when not given); returns it."""
+        from app.qt.revoice_dialog import RevoiceDialog
+
+        if not path:
+            start = self.settings.last_open_dir or os.path.expanduser("~")
+            path, _ = QFileDialog.getOpenFileName(self, "Re-voice a recording", start)
+            if not path:
+                return None
+        dialog = RevoiceDialog(self, path)
+        dialog.show()
+        return dialog
 
     def show_studio(self) -> None:
         self.stack.setCurrentWidget(self.studio_page)

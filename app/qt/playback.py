@@ -86,6 +86,30 @@ class PlaybackController(QObject):
         self._set_state("generating")
         return take
 
+    def revoice(self, samples, rate: int, voice, params: dict, voice_name: str, title: str) -> Take:
+        """Re-voice a decoded recording in `voice` and play it as it converts: a take like a
+        synthesis's (Stop cancels it, Export take writes it), one sentence per segment of the
+        source, titled `title`."""
+        self.stop()
+        take = Take(title, voice_name, self.client.sample_rate)
+        self._start_take(take)
+        self.player.begin_segment(len(samples) / rate)
+
+        def on_chunk(sc):
+            c = sc.chunk
+            take.add_audio(int(c.sentence_index), "", (0, 0), c.samples)  # no text of the editor's
+            self.chunks_received += 1
+            self.player.feed(c.samples, sc.compute_s)
+            self._progress = (int(c.sentence_index) + (1 if c.is_last else 0), int(c.n_sentences))
+            self.statusText.emit(f"Re-voiced {take.duration:.1f} of {len(samples) / rate:.1f} s")
+            self.takeChanged.emit(take)
+
+        job = self.client.revoice(samples, rate, voice, {**params, **self.stream_options}, on_chunk=on_chunk,
+                                  success=lambda r: self._on_done(take, r), failure=lambda e: self._on_failed(take, e))
+        self.jobs.append(job)
+        self._set_state("generating")
+        return take
+
     def replay(self, take: Take) -> None:
         """Play a finished take again (no synthesis)."""
         self.stop()

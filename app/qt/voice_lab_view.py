@@ -52,6 +52,7 @@ def _fmt_loud(m: dict | None) -> str:
 
 class VoiceLabView(QWidget):
     backRequested = Signal()
+    revoiceRequested = Signal(str)  # the recording's path: speak it again in another voice
     voiceSaved = Signal(str)  # path in the library
     playAudio = Signal(object)  # 24 kHz mono samples to preview
     stopAudio = Signal()
@@ -94,6 +95,11 @@ class VoiceLabView(QWidget):
         self.title.setObjectName("CardTitle")
         head.addSpacing(8)
         head.addWidget(self.title, 1)
+        self.revoice_button = QPushButton("Re-voice with…")
+        self.revoice_button.setToolTip("Speak this recording again in a voice of the library: the same words and "
+                                       "timing")
+        self.revoice_button.clicked.connect(lambda: self.session.path and self.revoiceRequested.emit(self.session.path))
+        head.addWidget(self.revoice_button)
         self.status = QLabel("")
         self.status.setObjectName("Muted")
         head.addWidget(self.status)

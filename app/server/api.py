@@ -4,6 +4,8 @@
                               "stream_format": "audio"|"sse", + ours: "seed", "temperature", "top_k",
                               "top_p", "repetition_penalty", "min_p", "cfm_steps", "max_tokens",
                               "prompt_seconds", "first_chunk_tokens", "chunk_tokens", "preset"}
+    POST /v1/audio/voice-conversion   multipart: file (a recording), voice, response_format, + ours:
+                              seed, cfm_steps, prompt_seconds (app.server.conversion)
     GET  /v1/models, /v1/audio/models, /v1/voices, /v1/audio/voices
 
 Audio always streams (chunked transfer) as the engine makes it, watermarked unless the server
@@ -26,6 +28,7 @@ import math
 import os
 import secrets
 import time
+from contextlib import contextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -70,6 +73,29 @@ def _param_of(message: str) -> str | None:
         if message.startswith(name + " ") or message.startswith(f"unknown option(s): {name}"):
             return name
     return None
+
+
+@contextmanager
+def refusals(voice_name: str):
+    """The engine's refusals of a request (its options, its text or recording, its voice) as
+    ApiErrors."""
+    from engine_native import EmptyTextError, EngineError, ParameterError, SourceError, VoiceError
+
+    try:
+        yield
+    except ParameterError as e:
+        raise ApiError(400, str(e), param=_param_of(str(e)), code="invalid_parameter") from None
+    except EmptyTextError as e:
+        raise ApiError(400, str(e), param="input", code="empty_input") from None
+    except SourceError as e:
+        raise ApiError(400, str(e), param="file", code="invalid_file") from None
+    except VoiceError as e:
+        raise ApiError(400, f"voice {voice_name!r} cannot be used: {e}", param="voice", code="invalid_voice") from None
+    except OSError as e:
+        raise ApiError(404, f"voice {voice_name!r} cannot be read: {e}", param="voice",
+                       code="voice_not_found") from None
+    except EngineError as e:
+        raise ApiError(500, f"the engine refused the request: {e}") from None
 
 
 class SpeechService:
@@ -154,35 +180,36 @@ class SpeechService:
         return {"text": text, "voice": voice, "format": fmt, "stream_format": stream_format, "speed": speed,
                 "options": options, "seed": seed}
 
-    def open_stream(self, req: dict):
-        """Voice lookup and the engine's own validation: (Stream, voice info); ApiError on bad input."""
-        from engine_native import EmptyTextError, EngineError, ParameterError, VoiceError
-
-        info = self.catalog.find(req["voice"])
+    def find_voice(self, name: str):
+        """The catalog's entry for a voice name; ApiError 404 naming those there are."""
+        info = self.catalog.find(name)
         if info is None:
             names = ", ".join(repr(e.id) for e in self.catalog.entries()) or "none"
-            raise ApiError(404, f"voice {req['voice']!r} not found; available voices: {names}",
-                           param="voice", code="voice_not_found")
-        try:
+            raise ApiError(404, f"voice {name!r} not found; available voices: {names}", param="voice",
+                           code="voice_not_found")
+        return info
+
+    def open_stream(self, req: dict):
+        """Voice lookup and the engine's own validation: (Stream, voice info); ApiError on bad input."""
+        info = self.find_voice(req["voice"])
+        with refusals(req["voice"]):
             voice = self.catalog.load(info)
             stream = self.engine.stream(req["text"], voice, seed=req["seed"], **req["options"])
-        except ParameterError as e:
-            raise ApiError(400, str(e), param=_param_of(str(e)), code="invalid_parameter") from None
-        except EmptyTextError as e:
-            raise ApiError(400, str(e), param="input", code="empty_input") from None
-        except VoiceError as e:
-            raise ApiError(400, f"voice {req['voice']!r} cannot be used: {e}", param="voice",
-                           code="invalid_voice") from None
-        except OSError as e:
-            raise ApiError(404, f"voice {req['voice']!r} cannot be read: {e}", param="voice",
-                           code="voice_not_found") from None
-        except EngineError as e:
-            raise ApiError(500, f"the engine refused the request: {e}") from None
         return stream, info
 
     async def speech(self, body) -> StreamingResponse:
         req = self.parse(body)
         stream, info = await asyncio.to_thread(self.open_stream, req)  # file reads, text splitting
+        headers = {"X-Chatterbox-Seed": str(req["seed"]), "X-Chatterbox-Voice": info.id}
+        return self.respond(stream, req["format"], req["speed"], req["stream_format"], headers=headers,
+                            input_tokens=len(req["text"]), voice_name=info.name,
+                            describe=f"{len(req['text'])} characters, voice {info.id}, {req['format']}"
+                                     f"{' (sse)' if req['stream_format'] == 'sse' else ''}, seed {req['seed']}")
+
+    def respond(self, stream, fmt: str, speed: float, stream_format: str, *, headers: dict, input_tokens: int,
+                describe: str, voice_name: str) -> StreamingResponse:
+        """A Stream of Chunks as a streamed response (audio, or SSE events) through the engine's
+        worker queue (503 when full), cut at max_audio_seconds; `describe` goes to the log."""
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue = asyncio.Queue()
 
@@ -192,9 +219,9 @@ class SpeechService:
             except RuntimeError:  # the loop is gone (server stopping)
                 pass
 
-        tags = dataclasses.replace(self.provenance, voices=(info.name,), watermarked=self.engine.watermark)
+        tags = dataclasses.replace(self.provenance, voices=(voice_name,), watermarked=self.engine.watermark)
         try:
-            encoder = make_encoder(req["format"], emit, req["speed"], tags)
+            encoder = make_encoder(fmt, emit, speed, tags)
         except EncoderError as e:
             stream.close()
             raise ApiError(400, str(e), param="response_format") from None
@@ -217,9 +244,8 @@ class SpeechService:
             stream.close()
             encoder.close()
             raise ApiError(503, f"{e}; try again shortly", code="server_busy", headers={"Retry-After": "1"}) from None
-        log.info("request %s: %d characters, voice %s, %s%s, seed %s", label, len(req["text"]), info.id,
-                 req["format"], " (sse)" if req["stream_format"] == "sse" else "", req["seed"])
-        headers = {"X-Chatterbox-Seed": str(req["seed"]), "X-Chatterbox-Voice": info.id, "Cache-Control": "no-cache",
+        log.info("request %s: %s", label, describe)
+        headers = {**headers, "Cache-Control": "no-cache",
                    "X-Chatterbox-Watermark": "perth" if self.engine.watermark else "none"}
 
         async def audio():
@@ -242,8 +268,8 @@ class SpeechService:
                     if item is None:
                         out = sum(tokens.values())
                         done = {"type": "speech.audio.done",
-                                "usage": {"input_tokens": len(req["text"]), "output_tokens": out,
-                                          "total_tokens": len(req["text"]) + out}}
+                                "usage": {"input_tokens": input_tokens, "output_tokens": out,
+                                          "total_tokens": input_tokens + out}}
                         yield f"data: {json.dumps(done)}\n\n"
                         return
                     if isinstance(item, Exception):
@@ -257,9 +283,9 @@ class SpeechService:
                 job.cancel()
                 encoder.close()
 
-        if req["stream_format"] == "sse":
+        if stream_format == "sse":
             return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
-        return StreamingResponse(audio(), media_type=MEDIA_TYPES[req["format"]], headers=headers)
+        return StreamingResponse(audio(), media_type=MEDIA_TYPES[fmt], headers=headers)
 
     # ---------------------------------------------------------------- listings
     def models(self) -> dict:
@@ -298,6 +324,12 @@ def create_app(service: SpeechService) -> FastAPI:
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
             raise ApiError(400, "the request body is not valid JSON") from None
         return await service.speech(body)
+
+    @app.post("/v1/audio/voice-conversion")
+    async def voice_conversion(request: Request):
+        from app.server.conversion import voice_conversion
+
+        return await voice_conversion(service, request)
 
     @app.get("/v1/models")
     @app.get("/v1/audio/models")

@@ -10,6 +10,11 @@ DEFAULT_QUEUE = 16          # requests waiting for the engine (the running one n
 MAX_INPUT_CHARS = 100_000   # longer input: 413
 # A request body (JSON) of more bytes: 413. 100,000 characters escaped as JSON fit with room.
 MAX_BODY_BYTES = 2 * 1024 * 1024
+# An upload (POST /v1/audio/voice-conversion's multipart body) of more bytes: 413. Ten minutes
+# of 16-bit 48 kHz stereo WAV fit.
+MAX_UPLOAD_BYTES = 128 * 1024 * 1024
+# A recording to re-voice longer than this: 413 (its decoded samples are held in memory).
+MAX_SOURCE_SECONDS = 1800.0
 # A response's audio stops here (a whole file, cut short); MAX_INPUT_CHARS of speech, at about
 # 15 characters a second, is some 6,700 s.
 MAX_AUDIO_SECONDS = 7200.0
@@ -33,6 +38,8 @@ class ServerConfig:
     parallel: int = 1                   # generations advanced in turn (round robin); 1: one at a time
     max_input_chars: int = MAX_INPUT_CHARS
     max_body_bytes: int = MAX_BODY_BYTES
+    max_upload_bytes: int = MAX_UPLOAD_BYTES
+    max_source_seconds: float = MAX_SOURCE_SECONDS
     max_audio_seconds: float = MAX_AUDIO_SECONDS
     max_client_requests: int = MAX_CLIENT_REQUESTS
     # Host names (besides localhost and IP addresses) a request's Host header may carry, e.g.

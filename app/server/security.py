@@ -17,8 +17,8 @@ then talk to the server as if it were its own origin. So, in this order:
   otherwise.
 - The API key (when set), for /v1 routes: compared as SHA-256 digests with
   hmac.compare_digest, so neither its content nor its length shows in the timing.
-- Limits: a body over `max_body_bytes` is 413 (Content-Length checked before reading, a
-  chunked body counted as it comes); a client address with `max_client_requests` POSTs in
+- Limits: a body over `max_body_bytes` (an upload to one of UPLOAD_PATHS: `max_upload_bytes`)
+  is 413 (Content-Length checked before reading, a chunked body counted as it comes); a client address with `max_client_requests` POSTs in
   flight (waiting or generating) gets 429 for the next. The text length is checked by the
   route (413), the audio length by `AudioCap`.
 """
@@ -37,6 +37,9 @@ from app.server.config import ServerConfig
 from app.server.errors import error_response
 
 log = logging.getLogger("chatterbox.server")
+
+# Routes whose body is an uploaded recording (multipart), bounded by max_upload_bytes.
+UPLOAD_PATHS = ("/v1/audio/voice-conversion",)
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
@@ -204,18 +207,18 @@ class RequestGuard:
                 "one to finish", type_="requests", code="rate_limit_exceeded",
                 headers={"Retry-After": "1"})(scope, receive, send)
         try:
-            body = await self._read_body(headers, receive)
+            limit = self.config.max_upload_bytes if scope["path"] in UPLOAD_PATHS else self.config.max_body_bytes
+            body = await self._read_body(headers, receive, limit)
             if body is None:
                 return await error_response(
-                    413, f"the request body is larger than {self.config.max_body_bytes:,} bytes",
+                    413, f"the request body is larger than {limit:,} bytes",
                     code="request_too_large")(scope, receive, send)
             return await self.app(scope, self._replay(body, receive), send)
         finally:
             self.slots.give(client)
 
-    async def _read_body(self, headers: Headers, receive) -> bytes | None:
-        """The whole body, or None once it passes the limit (nothing more is read)."""
-        limit = self.config.max_body_bytes
+    async def _read_body(self, headers: Headers, receive, limit: int) -> bytes | None:
+        """The whole body, or None once it passes `limit` bytes (nothing more is read)."""
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
             return None

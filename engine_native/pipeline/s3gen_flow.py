@@ -32,6 +32,13 @@ PROMPT_NOISE_SEED = 0
 STREAM_PREFIXES = 1
 
 
+def initial_noise(seed: int, frames: int, n_mels: int) -> np.ndarray:
+    """The CFM's initial noise [n_mels, frames] of a pass from `seed`, drawn frame by frame (so
+    a prefix of the frames is the same draw whatever follows): what the estimator first gets."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    return rng.standard_normal((frames, n_mels), dtype=np.float32).T
+
+
 class S3GenFlow:
     def __init__(self, token_encoder, cfm, config, device: str, lock, profiler):
         self.token_encoder = token_encoder   # _core.S3GenEncoder
@@ -81,7 +88,6 @@ class S3GenFlow:
         with self._lock, stage("s3gen", times):
             prompt_token, prompt_feat = self.prompt(voice, prompt_seconds)
             P, skip = prompt_feat.shape[0], self._config.token_mel_ratio * start
-            rng = np.random.Generator(np.random.PCG64(seed))
             prefix = self._prefix(prompt_token, prompt_feat, voice, steps, times) if cached_prompt else None
             if prefix is not None:
                 enc, cfm = prefix
@@ -92,7 +98,7 @@ class S3GenFlow:
                 if n <= 0:
                     return np.zeros((prompt_feat.shape[1], 0), np.float32)
                 with stage("cfm", times):
-                    x0 = rng.standard_normal((P + skip + n, mu.shape[0]), dtype=np.float32).T  # frame by frame
+                    x0 = initial_noise(seed, P + skip + n, mu.shape[0])
                     return self.cfm.sample_after_prefix(cfm, np.ascontiguousarray(mu[:, :n]),
                                                         np.ascontiguousarray(x0[:, P + skip:]))
             with stage("encoder", times):
@@ -102,7 +108,7 @@ class S3GenFlow:
             if mu.shape[1] <= P:
                 return np.zeros((mu.shape[0], 0), np.float32)
             with stage("cfm", times):
-                x0 = rng.standard_normal((mu.shape[1] + skip, mu.shape[0]), dtype=np.float32).T  # prefix-stable
+                x0 = initial_noise(seed, mu.shape[1] + skip, mu.shape[0])
                 if skip:  # the prompt's noise, then the window's frames' own
                     x0 = np.concatenate([x0[:, :P], x0[:, P + skip:]], axis=1)
                 return self.cfm.sample(np.ascontiguousarray(mu), prompt_feat, voice.embedding,
@@ -132,8 +138,7 @@ class S3GenFlow:
             with self._profiler.stage("encoder", times):
                 enc = self.token_encoder.make_prefix(prompt_token)
             with self._profiler.stage("cfm", times):
-                rng = np.random.Generator(np.random.PCG64(PROMPT_NOISE_SEED))
-                x0 = rng.standard_normal((enc.mu.shape[1], enc.mu.shape[0]), dtype=np.float32).T
+                x0 = initial_noise(PROMPT_NOISE_SEED, enc.mu.shape[1], enc.mu.shape[0])
                 prefix = enc, self.cfm.make_prefix(enc.mu, prompt_feat, voice.embedding, np.ascontiguousarray(x0),
                                                    n_steps=steps)
         self._prefixes[key] = prefix  # the most recent last

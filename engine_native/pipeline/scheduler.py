@@ -149,26 +149,12 @@ def sentence_chunks(stages, ids, voice, seed: int, p: dict, plan: ChunkPlan, can
             if final and worker is None:
                 session.close()  # its KV cache goes back to the pool before the S3Gen pass
             speech = flow.speech_input(tokens, final)
-            if plan.whole or STREAM_CONTEXT_TOKENS < 0:
-                start = 0
-            else:  # the window: STREAM_CONTEXT_TOKENS before the vocoder's own context
-                start = max(0, (vocoder.emitted - HIFT_CONTEXT) // ratio - STREAM_CONTEXT_TOKENS)
             if final and not started:
                 vocoder.expect(ratio * len(speech))  # one pass: all its noise drawn while S3Gen runs
-            with stages.s3gen_turn(cancel):
-                try:
-                    if plan.whole:
-                        # A batch pass is S3Gen's largest (its compute buffers): no stream prefix is
-                        # held beside it (the app streams; its voice is readied again when chosen).
-                        flow.release_prefixes()
-                    mel = flow.mel(speech, voice, seed, final=final, cfm_steps=p["cfm_steps"],
-                                   prompt_seconds=p["prompt_seconds"], start=start,
-                                   cached_prompt=not plan.whole and flow.prefix_usable(p["cfm_steps"]), times=times)
-                    wav = vocoder.push(mel, final, ratio * start, times)
-                except Cancelled:  # Stop during S3Gen / HiFT: the sentence ends quietly
-                    if cancel.is_set():
-                        return
-                    raise
+            wav = s3gen_pass(stages, vocoder, speech, voice, seed, p, final=final, whole=plan.whole,
+                             cancel=cancel, times=times)
+            if wav is None:  # Stop during S3Gen / HiFT: the sentence ends quietly
+                return
             if wav.size == 0 and not final:
                 continue  # nothing new to play yet: this pass's cost goes to the next chunk
             if not started:
@@ -193,6 +179,33 @@ def sentence_chunks(stages, ids, voice, seed: int, p: dict, plan: ChunkPlan, can
         if worker is not None:
             worker.stop()
         session.close()
+
+
+def s3gen_pass(stages, vocoder, speech: list[int], voice, seed: int, p: dict, *, final: bool, whole: bool,
+               cancel, times) -> np.ndarray | None:
+    """One S3Gen pass over `speech` (the tokens so far) and the vocoder's new samples; None
+    when `cancel` stopped it. Whole: over every token and the whole voice prompt, the
+    reference's pass. Streamed: over a window from STREAM_CONTEXT_TOKENS before the vocoder's
+    own context, the voice prompt a cached prefix where the flow allows it."""
+    flow, ratio = stages.flow, stages.config.token_mel_ratio
+    if whole or STREAM_CONTEXT_TOKENS < 0:
+        start = 0
+    else:
+        start = max(0, (vocoder.emitted - HIFT_CONTEXT) // ratio - STREAM_CONTEXT_TOKENS)
+    with stages.s3gen_turn(cancel):
+        try:
+            if whole:
+                # A batch pass is S3Gen's largest (its compute buffers): no stream prefix is
+                # held beside it (the app streams; its voice is readied again when chosen).
+                flow.release_prefixes()
+            mel = flow.mel(speech, voice, seed, final=final, cfm_steps=p["cfm_steps"],
+                           prompt_seconds=p["prompt_seconds"], start=start,
+                           cached_prompt=not whole and flow.prefix_usable(p["cfm_steps"]), times=times)
+            return vocoder.push(mel, final, ratio * start, times)
+        except Cancelled:
+            if cancel.is_set():
+                return None
+            raise
 
 
 def sentence_tokens(stages, text: str, voice, seed: int, p: dict, cancel) -> list[list[int]]:

@@ -257,3 +257,4 @@ from . import stages_voice, stages_bench  # noqa: E402,F401
 from . import stages_mtl, stages_mtl_t3  # noqa: E402,F401
 from . import stages_mtl_cfm  # noqa: E402,F401
 from . import stages_perth  # noqa: E402,F401
+from . import stages_vc  # noqa: E402,F401

@@ -39,18 +39,10 @@ def samples_for(n_tokens: int, sentences: int = 1) -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from app.server import ServerConfig, ServerHandle
+    from tests.helpers.speech_server import start_with_narrator
 
-    engine = Engine(model_path("nano", "q4_0"))
-    voices = tmp_path_factory.mktemp("voices")
-    v = engine.builtin_voice
-    type(v)(speaker_emb=v.speaker_emb, cond_prompt_speech_tokens=v.cond_prompt_speech_tokens, embedding=v.embedding,
-            prompt_token=v.prompt_token, prompt_feat=v.prompt_feat, variant=v.variant,
-            meta={}).save(voices / "narrator.voice.gguf", name="The Narrator")
-    handle = ServerHandle(ServerConfig(model=str(engine.path), host="127.0.0.1", port=0, api_key=KEY,
-                                       voices_dir=str(voices), queue=16), engine=engine)
-    handle.start()
-    assert handle.wait_ready(120), handle.error
+    handle = start_with_narrator(Engine(model_path("nano", "q4_0")), tmp_path_factory.mktemp("voices"), api_key=KEY,
+                                 queue=16)
     yield handle
     t0 = time.perf_counter()
     handle.stop()

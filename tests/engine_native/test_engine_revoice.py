@@ -1,0 +1,229 @@
+"""Engine.revoice (engine_native/pipeline/revoice.py) against the reference's `ChatterboxVC.generate`,
+on real human recordings (tests/helpers/real_speech.py), and its refusals.
+
+Parity, stage by stage, the noise fixed on both sides (the reference's stage `vc_generate`
+takes our CFM noise, `s3gen_flow.initial_noise`, and our HiFT excitation):
+- the source's speech tokens: identical (`Engine.revoice_tokens` vs the reference's tokenizer
+  after its librosa.load), except a token whose FSQ input sits on a rounding boundary within
+  TIE on the reference's side (one of 100 tokens of june-fr: -0.50000024 there, -0.5 here);
+  S3Gen then continues from our tokens on both sides (`force_tokens`);
+- the mel HiFT gets: rel <= 2e-5 (the S3Gen parity tests' tolerance);
+- the waveform `Engine.revoice` returns vs `generate`'s (before its watermark): rel <= 1e-4,
+  HiFT's decode tolerance (tests/engine_native/src/hift/test_hift.py).
+Turbo's meanflow S3Gen (full size) and the Multilingual S3Gen (standard CFM with guidance,
+size small). In CI one short clip per model; the full set (6 real recordings, 3 to 8 s, at 8, 16
+and 44.1 kHz, WAV, G.722, MP3 stereo; two target voices: the built-in one and a clone of
+codec2's 16 kHz reading):
+
+    CBS_REVOICE_FULL=1 QT_QPA_PLATFORM=offscreen .venv/bin/python -m pytest -q -s \
+        tests/engine_native/test_engine_revoice.py -k parity
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from engine_native import Engine, NoSpeechError, ParameterError, SourceError, SourceTooShortError, VoiceError
+from engine_native.pipeline import revoice
+from engine_native.pipeline.s3gen_flow import initial_noise
+from engine_native.watermark import default_watermarker
+from tests.helpers import real_speech
+from tests.helpers.models import model_path
+from tests.helpers.parity import rel
+from tests.reference.cache import snapshot_dir
+from tests.reference.runner import run_stage
+
+FULL = os.environ.get("CBS_REVOICE_FULL") == "1"
+SEED = 7
+# A token may differ only where the FSQ input is this close to a rounding boundary (float error:
+# the S3Tokenizer's projection agrees to rel ~1.5e-6).
+TIE = 1e-5
+
+
+def _mp3_44k_stereo(path, tmp) -> str:
+    """A recording re-encoded as 44.1 kHz stereo MP3 (another rate, format and layout)."""
+    out = str(tmp / "source.mp3")
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", str(path), "-ac", "2", "-ar", "44100",
+                    out], check=True)
+    return out
+
+
+def _sources(tmp_path_factory) -> dict[str, tuple[np.ndarray, int]]:
+    """name -> (mono float32, rate) as the hardened decoder gives them."""
+    try:
+        hts1a = real_speech.codec2("wav/hts1a.wav")
+        out = {"hts1a-8k-wav-3s": real_speech.read(hts1a)}
+        if FULL:
+            tmp = tmp_path_factory.mktemp("revoice-src")
+            out["hts1a-44k-stereo-mp3-3s"] = real_speech.read(_mp3_44k_stereo(hts1a, tmp))
+            _, en = real_speech.asterisk_prompts("en")
+            _, fr = real_speech.asterisk_prompts("fr")
+            wav, _ = real_speech.pyannote_sample()
+            for name, (x, sr), seconds in [("vk5qi-8k-wav-5s", real_speech.read(real_speech.codec2("wav/vk5qi.wav")), 5),
+                                           ("allison-en-16k-g722-6s", real_speech.read_g722(en[0]), 6),
+                                           ("june-fr-16k-g722-4s", real_speech.read_g722(fr[0]), 4),
+                                           ("pyannote-16k-wav-8s", real_speech.read(wav), 8)]:
+                out[name] = (x[: seconds * sr], sr)
+    except real_speech.FetchError as e:
+        pytest.skip(f"real recordings unavailable: {e}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    return _sources(tmp_path_factory)
+
+
+def _voices(engine) -> dict:
+    out = {"builtin": engine.builtin_voice}
+    if FULL:
+        x, sr = real_speech.read(real_speech.codec2("raw/speech_orig_16k.wav"))
+        out["codec2-16k-clone"] = engine.voice_from_audio(x, sr, name="codec2")
+    return out
+
+
+def _parity(engine: Engine, variant: str, snapshot, x: np.ndarray, sr: int, voice, label: str) -> None:
+    lines = [label]
+    (tokens,) = engine.revoice_tokens(x, sr)
+    config = engine.stages.config
+    P, S = voice.prompt_token.size, tokens.size
+    x0 = initial_noise(SEED, config.token_mel_ratio * (P + S), config.n_mels)
+    mel = engine.stages.flow.mel(tokens.tolist(), voice, SEED, final=True)  # revoice's whole pass
+    hift = engine.stages.vocoder.hift
+    source = hift.excitation_continue(hift.f0(mel), hift.source_state(SEED))  # its vocoder's excitation
+    ref = run_stage("vc_generate", snapshot, wav=x, sr=np.asarray(sr), variant=np.array(variant),
+                    prompt_token=voice.prompt_token, prompt_feat=voice.prompt_feat, embedding=voice.embedding,
+                    x0=x0, source=source, force_tokens=tokens)
+    got = engine.revoice(x, sr, voice, seed=SEED)
+
+    assert tokens.shape == ref["tokens"].shape, (tokens.shape, ref["tokens"].shape)
+    differ = np.flatnonzero(tokens != ref["tokens"])
+    # The only difference allowed: a token whose FSQ input (tanh(proj) x 0.999, rounded to
+    # {-1, 0, 1}) lies on a rounding boundary within float error on the reference's side.
+    fsq = np.tanh(ref["proj"].astype(np.float64)) * 0.999
+    tie = np.min(np.abs(np.abs(fsq) - 0.5), axis=1) < TIE
+    lines.append(f"  tokens {S - differ.size}/{S} identical" + (
+        f"; {differ.size} differ, each a rounding tie (reference FSQ input within "
+        f"{np.min(np.abs(np.abs(fsq[differ]) - 0.5), axis=1).max():.1e} of 0.5): S3Gen continues "
+        f"from ours on both sides" if differ.size else ""))
+    r_mel, a_mel = rel(mel, ref["mel"]), float(np.abs(mel - ref["mel"]).max())
+    lines.append(f"  mel {mel.shape} rel {r_mel:.2e} max_abs {a_mel:.2e}")
+    r_wav, a_wav = rel(got, ref["wav"]), float(np.abs(got - ref["wav"]).max())
+    lines.append(f"  wav {got.shape} rel {r_wav:.2e} max_abs {a_wav:.2e} (ref rms {np.sqrt(np.mean(ref['wav'] ** 2)):.2e})")
+    print("\n".join(lines))
+    assert tie[differ].all(), lines
+    assert mel.shape == ref["mel"].shape and r_mel <= 2e-5, lines
+    assert got.shape == ref["wav"].shape and r_wav <= 1e-4, lines
+
+
+@pytest.fixture(scope="module")
+def turbo():
+    return Engine(model_path("turbo"), threads=2, watermark=False)  # compared with generate() before its mark
+
+
+def test_parity_turbo_meanflow_with_chatterbox_vc(turbo, sources):
+    snap = snapshot_dir("turbo")
+    for vname, voice in _voices(turbo).items():
+        for sname, (x, sr) in sources.items():
+            _parity(turbo, "turbo", snap, x, sr, voice, f"turbo {sname} -> {vname}")
+
+
+def test_parity_multilingual_guided_cfm_with_chatterbox_vc(sources):
+    engine = Engine(model_path("mtl", size="small"), threads=2, watermark=False)
+    snap = snapshot_dir("mtl", size="small")
+    for vname, voice in _voices(engine).items():
+        for sname, (x, sr) in sources.items():
+            _parity(engine, "mtl", snap, x, sr, voice, f"mtl-small {sname} -> {vname}")
+
+
+# ------------------------------------------------------------------ the API, streams, long sources
+
+@pytest.fixture(scope="module")
+def nano():
+    return Engine(model_path("nano"), threads=2)
+
+
+def test_stream_gives_the_sources_length_in_chunks_with_the_first_small(nano, sources):
+    x, sr = sources["hts1a-8k-wav-3s"]
+    whole = nano.revoice(x, sr, seed=3)
+    chunks = list(nano.revoice_stream(x, sr, seed=3, first_chunk_tokens=10, chunk_tokens=25))
+    assert len(chunks) >= 3 and chunks[-1].is_last and not any(c.is_last for c in chunks[:-1])
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    streamed = np.concatenate([c.samples for c in chunks])
+    assert streamed.size == whole.size and abs(whole.size / nano.sample_rate - x.size / sr) < 0.05  # its timing
+    assert chunks[0].samples.size <= 10 / nano.token_rate * nano.sample_rate  # first_chunk_tokens' worth
+    assert np.isfinite(streamed).all() and np.sqrt(np.mean(streamed ** 2)) > 1e-3
+    # a stream's windows differ from the whole pass only a little (the CFM's view of later tokens)
+    assert rel(streamed, whole) < 1.0
+
+
+def test_revoiced_audio_is_watermarked_as_chatterbox_vc_marks_its_output(nano, sources):
+    x, sr = sources["hts1a-8k-wav-3s"]
+    marked = nano.revoice(x, sr, seed=3)
+    assert nano.watermark and default_watermarker().detect(marked, nano.sample_rate).marked
+    assert all(c.watermarked for c in nano.revoice_stream(x, sr, seed=3))
+    nano.watermark = False
+    try:
+        plain = nano.revoice(x, sr, seed=3)
+    finally:
+        nano.watermark = True
+    assert not default_watermarker().detect(plain, nano.sample_rate).marked
+    # one segment, marked whole: what apply_watermark does to generate()'s unmarked output
+    want = default_watermarker().apply(plain, nano.sample_rate, keep_length=True)
+    print(f"re-voiced and marked vs the unmarked conversion marked whole: rel {rel(marked, want):.2e}")
+    assert marked.shape == plain.shape and rel(marked, want) <= 1e-4
+
+
+def test_stream_cancel_ends_quietly(nano, sources):
+    x, sr = sources["hts1a-8k-wav-3s"]
+    stream = nano.revoice_stream(x, sr, seed=3)
+    first = next(iter(stream))
+    stream.cancel()
+    assert first.samples.size > 0 and list(stream) == []
+
+
+def test_long_sources_are_cut_in_the_quietest_stretch_between_10_and_30_s(nano):
+    """pyannote's 30 s conversation and codec2's 11 s reading, one after the other (41 s)."""
+    try:
+        a, _ = real_speech.read(real_speech.pyannote_sample()[0], rate=16000)
+        b, _ = real_speech.read(real_speech.codec2("raw/speech_orig_16k.wav"), rate=16000)
+    except real_speech.FetchError as e:
+        pytest.skip(str(e))
+    config = nano.stages.config
+    wav = np.concatenate([a, b])
+    cuts = revoice.segments(wav, config)
+    hop = config.tokenizer_rate // config.token_rate
+    assert cuts[0][0] == 0 and cuts[-1][1] == wav.size and len(cuts) == 2
+    assert all(e == s for (_, e), (s, _) in zip(cuts, cuts[1:]))
+    for s, e in cuts:
+        assert s % hop == 0 and 10 * 16000 <= e - s <= 30 * 16000
+    cut = cuts[0][1]
+    level = lambda i: 10 * np.log10(np.mean(wav[i - 1600:i + 1600].astype(np.float64) ** 2) + 1e-12)  # noqa: E731
+    speech = 10 * np.log10(np.mean(wav.astype(np.float64) ** 2))
+    assert level(cut) < speech - 15, (level(cut), speech)  # a pause, well below the speech's level
+    assert revoice.segments(wav[: 30 * 16000], config) == [(0, 30 * 16000)]
+
+
+def test_bad_sources_get_one_clear_error(nano, sources):
+    with pytest.raises(SourceError, match="empty"):
+        nano.revoice(np.zeros(0, np.float32), 16000)
+    with pytest.raises(SourceError, match="invalid samples"):
+        nano.revoice(np.full(16000, np.nan, np.float32), 16000)
+    with pytest.raises(SourceError, match="not usable audio"):
+        nano.revoice(np.zeros((4, 4, 4), np.float32), 16000)
+    with pytest.raises(SourceTooShortError, match="too short to tokenize"):
+        nano.revoice(sources["hts1a-8k-wav-3s"][0][:2000], 8000)
+    with pytest.raises(NoSpeechError, match="no speech in the source"):
+        nano.revoice(np.zeros(48000, np.float32), 16000)
+    with pytest.raises(NoSpeechError, match="no speech in the source"):
+        nano.revoice(np.random.default_rng(0).normal(0, 1e-4, 48000).astype(np.float32), 16000)  # faint hiss
+    with pytest.raises(ParameterError):
+        nano.revoice(sources["hts1a-8k-wav-3s"][0], 10)  # a sample rate of 10 Hz
+    with pytest.raises(ParameterError):
+        nano.revoice_stream(*sources["hts1a-8k-wav-3s"], cfm_steps=0)
+    with pytest.raises(VoiceError):
+        nano.revoice(*sources["hts1a-8k-wav-3s"], voice="narrator")
