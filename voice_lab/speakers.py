@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from voice_lab import CLONING_MIN_SECONDS
 from voice_lab.silence import Span
 
 WINDOW_SECONDS = 2.0
@@ -185,7 +186,7 @@ def find_speakers(mono: np.ndarray, rate: int, regions: list[Span], embed) -> Sp
     # the speech each window stands for: its share of the cells (a hop), a short region all of it
     share = np.array([min(w.duration, HOP_SECONDS) for w in wins])
     groups = [np.arange(len(wins))]
-    first_ratio = None
+    first_ratio, first_split = None, None
     changed = True
     while changed and len(groups) < MAX_SPEAKERS:
         changed = False
@@ -193,9 +194,9 @@ def find_speakers(mono: np.ndarray, rate: int, regions: list[Span], embed) -> Sp
             if len(g) < 2:
                 continue
             lab, ratio = two_means(emb[g])
-            if first_ratio is None:
-                first_ratio = ratio
             a, b = g[lab == 0], g[lab == 1]
+            if first_ratio is None:
+                first_ratio, first_split = ratio, (a, b)
             apart = ratio >= MIN_SEPARATION or (
                 len(a) and len(b) and float(np.prod(_normalise(np.stack([emb[a].mean(0), emb[b].mean(0)])), axis=0).sum())
                 <= MAX_CENTROID_COSINE)
@@ -219,7 +220,22 @@ def find_speakers(mono: np.ndarray, rate: int, regions: list[Span], embed) -> Sp
     found = Speakers(wins, rank[labels].tolist(), emb, first_ratio, [float(seconds[k]) for k in order], cells)
     if found.count > 1:
         found.clone = [one_voice_spans(found.spans_of(k), mono, rate, embed) for k in range(found.count)]
+    elif first_split is not None:
+        found.clone = untrusted_split_clone(regions, wins, first_split, share, mono, rate, embed)
     return found
+
+
+def untrusted_split_clone(regions, wins, split, share, mono, rate, embed) -> list[list[Span]] | None:
+    """The one speaker's clone spans from the split that was not kept (rule 6); None: all the speech."""
+    a, b = split
+    if min(len(a), len(b)) < MIN_WINDOWS or min(share[a].sum(), share[b].sum()) < MIN_SPEAKER_SECONDS:
+        return None
+    labels = np.zeros(len(wins), int)
+    labels[b] = 1
+    sides = Speakers(wins, labels.tolist(), np.zeros((len(wins), 0)), cells=cells_of(regions, wins, labels.tolist()))
+    spans = max((sides.spans_of(k) for k in (0, 1)), key=lambda sp: max((s.duration for s in sp), default=0.0))
+    spans = one_voice_spans(spans, mono, rate, embed)
+    return [spans] if sum(s.duration for s in spans) > CLONING_MIN_SECONDS else None
 
 
 def one_voice_spans(spans: list[Span], mono: np.ndarray, rate: int, embed) -> list[Span]:
