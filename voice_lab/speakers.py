@@ -51,8 +51,8 @@ benchmarks/bench_speakers.py):
    holds her only, by the package's turn file). Neither an embedding dip between adjacent
    windows (2 s, left against right) nor pitch marks those turns: one person's speech dips to
    0.65-0.81 (the lowest of each of 9 recordings; noisy radio the lowest) where the women's two
-   turns inside a region read 0.65 and 0.73, and one woman's median F0 per second ranges
-   151-281 Hz, the other's 162-286. One person's speech
+   turns inside a region read 0.65 and 0.73, and the median F0 of each second one woman speaks
+   alone ranges 162-235 Hz, the other's 151-213. One person's speech
    loses only length: the window is part of it (benchmarks/bench_speakers.py, `clone`), and
    all of it when that part is not longer than CLONING_MIN_SECONDS.
 """
