@@ -13,6 +13,8 @@ app.core.speaker_identity), `clone` and `test_take_likeness` on the engine threa
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 
 from voice_lab import CLONING_MIN_SECONDS, OUTPUT_RATE, VoiceLabError
@@ -169,7 +171,10 @@ def find_speakers(mono, rate: int, regions, engine=None):
     by = speaker_embedder(engine=engine)
     if by is None:
         return None, None
-    return find(mono, rate, regions, by.embed), by
+    found = find(mono, rate, regions, by.embed)
+    # Kept by the session for its label only: without its embed function, which may be an
+    # engine's method and would keep that model in memory after the user switches models.
+    return found, dataclasses.replace(by, embed=None)
 
 
 def clone(engine, samples, rate: int = OUTPUT_RATE):
