@@ -1,7 +1,7 @@
 """Speaker identity on real recordings with the trained GE2E encoder: parity with Resemblyzer,
 likeness distributions and threshold, clustering statistics, one-speaker clone windows.
 
-    .venv/bin/python benchmarks/bench_speakers.py [parity likeness clustering windows assembled turns clone]
+    .venv/bin/python benchmarks/bench_speakers.py [parity likeness clustering windows assembled]
 
 Every recording is fetched from a package (tests/helpers/real_speech.py says which and why
 they are human); nothing is synthesised. Parity needs the reference venv with Resemblyzer
@@ -279,113 +279,10 @@ def assembled_windows(enc) -> None:
             known_turns_rows(enc, f"{names} in turn ({x.size / sr:.0f} s, assembled)", path, known, 10.0)
 
 
-def single_speaker_recordings() -> list[tuple[str, np.ndarray, int]]:
-    """One person each (the clustering table's): pyannote's women alone, codec2's radio
-    amateurs, Asterisk's voices (12 prompts, 0.5 s apart)."""
-    wav, turns = rs.pyannote_sample()
-    xp, sr = rs.read(wav)
-    out = []
-    for who in ("speaker90", "speaker91"):
-        gap = np.zeros(int(0.5 * sr), np.float32)
-        out.append((f"pyannote {who} alone", np.concatenate([p for q in solo_parts(xp, sr, turns, who)
-                                                             for p in (q, gap)]), sr))
-    out += [(f"codec2 {n}", *rs.read(rs.codec2(n))) for n in CODEC2_SINGLE]
-    for lang in rs.ASTERISK_LANGS:
-        voice, prompts = rs.asterisk_prompts(lang)
-        gap = np.zeros(8000, np.float32)
-        out.append((f"asterisk {voice} (12 prompts)",
-                    np.concatenate([p for q in prompts[20:32] for p in (rs.read_g722(q)[0], gap)]), 16000))
-    return out
-
-
-def turn_marks(enc) -> None:
-    """Why rule 6 and not change detection: the dip between adjacent 2 s windows and pitch."""
-    from voice_lab.speakers import HOP_SECONDS, WINDOW_SECONDS, windows
-
-    k = int(round(WINDOW_SECONDS / HOP_SECONDS))   # the window starting where this one ends
-
-    def dips(x, sr):
-        out = []
-        for r in regions_of(x, sr):
-            ws = windows([r])
-            e = [enc.embed(x[int(w.start * sr):int(w.end * sr)], sr) for w in ws]
-            out += [(ws[i].end, cos(e[i], e[i + k])) for i in range(len(ws) - k)
-                    if abs(ws[i + k].start - ws[i].end) < 1e-6]
-        return out
-
-    print("\n## Turn marks: cosine of the 2 s before and the 2 s after each point inside a speech region\n")
-    print("| recording | points | lowest | median |")
-    print("|---|---|---|---|")
-    for name, x, sr in single_speaker_recordings():
-        v = [c for _, c in dips(x, sr)]
-        print(f"| {name} | {len(v)} | " + (f"{min(v):.3f} | {np.median(v):.3f} |" if v else "- | - |"))
-    wav, turns = rs.pyannote_sample()
-    x, sr = rs.read(wav)
-    print("\npyannote sample (two women), points within 0.3 s of a change in the turn file: " + ", ".join(
-        f"{t:.2f} s {c:.3f}" for t, c in dips(x, sr)
-        if any(abs(t - b) < 0.3 or abs(t - a) < 0.3 for a, b, _ in turns)))
-    print("pyannote sample, median F0 of each 1 s where one woman speaks alone (turn file): " + "; ".join(
-        f"{who} {min(f):.0f}-{max(f):.0f} Hz" for who in ("speaker90", "speaker91")
-        if (f := [v for t in np.arange(0.0, x.size / sr - 1.0, 0.5)
-                  if {k for a, b, k in turns if a < t + 1 and b > t} == {who}
-                  and np.isfinite(v := rs.median_f0(x[int(t * sr):int((t + 1) * sr)], sr))])))
-
-
-def clone_windows(enc) -> None:
-    """The clone window of speaker 1 (6 and 10 s) on every recording here, checked by the
-    package's turn times, the known turns of assembled prompts or pitch (man/woman)."""
-    import os
-    import tempfile
-
-    import soundfile as sf
-
-    from voice_lab.lab import prepare_clip
-
-    print("\n## Clone windows of speaker 1 on every recording (check: turn file, known turns, pitch)\n")
-    print("| recording | target (s) | speakers found | window (s) | check |")
-    print("|---|---|---|---|---|")
-    wav, turns = rs.pyannote_sample()
-    comp, talkers = rs.codec2_compilation()
-    harvard = rs.codec2("raw/speech_orig_16k.wav")
-    with tempfile.TemporaryDirectory() as tmp:
-        def saved(name, x, sr):
-            path = os.path.join(tmp, f"{len(os.listdir(tmp))}.wav")
-            sf.write(path, x, sr)
-            return name, path, None
-
-        recs = [("pyannote sample (two women)", wav, turns), ("codec2 all.wav (talkers in turn)", comp, talkers),
-                ("codec2 speech_orig_16k (man/woman)", harvard, "pitch")]
-        for a, b in (("en", "fr"), ("it", "fr"), ("en", "ru")):
-            x, sr, known = alternating(a, b)
-            recs.append((f"asterisk {a}/{b} prompts in turn (assembled)", saved("", x, sr)[1], known))
-        recs += [saved(name, x, sr) for name, x, sr in single_speaker_recordings()]
-        for name, path, known in recs:
-            for target in (6.0, 10.0):
-                try:
-                    r = prepare_clip(str(path), target=target, embed=enc.embed)
-                except Exception as e:  # too little speech
-                    print(f"| {name} | {target:g} | - | - | {e} |")
-                    continue
-                spans = r.report["window"]["spans"]
-                if known == "pitch":
-                    check = f"by pitch: {', '.join(sorted(rs.voices_by_pitch(path, spans)))}"
-                elif known:
-                    share: dict[str, float] = {}
-                    for a, b in spans:
-                        for s, e, who in known:
-                            share[who] = share.get(who, 0.0) + max(0.0, min(b, e) - max(a, s))
-                    check = "known seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(share.items()) if v > 0)
-                else:
-                    check = "one person's recording"
-                window = ", ".join(f"{a:.2f}-{b:.2f}" for a, b in spans)
-                print(f"| {name} | {target:g} | {r.report['speakers']['count']} | {window} "
-                      f"({sum(b - a for a, b in spans):.1f}) | {check} |")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     sections = {"parity": parity, "likeness": likeness, "clustering": clustering, "windows": windows_check,
-                "assembled": assembled_windows, "turns": turn_marks, "clone": clone_windows}
+                "assembled": assembled_windows}
     ap.add_argument("sections", nargs="*", choices=[[], *sections], default=[],
                     help=f"which tables (default all: {', '.join(sections)}; parity needs the reference venv)")
     args = ap.parse_args()

@@ -160,7 +160,7 @@ def prepare_clip(path, target: float = DEFAULT_TARGET_SECONDS, chain="auto",
         if found.count and not 0 <= chosen < found.count:
             raise VoiceLabError(f"{path}: speaker {chosen + 1} asked for; the recording has {found.count}")
         speakers_report = {**found.to_dict(), "chosen": chosen + 1 if found.count else None}
-        if found.clone is not None:
+        if found.count > 1:
             window_regions = found.clone_spans(chosen)
     try:
         window = choose_window(window_regions, effective, CLONING_MIN_SECONDS)

@@ -42,19 +42,6 @@ benchmarks/bench_speakers.py):
    same-speaker pairs of real clips, 0.3 % of different ones). On codec2's compilation of
    eight talkers (wav/all.wav) this keeps each window to one talker; where it drops a span
    of the same person the window is only shorter.
-6. One speaker's clone spans: when the first split fails only the similarity test (each side
-   has MIN_WINDOWS windows and MIN_SPEAKER_SECONDS of speech), the window still comes from one
-   side of it: the side holding the longest sure span, narrowed by rule 5. Two voices an encoder
-   cannot tell apart by centroids (pyannote's two women: 0.89) still fall mostly on two sides,
-   and the cells where windows disagree, left out, are where their turns change; so the longest
-   sure span is one voice (there 4.0 s of one woman; with her other turn the window is 6.1 s and
-   holds her only, by the package's turn file). Neither an embedding dip between adjacent
-   windows (2 s, left against right) nor pitch marks those turns: one person's speech dips to
-   0.65-0.81 (the lowest of each of 9 recordings; noisy radio the lowest) where the women's two
-   turns inside a region read 0.65 and 0.73, and the median F0 of each second one woman speaks
-   alone ranges 162-235 Hz, the other's 151-213. One person's speech
-   loses only length: the window is part of it (benchmarks/bench_speakers.py, `clone`), and
-   all of it when that part is not longer than CLONING_MIN_SECONDS.
 """
 
 from __future__ import annotations
@@ -63,7 +50,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from voice_lab import CLONING_MIN_SECONDS
 from voice_lab.silence import Span
 
 WINDOW_SECONDS = 2.0
@@ -199,7 +185,7 @@ def find_speakers(mono: np.ndarray, rate: int, regions: list[Span], embed) -> Sp
     # the speech each window stands for: its share of the cells (a hop), a short region all of it
     share = np.array([min(w.duration, HOP_SECONDS) for w in wins])
     groups = [np.arange(len(wins))]
-    first_ratio, first_split = None, None
+    first_ratio = None
     changed = True
     while changed and len(groups) < MAX_SPEAKERS:
         changed = False
@@ -207,9 +193,9 @@ def find_speakers(mono: np.ndarray, rate: int, regions: list[Span], embed) -> Sp
             if len(g) < 2:
                 continue
             lab, ratio = two_means(emb[g])
-            a, b = g[lab == 0], g[lab == 1]
             if first_ratio is None:
-                first_ratio, first_split = ratio, (a, b)
+                first_ratio = ratio
+            a, b = g[lab == 0], g[lab == 1]
             apart = ratio >= MIN_SEPARATION or (
                 len(a) and len(b) and float(np.prod(_normalise(np.stack([emb[a].mean(0), emb[b].mean(0)])), axis=0).sum())
                 <= MAX_CENTROID_COSINE)
@@ -233,22 +219,7 @@ def find_speakers(mono: np.ndarray, rate: int, regions: list[Span], embed) -> Sp
     found = Speakers(wins, rank[labels].tolist(), emb, first_ratio, [float(seconds[k]) for k in order], cells)
     if found.count > 1:
         found.clone = [one_voice_spans(found.spans_of(k), mono, rate, embed) for k in range(found.count)]
-    elif first_split is not None:
-        found.clone = untrusted_split_clone(regions, wins, first_split, share, mono, rate, embed)
     return found
-
-
-def untrusted_split_clone(regions, wins, split, share, mono, rate, embed) -> list[list[Span]] | None:
-    """The one speaker's clone spans from the split that was not kept (rule 6); None: all the speech."""
-    a, b = split
-    if min(len(a), len(b)) < MIN_WINDOWS or min(share[a].sum(), share[b].sum()) < MIN_SPEAKER_SECONDS:
-        return None
-    labels = np.zeros(len(wins), int)
-    labels[b] = 1
-    sides = Speakers(wins, labels.tolist(), np.zeros((len(wins), 0)), cells=cells_of(regions, wins, labels.tolist()))
-    spans = max((sides.spans_of(k) for k in (0, 1)), key=lambda sp: max((s.duration for s in sp), default=0.0))
-    spans = one_voice_spans(spans, mono, rate, embed)
-    return [spans] if sum(s.duration for s in spans) > CLONING_MIN_SECONDS else None
 
 
 def one_voice_spans(spans: list[Span], mono: np.ndarray, rate: int, embed) -> list[Span]:

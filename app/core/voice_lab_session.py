@@ -106,8 +106,6 @@ class VoiceLabSession:
         regions, who = self.analysis.regions, ""
         if self.several_speakers:
             regions, who = self.speakers.clone_spans(self.speaker), f"speaker {self.speaker + 1}: "
-        elif self.speakers is not None and self.speakers.clone is not None:
-            regions = self.speakers.clone_spans(0)        # one speaker, the window from one voice's part
         try:
             w = choose_window(regions, max(target, MIN_CLIP_SECONDS), CLONING_MIN_SECONDS)
         except VoiceLabError as e:
