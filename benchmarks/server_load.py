@@ -19,8 +19,8 @@ random.Random(seed + i), one of:
 
 A good response is whole when its chunked body ended properly and its audio is the length
 the request asks for: random weights never draw the stop token, so a request of S sentences
-is exactly S x (max_tokens + 3) x 2 x 480 samples (pcm and sse exactly; wav: the 44-byte
-header + that; mp3: decoded through ffmpeg, within 2048 samples of padding). With another
+is exactly S x (max_tokens + 3) x 2 x 480 samples (pcm and sse exactly; wav: its header, with
+the provenance tags, + that; mp3: decoded through ffmpeg, within 2048 samples of padding). With another
 model (`--model`), lengths are only checked to be non-zero and whole.
 
 Recorded: requests by kind, errors by kind (anything that is not the client's doing: a 5xx,
@@ -60,6 +60,21 @@ TEXTS = [("Hello there.", 1), ("The weather is fine today.", 1), ("Good morning.
          ("She opened the door. Then it was quiet.", 2)]
 FORMATS = ("pcm", "wav", "mp3")
 
+
+
+def wav_data_start(data: bytes) -> int | None:
+    """Where a streamed WAV's samples start: after RIFF/WAVE, fmt and any chunks before data (the
+    server's LIST INFO tags); None when the header is not that."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return None
+    pos, seen_fmt = 12, False
+    while pos + 8 <= len(data):
+        cid, size = data[pos:pos + 4], int.from_bytes(data[pos + 4:pos + 8], "little")
+        if cid == b"data":
+            return pos + 8 if seen_fmt else None
+        seen_fmt |= cid == b"fmt "
+        pos += 8 + size + (size & 1)
+    return None
 
 def samples_for(max_tokens: int, sentences: int) -> int:
     return sentences * (max_tokens + 3) * 2 * 480
@@ -239,10 +254,11 @@ class Client(threading.Thread):
         if fmt == "pcm":
             return (len(data) // 2, 0) if len(data) % 2 == 0 else (-1, 0)
         if fmt == "wav":
-            if data[:4] != b"RIFF" or data[8:16] != b"WAVEfmt " or data[36:40] != b"data":
-                self.results.error("bad_wav_header", f"{kind}: {data[:44]!r}")
+            start = wav_data_start(data)
+            if start is None:
+                self.results.error("bad_wav_header", f"{kind}: {data[:64]!r}")
                 return None, 0
-            return (len(data) - 44) // 2, 0
+            return (len(data) - start) // 2, 0
         try:
             return mp3_samples(data), 2048
         except Exception as e:  # noqa: BLE001 - any failure to decode is an error to record

@@ -75,9 +75,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.cluster:
         return _serve_on_cluster(args, config)
-    from app.server.runner import load_engine, serve_forever
+    from app.server.runner import limit_malloc_arenas, load_engine, serve_forever
     from engine_native import EngineError
 
+    limit_malloc_arenas()  # before any thread starts
     t0 = time.perf_counter()
     try:
         engine = load_engine(config)

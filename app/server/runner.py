@@ -171,3 +171,26 @@ class ServerHandle:
     @property
     def running(self) -> bool:
         return self.state == "running"
+
+
+# glibc gives each thread that allocates its own arena (up to 8 per core) and keeps what they
+# free, so a long-running server's RSS creeps up under load; with 2 arenas it stays flat (the
+# figures: docs/CPU.md, "Measurements behind the code"). MALLOC_ARENA_MAX in the environment wins.
+SERVER_MALLOC_ARENAS = 2
+
+
+def limit_malloc_arenas(n: int = SERVER_MALLOC_ARENAS) -> bool:
+    """mallopt(M_ARENA_MAX, n) on glibc (a no-op elsewhere or when MALLOC_ARENA_MAX is set);
+    True when applied. Call it before the server's threads start."""
+    import ctypes
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux") or "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-8, n))  # M_ARENA_MAX
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+
