@@ -187,7 +187,8 @@ def tiny_features():
 def wav_input(data: bytes) -> None:
     import soundfile as sf
 
-    from engine_native.audio import norm_loudness, resample_sinc, resample_soxr, to_mono
+    from engine_native.audio import norm_loudness, resample_sinc, resample_soxr, usable_mono
+    from engine_native.errors import VoiceError
 
     try:
         info = sf.info(io.BytesIO(data))
@@ -197,9 +198,10 @@ def wav_input(data: bytes) -> None:
         return  # what soundfile says of a file it cannot decode: the app reports it as such
     if rate <= 0 or samples.size == 0:
         return
-    mono = to_mono(samples)
-    if not np.all(np.isfinite(mono)):
-        return  # Engine.voice_from_audio refuses these before any feature
+    try:
+        mono = usable_mono(samples)  # as Engine.voice_from_audio takes any audio
+    except VoiceError:
+        return  # refused before any feature (e.g. a file of 33 channels: regressions/wav)
     sr24, enc = tiny_features()
     wav24 = resample_soxr(mono, rate, sr24)
     if wav24.size and np.any(wav24):
