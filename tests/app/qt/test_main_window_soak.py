@@ -51,10 +51,8 @@ N_ACTIONS = int(os.environ.get("CBS_SOAK_ACTIONS", "150"))  # after a 16-action 
 MAX_TOKENS = 20  # 0.8 s of speech at most per sentence: two chunks of 10 tokens
 STREAM = {"first_chunk_tokens": 10, "chunk_tokens": 10}
 RSS_GROWTH_LIMIT = 0.05
-# The memory baseline is taken this many scripted actions after the warm-up: the session's first
-# model switches made while takes, live typing or the Voice Lab are in use keep ~530 MB that
-# later switches do not add to (RSS then flat within 3 % over 100 actions). That retention is a
-# known open problem, not yet explained; what this test guards is growth that goes on.
+# The memory baseline comes this many scripted actions after the warm-up: the first model switches
+# in use keep ~530 MB that later ones do not add to (an open problem); this guards growth that goes on.
 BASELINE_AFTER = 50
 # CBS_SOAK_TRACE=<file>: write the stacks of all threads there whenever the GUI thread stalls
 TRACE_STALLS = open(os.environ["CBS_SOAK_TRACE"], "w") if os.environ.get("CBS_SOAK_TRACE") else None
