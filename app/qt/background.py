@@ -3,7 +3,9 @@
 
     BackgroundOp(lambda report: decode(path), success=show, failure=show_error).start()
 
-`op(report)` receives `report(value)` to send progress (any object) to `progress`.
+`op(report)` receives `report(value)` to send progress (any object) to `progress`. With
+`owner=widget`, the callbacks are dropped once the widget is gone: a window closed while its
+file was still being read must not be touched when the read ends.
 Engine work does not go here: it goes through EngineClient's operations (one thread owns the
 engine). Files are read and written here, never on the GUI thread.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import traceback
 from typing import Callable
 
+import shiboken6
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 _live: set[BackgroundOp] = set()  # keeps running ops (and their Qt signals) alive
@@ -41,8 +44,9 @@ class _Runnable(QRunnable):
 
 class BackgroundOp:
     def __init__(self, op: Callable, success: Callable | None = None, failure: Callable | None = None,
-                 progress: Callable | None = None):
+                 progress: Callable | None = None, owner: QObject | None = None):
         self.op = op
+        self.owner = owner
         self.signals = _Signals()  # created on the GUI thread: its slots run there
         self.signals.done.connect(lambda r: self._finish(success, r, "result"))
         self.signals.failed.connect(lambda e: self._finish(failure, e, "error"))
@@ -61,7 +65,7 @@ class BackgroundOp:
         self.running = False
         setattr(self, outcome, value)
         _live.discard(self)
-        if callback:
+        if callback and (self.owner is None or shiboken6.isValid(self.owner)):
             callback(value)
 
 

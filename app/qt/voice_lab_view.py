@@ -307,7 +307,7 @@ class VoiceLabView(QWidget):
             self._set_busy("")
             failure(e)
 
-        return BackgroundOp(lambda _report: fn(), success=ok, failure=bad).start()
+        return BackgroundOp(lambda _report: fn(), success=ok, failure=bad, owner=self).start()
 
     # --- loading a recording -----------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ tests/fuzz/regressions/TARGET/.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 
@@ -37,5 +38,26 @@ def main(argv: list[str]) -> None:
     atheris.Fuzz()
 
 
+def in_a_fresh_child() -> None:
+    """Runs the fuzzer in a forked child and exits with its status. libFuzzer's -rss_limit_mb
+    reads the peak RSS (getrusage), which a process started by vfork (Python's subprocess)
+    inherits from its parent: launched from a pytest that once held 21 GB of models, the fuzzer
+    called itself out of memory before its first input. A fork starts a fresh count."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            main(sys.argv)  # atheris.Fuzz ends the process itself; returning is a failure
+        except SystemExit as stop:
+            if isinstance(stop.code, str):
+                print(stop.code, file=sys.stderr)
+            code = stop.code if isinstance(stop.code, int) else 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    sys.exit(status if status >= 0 else 128 - status)
+
 if __name__ == "__main__":
-    main(sys.argv)
+    in_a_fresh_child()

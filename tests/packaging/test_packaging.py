@@ -114,7 +114,9 @@ def test_mime_types_tell_voices_from_models():
 def test_the_wheel_carries_the_resources_where_the_app_finds_them(tmp_path):
     """The wheel's Python part (scikit-build-core with wheel.cmake=false: no native build),
     unpacked: app/resources holds the icon, desktop entry and MIME types, and the app's icon
-    lookup (app.core.paths) finds them there, away from the source tree."""
+    lookup (app.core.paths) finds them there, away from the source tree. app.core.paths imports
+    engine_native (the data folder is defined once there), whose compiled part this wheel lacks:
+    the installed distribution's is used, as from a source checkout."""
     import zipfile
 
     pytest.importorskip("scikit_build_core")
@@ -134,7 +136,7 @@ def test_the_wheel_carries_the_resources_where_the_app_finds_them(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     env = {k: v for k, v in os.environ.items() if k != "CHATTERBOX_STUDIO_RESOURCES"}
     env["PYTHONPATH"] = str(site)
-    res = subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1])\n"
+    res = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1])\n"
                           "from app.core.paths import app_icon; print(app_icon())", str(site)],
                          cwd=tmp_path, capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
