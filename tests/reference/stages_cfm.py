@@ -8,6 +8,7 @@ runs the reference with that draw replaced by a given x0.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -97,14 +98,13 @@ def s3gen_mel_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     return out
 
 
-@stage("s3gen_mel_prompt_causal")
-def s3gen_mel_prompt_causal_stage(snapshot: Path, inputs: Inputs) -> Inputs:
-    """s3gen_mel with one change, the definition of our streams' cached CFM prefix: in every
-    estimator attention the prompt's frames attend only to the prompt's frames (the speech
-    frames still attend to all). speech_ids, x0 as s3gen_mel -> mel (80, 2 x speech)."""
+@contextmanager
+def prompt_causal(n_prompt_frames: int):
+    """The definition of our streams' cached CFM prefix, while it lasts: in every estimator
+    attention the first n_prompt_frames frames (the prompt's) attend only to each other (the
+    later frames still attend to all)."""
     import chatterbox.models.s3gen.decoder as decoder
 
-    n_prompt_frames = 2 * _n_prompt(snapshot) + int(np.asarray(inputs.get("prefix_speech_frames", 0)))
     orig_mask = decoder.add_optional_chunk_mask
 
     def prompt_causal_mask(xs, masks, *a, **k):
@@ -116,9 +116,18 @@ def s3gen_mel_prompt_causal_stage(snapshot: Path, inputs: Inputs) -> Inputs:
 
     decoder.add_optional_chunk_mask = prompt_causal_mask
     try:
-        feat, _ = _run_flow(snapshot, inputs)
+        yield
     finally:
         decoder.add_optional_chunk_mask = orig_mask
+
+
+@stage("s3gen_mel_prompt_causal")
+def s3gen_mel_prompt_causal_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """s3gen_mel with one change, the definition of our streams' cached CFM prefix
+    (prompt_causal). speech_ids, x0 as s3gen_mel -> mel (80, 2 x speech)."""
+    n_prompt_frames = 2 * _n_prompt(snapshot) + int(np.asarray(inputs.get("prefix_speech_frames", 0)))
+    with prompt_causal(n_prompt_frames):
+        feat, _ = _run_flow(snapshot, inputs)
     return {"mel": feat[0].numpy().astype(np.float32)}
 
 

@@ -10,6 +10,7 @@ prompt + speech frames. `mtl_cfm_noise` captures it as the estimator first recei
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 
 from . import build_mtl
 from .stages import Inputs, stage, weights_loaded_after
+from .stages_cfm import prompt_causal
 from .stages_mtl import load_conds
 
 _S3GEN = {}
@@ -89,9 +91,11 @@ def mtl_cfm_noise_stage(snapshot: Path, inputs: Inputs) -> Inputs:
 
 @stage("mtl_s3gen_mel")
 def mtl_s3gen_mel_stage(snapshot: Path, inputs: Inputs) -> Inputs:
-    """speech_ids, x0 [80, 2 x (prompt + speech)] or seed [, n_steps] -> mel [80, 2 x speech]:
-    `S3Gen.flow_inference(speech, ref_dict=built-in, n_cfm_timesteps=n_steps, finalize=True)`
-    with the CFM's randn_like(mu) replaced by x0 (or drawn after torch.manual_seed(seed)).
+    """speech_ids, x0 [80, 2 x (prompt + speech)] or seed [, n_steps] [, prompt_causal] -> mel
+    [80, 2 x speech]: `S3Gen.flow_inference(speech, ref_dict=built-in, n_cfm_timesteps=n_steps,
+    finalize=True)` with the CFM's randn_like(mu) replaced by x0 (or drawn after
+    torch.manual_seed(seed)); prompt_causal=1: under our streams' cached-prefix mask
+    (stages_cfm.prompt_causal: the prompt's frames attend only to themselves).
     Per estimator call i (one per Euler step, on the batch of two): t_<i>, x_<i> (its
     input; x_0 is the initial noise), v_cond_<i> and v_uncond_<i> (the rows of its output)."""
     s3 = load_s3gen(snapshot)
@@ -116,8 +120,10 @@ def mtl_s3gen_mel_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     else:
         torch.randn_like = fake_randn_like
     est.forward = spy
+    n_prompt_frames = 2 * int(load_conds(snapshot).gen["prompt_token"].shape[-1])
+    masked = prompt_causal(n_prompt_frames) if int(np.asarray(inputs.get("prompt_causal", 0))) else nullcontext()
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), masked:
             mel = s3.flow_inference(_speech(inputs), ref_dict=load_conds(snapshot).gen, n_cfm_timesteps=n_steps,
                                     finalize=True)
     finally:

@@ -63,7 +63,7 @@ void bind_cfm(py::module_& m) {
                                vx0 = to_vector(x0);
             return compute(self, [&](S3GenCfm& cfm) { return cfm.make_prefix(vmu, P, vpf, vemb, vx0, n_steps); });
         }, py::arg("mu"), py::arg("prompt_feat"), py::arg("embedding"), py::arg("x0"), py::arg("n_steps") = 0,
-           "a stream's cached prefix (meanflow models): the voice prompt's frames alone, mu and x0 [n_mels, P], "
+           "a stream's cached prefix (both rows of a guided CFM): the voice prompt's frames alone, mu and x0 [n_mels, P], "
            "prompt_feat [P, n_mels], integrated once; sample_after_prefix then computes only later frames, which "
            "attend to the prompt's cached keys and values (the prompt does not attend to them)")
         .def("sample_after_prefix", [](PyS3GenCfm& self, const CfmPrefix& prefix, const F32Array& mu, const F32Array& x0) {

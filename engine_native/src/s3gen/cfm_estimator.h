@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,22 +56,24 @@ public:
                                         const std::vector<float>& spks, const std::vector<float>& cond, int T,
                                         const std::vector<float>& ts, double rate, bool batched);
 
-    // A stream's cached prefix (meanflow only). The U-Net's convolutions are causal, so frames
-    // that attend only to themselves (a chunk-causal mask whose first chunk is the prefix: the
-    // voice prompt) follow an Euler trajectory of their own, fixed by their x0, mu, spks and
-    // cond. record_prefix integrates that trajectory once and keeps what later frames need
-    // of it (CfmPrefix); integrate_after_prefix then integrates only later frames, which
-    // attend to the prefix's cached keys and values and to each other (cond zero there, as
-    // after any prompt). Arguments as integrate(), over the prefix's P frames or the later T
-    // (cfm_prefix.cpp).
+    // A stream's cached prefix. The U-Net's convolutions are causal, so frames that attend
+    // only to themselves (a chunk-causal mask whose first chunk is the prefix: the voice
+    // prompt) follow an Euler trajectory of their own, fixed by their x0, mu, spks and cond.
+    // record_prefix integrates that trajectory once and keeps what later frames need of it
+    // (CfmPrefix); integrate_after_prefix then integrates only later frames, which attend to
+    // the prefix's cached keys and values and to each other (cond zero there, as after any
+    // prompt). With `guidance` (the standard CFM's rate), every step is integrate_guided's,
+    // two evaluations of one row each, and the prefix keeps both rows' tensors. Arguments as
+    // integrate(), over the prefix's P frames or the later T (cfm_prefix.cpp).
     std::shared_ptr<CfmPrefix> record_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
                                              const std::vector<float>& spks, const std::vector<float>& cond, int P,
-                                             const std::vector<float>& ts);
+                                             const std::vector<float>& ts, std::optional<double> guidance);
     std::vector<float> integrate_after_prefix(const CfmPrefix& prefix, const std::vector<float>& x0,
                                               const std::vector<float>& mu, const std::vector<float>& spks, int T);
-    // Each step keeps about 30 MB for a 10 s prompt (56 attentions' keys and values in Q8_0):
-    // more steps than this stream without the cache (every pass over the whole prompt).
-    static constexpr int kMaxPrefixSteps = 4;
+    // A step keeps about 30 MB per row for a 10 s prompt (56 attentions' keys and values in
+    // Q8_0): a guided model's default 10 steps about 600 MB. More steps than this stream
+    // without the cache (every pass over the whole prompt).
+    static constexpr int kMaxPrefixSteps = 10;
 
     int n_mels() const { return out_channels_; }
     bool meanflow() const { return meanflow_; }
@@ -120,6 +123,11 @@ private:
     std::function<StepVelocity(ggml_context*, GraphInputs&)> conditioned(const std::vector<float>& mu,
                                                                           const std::vector<float>& spks,
                                                                           const std::vector<float>& cond, int T) const;
+    // The same with classifier-free guidance (integrate_guided's step velocity).
+    std::function<StepVelocity(ggml_context*, GraphInputs&)> guided(const std::vector<float>& mu,
+                                                                     const std::vector<float>& spks,
+                                                                     const std::vector<float>& cond, int T, double rate,
+                                                                     bool batched) const;
     // On a GPU: each transformer's q, k and v weights as one [C, 3A] weight in a buffer of
     // our own, so the three projections are one product (a GPU's CFM time is mostly the
     // per-operation cost of its ~4000 small operations). Skipped (the three products kept)
@@ -140,6 +148,11 @@ private:
     ggml_tensor* tap_keys_values(ggml_context* ctx, ggml_tensor* kv) const;
     // Use: the conv input's cached left context; otherwise nullptr (x's last k frames recorded).
     ggml_tensor* tap_conv_left(ggml_context* ctx, ggml_tensor* x, int k) const;
+    // A prefix's step velocity: conditioned(), or guided() unbatched with a guidance rate.
+    std::function<StepVelocity(ggml_context*, GraphInputs&)> step_inputs(const std::vector<float>& mu,
+                                                                         const std::vector<float>& spks,
+                                                                         const std::vector<float>& cond, int T,
+                                                                         std::optional<double> guidance) const;
     // Euler over the prefix's steps (as euler()) with the tap in `mode` for each.
     std::vector<float> euler_tapped(CfmPrefix& prefix, std::vector<float> x, int T, PrefixTap::Mode mode,
                                     const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs);

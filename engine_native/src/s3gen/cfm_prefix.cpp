@@ -105,10 +105,10 @@ std::vector<float> CfmEstimator::euler_tapped(CfmPrefix& prefix, std::vector<flo
 
 std::shared_ptr<CfmPrefix> CfmEstimator::record_prefix(const std::vector<float>& x0, const std::vector<float>& mu,
                                                        const std::vector<float>& spks, const std::vector<float>& cond,
-                                                       int P, const std::vector<float>& ts) {
+                                                       int P, const std::vector<float>& ts,
+                                                       std::optional<double> guidance) {
     // (a pass reads the prefix through a CPU custom op: prefix_then_rows)
     if (!backend_is_cpu(runner_.backend())) throw EngineError("a cached stream prefix runs on the CPU only");
-    if (!meanflow_) throw EngineError("a cached stream prefix needs a meanflow CFM (this model's is guided)");
     check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), P);
     const int n_steps = static_cast<int>(ts.size()) - 1;
     if (P < kMinPrefixFrames) throw EngineError("a cached stream prefix needs at least " + std::to_string(kMinPrefixFrames) + " frames");
@@ -117,21 +117,22 @@ std::shared_ptr<CfmPrefix> CfmEstimator::record_prefix(const std::vector<float>&
     const int M = out_channels_;
     auto prefix = std::make_shared<CfmPrefix>();
     prefix->ts_ = ts;
-    prefix->ctx_ = ggml_init({ggml_tensor_overhead() * 1024 * static_cast<size_t>(n_steps), nullptr, /*no_alloc=*/true});
+    prefix->guidance_ = guidance;
+    const auto inputs = step_inputs(mu, spks, cond, P, guidance);
+    prefix->ctx_ = ggml_init({ggml_tensor_overhead() * 2048 * static_cast<size_t>(n_steps), nullptr, /*no_alloc=*/true});
     prefix->steps_.assign(n_steps, {});
-    {  // The tensors one evaluation meets (a graph built and dropped), then as many for every step.
+    {  // The tensors one step meets (a graph built and dropped), then as many for every step.
         ggml_context* ctx = runner_.begin();
         GraphInputs in;
         PrefixTap tap{PrefixTap::Mode::Collect, prefix.get(), 0};
         TapScope<PrefixTap> scope(tap_, &tap);
-        velocity(ctx, in, in.f32(ctx, x0, P, M), in.f32(ctx, mu, P, M), in.f32(ctx, spks, 1, M), in.f32(ctx, cond, P, M),
-                 ts[0], ts[1]);
+        inputs(ctx, in)(in.f32(ctx, x0, P, M), ts[0], ts[1]);
     }
     for (int s = 1; s < n_steps; ++s)
         for (ggml_tensor* t : prefix->steps_[0]) prefix->steps_[s].push_back(ggml_dup_tensor(prefix->ctx_, t));
     prefix->buf_ = ggml_backend_alloc_ctx_tensors(prefix->ctx_, runner_.backend());
     if (!prefix->buf_) throw EngineError("not enough memory for the stream's cached prefix");
-    euler_tapped(*prefix, x0, P, PrefixTap::Mode::Record, conditioned(mu, spks, cond, P));
+    euler_tapped(*prefix, x0, P, PrefixTap::Mode::Record, inputs);
     prefix->frames_ = P;
     return prefix;
 }
@@ -143,7 +144,15 @@ std::vector<float> CfmEstimator::integrate_after_prefix(const CfmPrefix& prefix,
     check_inputs(x0.size(), mu.size(), spks.size(), mu.size(), T);
     const std::vector<float> cond(mu.size(), 0.0f);  // after the prompt
     // Use only reads the prefix (its tensors and times).
-    return euler_tapped(const_cast<CfmPrefix&>(prefix), x0, T, PrefixTap::Mode::Use, conditioned(mu, spks, cond, T));
+    return euler_tapped(const_cast<CfmPrefix&>(prefix), x0, T, PrefixTap::Mode::Use,
+                        step_inputs(mu, spks, cond, T, prefix.guidance_));
+}
+
+std::function<CfmEstimator::StepVelocity(ggml_context*, GraphInputs&)> CfmEstimator::step_inputs(
+    const std::vector<float>& mu, const std::vector<float>& spks, const std::vector<float>& cond, int T,
+    std::optional<double> guidance) const {
+    // Guided: the two rows as two evaluations, so that each meets the prefix as one row does.
+    return guidance ? guided(mu, spks, cond, T, *guidance, /*batched=*/false) : conditioned(mu, spks, cond, T);
 }
 
 }  // namespace cbs

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "ggml-backend.h"
@@ -28,6 +29,7 @@ private:
     friend class S3GenCfm;
     int frames_ = 0;
     std::vector<float> ts_, spks_;  // its Euler times; S3GenCfm: its speaker (spks)
+    std::optional<double> guidance_;  // the standard CFM's guidance rate (both rows kept)
     ggml_context* ctx_ = nullptr;
     ggml_backend_buffer_t buf_ = nullptr;
     std::vector<std::vector<ggml_tensor*>> steps_;

@@ -55,15 +55,21 @@ std::function<CfmEstimator::StepVelocity(ggml_context*, GraphInputs&)> CfmEstima
     };
 }
 
-// Guidance as solve_euler computes it, in float32: the rows' weights are the float32 values
-// of the Python floats (1.0 + inference_cfg_rate) and inference_cfg_rate.
 std::vector<float> CfmEstimator::integrate_guided(const std::vector<float>& x0, const std::vector<float>& mu,
                                                   const std::vector<float>& spks, const std::vector<float>& cond,
                                                   int T, const std::vector<float>& ts, double rate, bool batched) {
     check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), T);
+    return euler(x0, T, ts, guided(mu, spks, cond, T, rate, batched));
+}
+
+// Guidance as solve_euler computes it, in float32: the rows' weights are the float32 values
+// of the Python floats (1.0 + inference_cfg_rate) and inference_cfg_rate.
+std::function<CfmEstimator::StepVelocity(ggml_context*, GraphInputs&)> CfmEstimator::guided(
+    const std::vector<float>& mu, const std::vector<float>& spks, const std::vector<float>& cond, int T, double rate,
+    bool batched) const {
     const int M = out_channels_;
     const float w_cond = static_cast<float>(1.0 + rate), w_uncond = static_cast<float>(rate);
-    return euler(x0, T, ts, [&](ggml_context* ctx, GraphInputs& in) -> StepVelocity {
+    return [this, &mu, &spks, &cond, T, M, w_cond, w_uncond, batched](ggml_context* ctx, GraphInputs& in) -> StepVelocity {
         // The rows' conditioning [mu; spks; cond] (channels 1..3 of the input) and the
         // unconditional row's zeros in their place.
         ggml_tensor* mut = in.f32(ctx, mu, T, M);
@@ -84,7 +90,7 @@ std::vector<float> CfmEstimator::integrate_guided(const std::vector<float>& x0, 
             }
             return ggml_sub(ctx, ggml_scale(ctx, v_cond, w_cond), ggml_scale(ctx, v_uncond, w_uncond));
         };
-    });
+    };
 }
 
 // ---------------------------------------------------------------------------
@@ -188,13 +194,13 @@ std::shared_ptr<CfmPrefix> S3GenCfm::make_prefix(const std::vector<float>& mu, i
                                                   const std::vector<float>& prompt_feat,
                                                   const std::vector<float>& embedding, const std::vector<float>& x0,
                                                   int n_steps) {
-    if (!meanflow_) throw EngineError("a cached stream prefix needs a meanflow CFM (this model's is guided)");
     if (n_steps < 0 || n_steps > 100) throw EngineError("cfm_steps must be between 1 and 100");
     if (n_steps == 0) n_steps = n_timesteps_;
     std::vector<float> spks, cond;
     if (conditioning(mu, P, prompt_feat, embedding, x0, spks, cond) != P)
         throw EngineError("a stream prefix is the prompt's frames alone: prompt_feat must have mu's frames");
-    std::shared_ptr<CfmPrefix> prefix = est_.record_prefix(x0, mu, spks, cond, P, t_span(n_steps));
+    std::shared_ptr<CfmPrefix> prefix = est_.record_prefix(x0, mu, spks, cond, P, t_span(n_steps),
+                                                                  meanflow_ ? std::nullopt : std::optional<double>(cfg_rate_));
     prefix->spks_ = std::move(spks);
     return prefix;
 }

@@ -32,7 +32,7 @@ public:
                                                const std::vector<float>& embedding, const std::vector<float>& x,
                                                float t, float r);
 
-    // Streaming with the voice prompt as a cached prefix (meanflow models; CfmEstimator's
+    // Streaming with the voice prompt as a cached prefix (both kinds of CFM; CfmEstimator's
     // record_prefix says how). make_prefix takes the prompt's frames alone: mu, x0 row-major
     // [n_mels][P] and prompt_feat [P][n_mels], as sample() would over P frames. Then
     // sample_after_prefix(prefix, mu, T, x0) ([n_mels][T] each, the frames after the prompt)

@@ -10,6 +10,8 @@ of torch's cosine); the encoder's mu rel <= 1e-5; HiFT f0 rel <= 1e-5, decode re
 each Euler step's cond and uncond velocities (the estimator fed the reference's own x and t)
 rel <= 1e-5; the mel rel <= 2e-5, from the reference's own initial noise (its
 randn_like(mu) after a seed, captured as the estimator first receives it) or a given x0.
+A stream's cached prompt prefix (both guidance rows, 10 steps) against the reference under
+the mask it stands for: rel <= 1e-3, as Turbo's (its keys and values kept in Q8_0).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ CASES = {
     "noise": ("mtl_cfm_noise", dict(n_speech=len(SPEECH_A), seed=5)),
     "mel_seeded": ("mtl_s3gen_mel", dict(speech_ids=SPEECH_A, seed=5)),
     "mel_x0_4_steps": ("mtl_s3gen_mel", dict(speech_ids=SPEECH_B, x0=X0_B, n_steps=4)),
+    "mel_prompt_causal": ("mtl_s3gen_mel", dict(speech_ids=SPEECH_B, x0=X0_B, prompt_causal=1)),
     "hift": ("mtl_hift", dict(mel=_log_mel(60, 3), seed=2)),
 }
 
@@ -140,6 +143,29 @@ def test_hift_matches_reference(model, ref):
     rel_w, abs_w = _rel(wav, r["wav"])
     print(f"{SIZE} hift f0: rel {rel_f:.2e} max_abs {abs_f:.2e}; decode: rel {rel_w:.2e} max_abs {abs_w:.2e}")
     assert rel_f <= 1e-5 and rel_w <= 1e-4
+
+
+def test_cached_prompt_prefix_matches_reference_under_its_mask(model, ref):
+    """The guided CFM's stream prefix: make_prefix integrates the prompt's frames alone (both
+    rows, every step of 10), sample_after_prefix only the speech frames, against the reference
+    whose prompt frames attend only to themselves. The mask's own effect (against the native
+    full-context mel, itself within 2e-5 of the reference) is printed: what a stream departs
+    from the batch by."""
+    r = ref["mel_prompt_causal"]
+    prompt_feat, embedding = debug._s3gen_voice(model, None)
+    prompt_feat = np.asarray(prompt_feat, np.float32).reshape(-1, 80)
+    P = prompt_feat.shape[0]
+    mu = debug.s3gen_encode(model, SPEECH_B)
+    cfm = debug._component(model, "S3GenCfm")
+    prefix = cfm.make_prefix(np.ascontiguousarray(mu[:, :P]), prompt_feat, np.asarray(embedding, np.float32).reshape(-1),
+                             np.ascontiguousarray(X0_B[:, :P]))
+    assert prefix.frames == P
+    got = cfm.sample_after_prefix(prefix, np.ascontiguousarray(mu[:, P:]), np.ascontiguousarray(X0_B[:, P:]))
+    rel, max_abs = _rel(got, r["mel"])
+    mask_rel, _ = _rel(r["mel"], debug.s3gen_mel(model, SPEECH_B, None, X0_B))
+    print(f"{SIZE} cached prefix ({prefix.bytes / 2**20:.0f} MB for {P} prompt frames): rel {rel:.2e} "
+          f"max_abs {max_abs:.2e}; the mask's own effect rel {mask_rel:.3f}")
+    assert rel <= 1e-3
 
 
 def test_guidance_batched_or_not_agree(model):
