@@ -15,7 +15,7 @@ import hashlib
 
 import numpy as np
 
-# A stream's CFM passes take the voice prompt as a cached prefix (meanflow models): the
+# A stream's CFM passes take the voice prompt as a cached prefix: the
 # prompt's frames attend only to themselves, the chunk-causal mask of CosyVoice2's streaming
 # mode with the prompt as its first chunk (the U-Net's convolutions are causal already), so
 # the prompt's trajectory is integrated once per voice and step count and a pass computes
@@ -26,8 +26,9 @@ import numpy as np
 STREAM_CACHED_PROMPT = True
 # The cached prompt's own noise: fixed, so that one prefix serves every sentence and seed.
 PROMPT_NOISE_SEED = 0
-# Cached prompts kept (about 72 MB for a 10 s prompt at 2 CFM steps, 18 MB for the
-# low-latency preset's 4 s at 1): the voice and preset in use (docs/CPU.md: two took the
+# Cached prompts kept (Turbo: about 72 MB for a 10 s prompt at 2 CFM steps, 18 MB for the
+# low-latency preset's 4 s at 1; Multilingual, two guidance rows: 582 MB for 10 s at its 10
+# steps, ~160 MB for 4 s at 7): the voice and preset in use (docs/CPU.md: two took the
 # bench's peak RSS past 1.0 GB). A batch synthesis frees it.
 STREAM_PREFIXES = 1
 
@@ -65,13 +66,12 @@ class S3GenFlow:
         return tokens[-n:], np.ascontiguousarray(feat[feat.shape[0] - self._config.token_mel_ratio * n:])
 
     def prefix_usable(self, cfm_steps: int | None = None) -> bool:
-        """Whether a stream's passes take the voice prompt as a cached prefix: a meanflow CFM
-        at a step count whose per-step keys and values are kept, on the CPU (where a pass over
-        the whole prompt is what a stream waits for; on a GPU it is a few milliseconds, and
-        the prefix's graphs have not been run on one)."""
+        """Whether a stream's passes take the voice prompt as a cached prefix: a step count
+        whose per-step keys and values are kept (a guided CFM keeps both rows'), on the CPU
+        (where a pass over the whole prompt is what a stream waits for; on a GPU it is a few
+        milliseconds, and the prefix's graphs have not been run on one)."""
         steps = cfm_steps or self.cfm.n_timesteps
-        return (STREAM_CACHED_PROMPT and self._device == "cpu" and not self.cfm.guided
-                and steps <= self.cfm.prefix_max_steps)
+        return STREAM_CACHED_PROMPT and self._device == "cpu" and steps <= self.cfm.prefix_max_steps
 
     def mel(self, speech: list[int], voice, seed: int, *, final: bool, cfm_steps: int | None = None,
             prompt_seconds: float | None = None, start: int = 0, cached_prompt: bool = False,
