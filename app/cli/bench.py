@@ -10,6 +10,43 @@ import tempfile
 from pathlib import Path
 
 
+# What `--cpu avx2` sets: the engine's kernels as on a CPU with AVX2 and FMA only (most desktop
+# and laptop CPUs; AMD before Zen 4), on a machine that has more. ggml's own CPU module is
+# forced to its Haswell variant where the build has variants (CBS_CPU_ALL_VARIANTS=ON, the
+# wheel's default); a native build keeps its own, which the report says. The reference is
+# held to AVX2 too (PyTorch's ATen kernels, oneDNN, MKL).
+AVX2_ENV = {"CBS_Q4_KERNEL": "avx2", "CBS_AMX": "0", "CBS_VNNI": "0", "CBS_HIFT_AVX512": "0",
+            "CBS_OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_CORETYPE": "Haswell",
+            "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+FORCED_MARK = "CBS_BENCH_CPU"
+
+
+def _force_avx2() -> None:
+    """Runs this command again with AVX2_ENV: the kernels are chosen as the native module
+    loads, so the variables must be there before it is."""
+    env = dict(os.environ, **AVX2_ENV, **{FORCED_MARK: "avx2"})
+    from importlib.util import find_spec
+
+    spec = find_spec("engine_native")
+    folder = Path(spec.origin).parent if spec and spec.origin else None
+    if folder is not None and (folder / "libggml-cpu-haswell.so").exists():
+        env["CBS_CPU_VARIANT"] = "haswell"
+    os.execve(sys.executable, [sys.executable, "-m", "app", *sys.argv[1:]], env)
+
+
+def _kernels_line() -> str:
+    """The host's CPU features and the kernels this run takes."""
+    from engine_native import system_info
+
+    s = system_info()
+    forced = " (forced: --cpu avx2)" if os.environ.get(FORCED_MARK) == "avx2" else ""
+    variant = s.get("cpu_variant") or "native build"
+    return (f"  CPU {s['devices'][0]['description']}: {' '.join(s['cpu_features'])}\n"
+            f"  kernels{forced}: ggml CPU module {variant}; T3 Q4_0 {s.get('q4_kernel_isa', '-')}; "
+            f"S3Gen f32 products OpenBLAS {s.get('blas_core', '-')}; AMX {'on' if s.get('amx') else 'off'}; "
+            f"int16 VNNI products {'on' if s.get('vnni_products') else 'off'}")
+
+
 class ReferenceUnavailable(Exception):
     """The PyTorch reference cannot be run from here; the message says what to do."""
 
@@ -59,6 +96,8 @@ def _row(name: str, ours, ref=None, unit: str = "ms", fmt: str = "{:.1f}") -> st
 
 
 def cmd_bench(args) -> int:
+    if args.cpu == "avx2" and os.environ.get(FORCED_MARK) != "avx2":
+        _force_avx2()  # does not return
     from engine_native import EngineError
     from engine_native.bench import run_bench
 
@@ -87,6 +126,7 @@ def cmd_bench(args) -> int:
     print(f"chatterbox-studio bench: {r['variant']} {r['quantization']} on {r['device']} (HiFT on {r['hift_device']}), "
           f"{r['threads']} threads, "
           f"{r['t3_tokens']} speech tokens ({r['audio_s']:.2f} s of audio)")
+    print(_kernels_line())
     head = f"  {'':<28} {'native':>14}"
     print(head + (f" {'PyTorch':>14} {'speed-up':>9}" if ref else "") + (f"   (PyTorch on {ref_device})" if ref else ""))
     g = (lambda k: ref.get(k)) if ref else (lambda k: None)
@@ -163,6 +203,9 @@ def add_parser(sub) -> None:
     p.add_argument("--no-watermark", action="store_true",
                    help="the engine without the Perth watermark (by default it marks, and first audio is timed "
                    "without the mark too)")
+    p.add_argument("--cpu", choices=("native", "avx2"), default="native",
+                   help="avx2: the engine's kernels as on a CPU with AVX2 only (no AVX-512, VNNI or AMX), "
+                   "for figures of ordinary desktops on a bigger machine (default: native, this CPU's best)")
     from app.cli.common import add_device_argument, add_multilingual_arguments
 
     add_device_argument(p)
