@@ -8,6 +8,7 @@
 #   cuda/     cuda.xz.* (an earlier run's $OUT: its CUDA module, xz, split; optional: skips
 #             the 4-minute CUDA build, the same ggml source assumed)
 #   whl/      wheels missing there (gguf)      turbo.skel.gguf[.xz] (benchmarks/model_skeleton.py)
+#   perth.skel.gguf[.xz]  the watermark model's skeleton (model_skeleton.py pack of the suite's perth.gguf)
 #   refwhl/   with REF=1: chatterbox-tts and the wheels the image lacks for it (no resemble-perth:
 #             34 MB of watermarker weights that the bench never runs; a pass-through stands in)
 #   refsite.tar.xz  instead of refwhl/: the same wheels unpacked and packed again with xz
@@ -113,6 +114,13 @@ if [ -n "${REF:-}" ] && [ ! -s $M/$V-f32.gguf ]; then
   cli convert $SNAP -o $M/$V-f32.gguf >> "$OUT/steps.log" 2>&1; log "convert: exit $?"
 fi
 [ -s $M/$V-f32.gguf ] || { log "no model: stop"; exit 1; }
+# The engine marks its audio: the Perth model's skeleton (perth.skel.gguf[.xz], packed from the
+# suite's perth.gguf) unpacked to random weights of its sizes, the same work as the trained ones.
+if [ -z "${CBS_WATERMARK_MODEL:-}" ]; then
+  [ -f "$here/perth.skel.gguf.xz" ] && [ ! -f "$here/perth.skel.gguf" ] && xz -dk "$here/perth.skel.gguf.xz"
+  [ -f "$here/perth.skel.gguf" ] && [ ! -s $M/perth.gguf ] && python3 benchmarks/model_skeleton.py unpack "$here/perth.skel.gguf" $M/perth.gguf >> "$OUT/steps.log" 2>&1
+  [ -s $M/perth.gguf ] && export CBS_WATERMARK_MODEL=$M/perth.gguf
+fi
 log "model ready"
 requant_pids=""
 for q in f16 q4_0; do
