@@ -68,7 +68,7 @@ def test_mtl_t3_conditioning_logits_and_alignment_heads_match_the_cpu(pair):
     a, b = _core.T3(cpu), _core.T3(dev)
     rel, mx = _rel(b.mtl_conditioning(), a.mtl_conditioning())
     print(f"\nMTL T3 conditioning: rel {rel:.2e}, max_abs {mx:.2e}")
-    assert rel < 1e-5
+    assert rel < 1e-3  # the Perceiver's attention through the device's flash attention (F16 K, V)
     text = _text(cpu)
     start = cpu.get_int("chatterbox.t3.start_speech_token")
     speech = [start, *np.random.default_rng(1).integers(0, 6561, 40).tolist()]
