@@ -68,12 +68,11 @@ class S3GenFlow:
     def prefix_usable(self, cfm_steps: int | None = None) -> bool:
         """Whether a stream's passes take the voice prompt as a cached prefix: a step count
         whose per-step keys and values are kept (a guided CFM keeps both rows'), on the CPU
-        (where a pass over the whole prompt is what a stream waits for) and, on a GPU, for a
-        guided CFM (10 steps of two rows over the prompt: most of its first audio there; a
-        meanflow CFM's 2 steps over it take a few milliseconds)."""
+        (where a pass over the whole prompt is what a stream waits for). On a GPU the prefix
+        runs (test_backend_gpu_mtl.py) but did not shorten the first audio (docs/GPU.md): a
+        prefix's guided steps are two evaluations each, the full pass one batch of two."""
         steps = cfm_steps or self.cfm.n_timesteps
-        where = self._device == "cpu" or self.cfm.guided
-        return STREAM_CACHED_PROMPT and where and steps <= self.cfm.prefix_max_steps
+        return STREAM_CACHED_PROMPT and self._device == "cpu" and steps <= self.cfm.prefix_max_steps
 
     def mel(self, speech: list[int], voice, seed: int, *, final: bool, cfm_steps: int | None = None,
             prompt_seconds: float | None = None, start: int = 0, cached_prompt: bool = False,
