@@ -25,18 +25,11 @@ import numpy as np
 import pytest
 
 from engine_native import _core
-from tests.engine_native.src.core.test_backend_gpu import _gpu_device, _rel
+# The GPU device (skips without one) and the (cpu, device) Engine pair over this module's model_file.
+from tests.engine_native.src.core.test_backend_gpu import _rel, device, engines  # noqa: F401 - fixtures
 
 gpu = pytest.mark.gpu
 SOT, EOT = 255, 0
-
-
-@pytest.fixture(scope="module")
-def device():
-    dev = _gpu_device()
-    if dev is None:
-        pytest.skip("no GPU device in this build or on this machine")
-    return dev
 
 
 @pytest.fixture(scope="module")
@@ -152,13 +145,6 @@ def test_mtl_cfm_stream_prefix_matches_the_cpu(pair):
 
 
 # --- the public API on the device -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def engines(device, model_file):
-    from engine_native import Engine
-
-    return Engine(model_file, device="cpu"), Engine(model_file, device=device)
 
 
 TEXT = "The quick brown fox jumps over the lazy dog. It was a bright cold day in April."
