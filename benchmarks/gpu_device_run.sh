@@ -8,18 +8,22 @@
 #   cuda/     cuda.xz.* (an earlier run's $OUT: its CUDA module, xz, split; optional: skips
 #             the 4-minute CUDA build, the same ggml source assumed)
 #   whl/      wheels missing there (gguf)      turbo.skel.gguf[.xz] (benchmarks/model_skeleton.py)
+#   perth.skel.gguf[.xz]  the watermark model's skeleton (model_skeleton.py pack of the suite's perth.gguf)
 #   refwhl/   with REF=1: chatterbox-tts and the wheels the image lacks for it (no resemble-perth:
 #             34 MB of watermarker weights that the bench never runs; a pass-through stands in)
 #   refsite.tar.xz  instead of refwhl/: the same wheels unpacked and packed again with xz
 #             (19 MB of wheels -> 8 MB, which leaves room for vulkan/ in the 64 MiB)
-# REF=1: the PyTorch reference on the same weights: a random Turbo snapshot is built there
+# REF=1: the PyTorch reference on the same weights: a random snapshot is built there
 # (tests/reference, torch, while the engine builds) and converted into the F32 GGUF every
 # step uses (instead of the skeleton); the pairs in REF_BENCH run `bench --reference` (torch
 # on CUDA for a CUDA device, in the same process run as ours).
+# VARIANT=mtl (default turbo): the Multilingual model (needs REF=1: no skeleton); its tests are
+# test_backend_gpu_mtl.py. BENCH_ARGS: more `bench` arguments (e.g. "--tokens 100 --language en").
 # The device tool carries 64 MiB at most: with the CUDA module (37 MB as xz) carry the
 # skeleton as .xz (17 MB) and leave out cpu/, vulkan/ and app/qt; keep ggml's CUDA sources
 # (patches/ touch them and every patch must apply, also for a CPU-only build). ggml/ must be
 # a real folder, not a symbolic link (cmake copies it to patch it, and copies a link as a link).
+# BENCH pairs are device/quant[/tokens].
 # STAGES (default "build tests bench"; also "probe": benchmarks/gpu_probe.py for PROBE's
 # device/quant pairs, then the same with --profile and CBS_PROFILE_OPS=1: time by operation
 # kind, profile.txt) picks what runs, BENCH the device/quant pairs,
@@ -35,6 +39,7 @@ mkdir -p "$OUT"
 B=/tmp/cbs-build
 M=/tmp/cbs-models
 stages=${STAGES:-build tests bench}
+V=${VARIANT:-turbo}
 log() { echo "[$(date +%T) +$SECONDS s] $*" | tee -a "$OUT/steps.log"; }
 
 log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1); $(nproc) cores"
@@ -57,12 +62,12 @@ mkdir -p $M
 SNAP=/tmp/cbs-snap
 if [ -n "${REF:-}" ]; then
   # The reference's random snapshot (torch, CPU), while the engine builds; converted below.
-  if [ ! -s $M/turbo-f32.gguf ] && [ ! -s $SNAP/reference_snapshot.json ]; then
-    (cd src && rm -rf $SNAP && CBS_REF_INNER=1 HF_HUB_OFFLINE=1 python3 -m tests.reference snapshot --variant turbo \
+  if [ ! -s $M/$V-f32.gguf ] && [ ! -s $SNAP/reference_snapshot.json ]; then
+    (cd src && rm -rf $SNAP && CBS_REF_INNER=1 HF_HUB_OFFLINE=1 python3 -m tests.reference snapshot --variant $V \
        --out $SNAP >> "$OUT/steps.log" 2>&1) &
     snap_pid=$!
   fi
-elif [ ! -s $M/turbo-f32.gguf ]; then
+elif [ ! -s $M/$V-f32.gguf ] && [ "$V" = turbo ]; then
   # The random-weight model, F32, while the engine builds (gguf + numpy only).
   [ -f turbo.skel.gguf.xz ] && [ ! -f turbo.skel.gguf ] && xz -dk turbo.skel.gguf.xz
   (python3 src/benchmarks/model_skeleton.py unpack turbo.skel.gguf $M/turbo-f32.gguf >> "$OUT/steps.log" 2>&1) &
@@ -105,15 +110,22 @@ log "info: $(grep -c '^device' "$OUT/info.txt") device lines"
 if [ -n "${snap_pid:-}" ]; then
   wait $snap_pid; log "reference snapshot: exit $?"
 fi
-if [ -n "${REF:-}" ] && [ ! -s $M/turbo-f32.gguf ]; then
-  cli convert $SNAP -o $M/turbo-f32.gguf >> "$OUT/steps.log" 2>&1; log "convert: exit $?"
+if [ -n "${REF:-}" ] && [ ! -s $M/$V-f32.gguf ]; then
+  cli convert $SNAP -o $M/$V-f32.gguf >> "$OUT/steps.log" 2>&1; log "convert: exit $?"
 fi
-[ -s $M/turbo-f32.gguf ] || { log "no model: stop"; exit 1; }
+[ -s $M/$V-f32.gguf ] || { log "no model: stop"; exit 1; }
+# The engine marks its audio: the Perth model's skeleton (perth.skel.gguf[.xz], packed from the
+# suite's perth.gguf) unpacked to random weights of its sizes, the same work as the trained ones.
+if [ -z "${CBS_WATERMARK_MODEL:-}" ]; then
+  [ -f "$here/perth.skel.gguf.xz" ] && [ ! -f "$here/perth.skel.gguf" ] && xz -dk "$here/perth.skel.gguf.xz"
+  [ -f "$here/perth.skel.gguf" ] && [ ! -s $M/perth.gguf ] && python3 benchmarks/model_skeleton.py unpack "$here/perth.skel.gguf" $M/perth.gguf >> "$OUT/steps.log" 2>&1
+  [ -s $M/perth.gguf ] && export CBS_WATERMARK_MODEL=$M/perth.gguf
+fi
 log "model ready"
 requant_pids=""
 for q in f16 q4_0; do
-  if [ ! -s $M/turbo-$q.gguf ]; then
-    cli requantize $M/turbo-f32.gguf -o $M/turbo-$q.gguf --quant $q >> "$OUT/steps.log" 2>&1 &
+  if [ ! -s $M/$V-$q.gguf ]; then
+    cli requantize $M/$V-f32.gguf -o $M/$V-$q.gguf --quant $q >> "$OUT/steps.log" 2>&1 &
     requant_pids="$requant_pids $!"
   fi
 done
@@ -130,7 +142,9 @@ if [[ " $stages " == *" tests "* ]]; then
   if [ -n "${TESTS_K:-}" ]; then sels=("$TESTS_K"); else sels=("not greedy" "greedy"); fi
   for round in $(seq ${TESTS_REPEAT:-1}); do
     for sel in "${sels[@]}"; do
-      CBS_TEST_MODEL=$M/turbo-f32.gguf timeout 240 python3 -m pytest -q -s -p no:cacheprovider tests/engine_native/src/core/test_backend_gpu.py -k "$sel" \
+      tfile=tests/engine_native/src/core/test_backend_gpu.py; [ "$V" = mtl ] && tfile=tests/engine_native/src/core/test_backend_gpu_mtl.py
+      CBS_TEST_MODEL=$M/turbo-f32.gguf CBS_TEST_MTL_MODEL=$M/mtl-f32.gguf timeout ${TESTS_TIMEOUT:-240} \
+        python3 -m pytest -q -s -p no:cacheprovider $tfile -k "$sel" \
         >> "$OUT/tests.log" 2>&1
       log "tests -k '$sel' (round $round): exit $? $(tail -1 "$OUT/tests.log")"
     done
@@ -140,27 +154,28 @@ fi
 if [[ " $stages " == *" probe "* ]]; then
   for dq in ${PROBE:-cuda:0/f32}; do
     d=${dq%/*} q=${dq#*/}
-    for i in $(seq 90); do [ -s $M/turbo-$q.gguf ] && break; sleep 2; done
+    for i in $(seq 90); do [ -s $M/$V-$q.gguf ] && break; sleep 2; done
     log "probe $d $q"
-    PYTHONPATH=$PWD:${PYTHONPATH:-} timeout 120 python3 benchmarks/gpu_probe.py $M/turbo-$q.gguf $d >> "$OUT/bench.txt" 2>&1
+    PYTHONPATH=$PWD:${PYTHONPATH:-} timeout 120 python3 benchmarks/gpu_probe.py $M/$V-$q.gguf $d >> "$OUT/bench.txt" 2>&1
     log "probe $d $q: exit $?"
     echo "== profile $d $q" >> "$OUT/profile.txt"
-    CBS_PROFILE_OPS=1 PYTHONPATH=$PWD:${PYTHONPATH:-} timeout 60 python3 benchmarks/gpu_probe.py $M/turbo-$q.gguf $d --profile \
+    CBS_PROFILE_OPS=1 PYTHONPATH=$PWD:${PYTHONPATH:-} timeout 60 python3 benchmarks/gpu_probe.py $M/$V-$q.gguf $d --profile \
       2>&1 | grep -v "^ggml_\|^load_backend" >> "$OUT/profile.txt"
     log "profile $d $q: exit $?"
   done
 fi
 if [[ " $stages " == *" bench "* ]]; then
   for dq in ${BENCH:-cuda:0/f32 cuda:0/q4_0 cuda:0/f16 vulkan:0/f32 vulkan:0/q4_0}; do
-    d=${dq%/*} q=${dq#*/}
+    IFS=/ read -r d q tok <<< "$dq"  # device/quant[/speech tokens]
+    toks=(); [ -n "$tok" ] && toks=(--tokens "$tok")
     if [ $(( $(date +%s) - ${T0:-0} )) -gt ${DEADLINE:-100000000000} ]; then log "bench $dq: skipped (past ${DEADLINE} s)"; continue; fi
-    for i in $(seq 90); do [ -s $M/turbo-$q.gguf ] && break; sleep 2; done
-    log "bench $d $q"
-    echo "== bench $d $q" >> "$OUT/bench.txt"
+    for i in $(seq 90); do [ -s $M/$V-$q.gguf ] && break; sleep 2; done
+    log "bench $dq"
+    echo "== bench $dq ${BENCH_ARGS:-} ${toks[*]}" >> "$OUT/bench.txt"
     ref=(); [[ " ${REF_BENCH:-} " == *" $dq "* ]] && ref=(--reference $SNAP)
     CBS_REF_PYTHON=$(command -v python3) timeout $(( ${BENCH_TIMEOUT:-150} + ${#ref[@]} * ${REF_TIMEOUT:-60} )) \
-      /tmp/cbs bench -m $M/turbo-$q.gguf --device $d "${ref[@]}" >> "$OUT/bench.txt" 2>&1
-    log "bench $d $q: exit $?"
+      /tmp/cbs bench -m $M/$V-$q.gguf --device $d ${BENCH_ARGS:-} "${toks[@]}" "${ref[@]}" >> "$OUT/bench.txt" 2>&1
+    log "bench $dq: exit $?"
   done
 fi
 [ -n "$requant_pids" ] && wait $requant_pids  # a later run on the same machine finds them

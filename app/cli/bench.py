@@ -133,7 +133,10 @@ def cmd_bench(args) -> int:
     print(_row("load", r["load_ms"], g("load_ms")))
     print(_row("T3 prompt (voice cached)", r["t3_prompt_ms"]))
     print(_row("T3 prompt (first, + voice)", r["t3_first_prompt_ms"]))
-    print(_row("T3 per token", r["t3_ms_per_token"]))
+    # The reference's sampling (its own draws, its alignment analyzer) may stop at another length.
+    ref_per_token = ref["t3_ms"] / max(ref["t3_tokens"], 1) if ref and "t3_tokens" in ref else None
+    print(_row("T3 per token", r["t3_ms_per_token"], ref_per_token)
+          + (f"   (PyTorch: {ref['t3_tokens']:.0f} tokens)" if ref_per_token is not None else ""))
     print(_row("T3 total", r["t3_ms"], g("t3_ms")))
     s3 = r["encoder_ms"] + r["cfm_ms"]
     print(_row("S3Gen encoder", r["encoder_ms"]))

@@ -162,7 +162,10 @@ class Components:
     def load(cls, path, device: str, threads: int) -> Components:
         f = _core.ModelFile(str(path), device=device, threads=threads)
         if f.get_string("chatterbox.variant") == "mtl":
+            from engine_native import cuda_graphs_off_for_multilingual
             from engine_native.text_mtl import MtlTokenizer
+
+            cuda_graphs_off_for_multilingual(f.device)
 
             tokenizer = MtlTokenizer(path)
         else:

@@ -68,8 +68,9 @@ class S3GenFlow:
     def prefix_usable(self, cfm_steps: int | None = None) -> bool:
         """Whether a stream's passes take the voice prompt as a cached prefix: a step count
         whose per-step keys and values are kept (a guided CFM keeps both rows'), on the CPU
-        (where a pass over the whole prompt is what a stream waits for; on a GPU it is a few
-        milliseconds, and the prefix's graphs have not been run on one)."""
+        (where a pass over the whole prompt is what a stream waits for). On a GPU the prefix
+        runs (test_backend_gpu_mtl.py) but did not shorten the first audio (docs/GPU.md): a
+        prefix's guided steps are two evaluations each, the full pass one batch of two."""
         steps = cfm_steps or self.cfm.n_timesteps
         return STREAM_CACHED_PROMPT and self._device == "cpu" and steps <= self.cfm.prefix_max_steps
 

@@ -45,11 +45,15 @@ def bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     cond = T3Cond(speaker_emb=conds.t3.speaker_emb, cond_prompt_speech_tokens=conds.t3.cond_prompt_speech_tokens,
                   emotion_adv=(0.5 if mtl else 0.0) * torch.ones(1, 1, 1, device=device))
     with torch.inference_mode():
-        if device != "cpu" and not mtl:  # a GPU's first calls load kernels and libraries: warm up once
-            tts.t3.inference_turbo(cond, text, temperature=0.8, top_k=1000, top_p=0.95, repetition_penalty=1.2,
-                                   max_gen_len=10)
+        if device != "cpu":  # a GPU's first calls load kernels and libraries: warm up once
+            if mtl:
+                tts.t3.inference(t3_cond=cond, text_tokens=torch.cat([text, text]), max_new_tokens=10,
+                                 temperature=0.8, cfg_weight=0.5, repetition_penalty=2.0, min_p=0.05, top_p=1.0)
+            else:
+                tts.t3.inference_turbo(cond, text, temperature=0.8, top_k=1000, top_p=0.95, repetition_penalty=1.2,
+                                       max_gen_len=10)
             warm = torch.from_numpy(np.asarray(inputs["speech_ids"], np.int64)[:25]).to(device)
-            tts.s3gen.hift_inference(tts.s3gen.flow_inference(warm, ref_dict=conds.gen, n_cfm_timesteps=2,
+            tts.s3gen.hift_inference(tts.s3gen.flow_inference(warm, ref_dict=conds.gen, n_cfm_timesteps=10 if mtl else 2,
                                                               finalize=True), None)
             sync()
         t0 = time.perf_counter()

@@ -61,6 +61,8 @@ ggml_tensor* CfmEstimator::tap_keys_values(ggml_context* ctx, ggml_tensor* kv) c
         case PrefixTap::Mode::Record: ggml_build_forward_expand(tap_->graph, ggml_cpy(ctx, kv, cached)); return kv;
         case PrefixTap::Mode::Use: break;
     }
+    // A device backend: its own cast and concat (the custom op below runs on the CPU only).
+    if (!on_cpu_) return ggml_concat(ctx, ggml_cast(ctx, cached, GGML_TYPE_F32), kv, 1);
     ggml_tensor* args[2] = {cached, kv};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, kv->ne[0], cached->ne[1] + kv->ne[1], 1, 1, args, 2, prefix_then_rows,
                           GGML_N_TASKS_MAX, nullptr);
@@ -107,8 +109,6 @@ std::shared_ptr<CfmPrefix> CfmEstimator::record_prefix(const std::vector<float>&
                                                        const std::vector<float>& spks, const std::vector<float>& cond,
                                                        int P, const std::vector<float>& ts,
                                                        std::optional<double> guidance) {
-    // (a pass reads the prefix through a CPU custom op: prefix_then_rows)
-    if (!backend_is_cpu(runner_.backend())) throw EngineError("a cached stream prefix runs on the CPU only");
     check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), P);
     const int n_steps = static_cast<int>(ts.size()) - 1;
     if (P < kMinPrefixFrames) throw EngineError("a cached stream prefix needs at least " + std::to_string(kMinPrefixFrames) + " frames");
