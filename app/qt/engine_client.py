@@ -243,10 +243,12 @@ class EngineClient(QObject):
         return bool(self.pending or self.waiting)
 
     def shutdown(self) -> None:
-        """Cancel everything and end the thread; waits for the running chunk (the engine's unit of work)."""
+        """Cancel everything and end the thread; waits for the running chunk (the engine's unit of work).
+        The model's memory is handed back now, not when Qt gets round to deleting the worker."""
         self.cancel_all()
         self.thread.quit()
         self.thread.wait()
+        self.worker.engine = None
 
     # --- results (GUI thread) -----------------------------------------------------------------------
 

@@ -4,10 +4,11 @@ thread's responsiveness."""
 
 from __future__ import annotations
 
+import gc
 import time
 import warnings
 
-from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
+from PySide6.QtCore import QEvent, QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication
 
@@ -29,9 +30,13 @@ def _make_window(folder):
 
 
 def _close(window) -> None:
+    """Close and delete the window now: processEvents alone never runs a deferred delete, so
+    every window of the suite's one process (and what it holds) would live to the end."""
     window.close()
     window.deleteLater()
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     QApplication.processEvents()
+    gc.collect()
 
 
 def _wait(qtbot, cond, timeout_s: float, what: str) -> None:
