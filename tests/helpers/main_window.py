@@ -8,7 +8,7 @@ import gc
 import time
 import warnings
 
-from PySide6.QtCore import QEvent, QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication
 
@@ -30,11 +30,8 @@ def _make_window(folder):
 
 
 def _close(window) -> None:
-    """Close and delete the window now: processEvents alone never runs a deferred delete, so
-    every window of the suite's one process (and what it holds) would live to the end."""
-    window.close()
+    window.close()  # the window's EngineClient.shutdown hands its model's memory back
     window.deleteLater()
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     QApplication.processEvents()
     gc.collect()
 
