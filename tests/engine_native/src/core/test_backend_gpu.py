@@ -262,29 +262,38 @@ def engines(device, model_file):
 TEXT = "The quick brown fox jumps over the lazy dog. It was a bright cold day in April."
 
 
-@gpu
-def test_synthesis_on_the_device_matches_the_cpu(engines, device):
+def check_synthesis_matches_the_cpu(engines, device, name: str, **opts) -> None:
+    """Greedy synthesis of TEXT on the device against the CPU engine's (a model's own options)."""
     cpu, dev = engines
     assert dev.device == device and dev.info["device"] == device and not dev.device_note
-    opts = dict(seed=5, top_k=1, max_tokens=80)
+    opts = dict(seed=5, top_k=1, max_tokens=80, **opts)
     a, b = cpu.synthesize(TEXT, **opts), dev.synthesize(TEXT, **opts)
-    print(f"\nsynthesis: cpu {a.size} samples, {device} {b.size}")
+    print(f"\n{name}synthesis: cpu {a.size} samples, {device} {b.size}")
     assert a.size == b.size, "the greedy tokens differ between the devices"
     rel, mx = _rel(b, a)
-    print(f"synthesis (greedy T3): rel {rel:.2e}, max_abs {mx:.2e}")
+    print(f"{name}synthesis (greedy T3): rel {rel:.2e}, max_abs {mx:.2e}")
     assert rel < 1e-2
 
 
-@gpu
-def test_stream_agrees_with_batch_on_the_device(engines):
+def check_stream_agrees_with_batch(engines, name: str, **opts) -> None:
     _, dev = engines
-    opts = dict(seed=6, max_tokens=120)
+    opts = dict(seed=6, max_tokens=120, **opts)
     batch = dev.synthesize(TEXT, **opts)
     streamed = np.concatenate([c.samples for c in dev.stream(TEXT, **opts)])
     assert streamed.size == batch.size
     rel, mx = _rel(streamed, batch)
-    print(f"\nstream vs batch on the device: rel {rel:.4f}, max_abs {mx:.4f}")
-    assert rel < 0.05  # the CPU's bound (test_engine): the streamed CFM sees fewer tokens
+    print(f"\n{name}stream vs batch on the device: rel {rel:.4f}, max_abs {mx:.4f}")
+    assert rel < 0.05  # the CPU's bound (test_engine, test_engine_mtl): the streamed CFM sees fewer tokens
+
+
+@gpu
+def test_synthesis_on_the_device_matches_the_cpu(engines, device):
+    check_synthesis_matches_the_cpu(engines, device, "")
+
+
+@gpu
+def test_stream_agrees_with_batch_on_the_device(engines):
+    check_stream_agrees_with_batch(engines, "")
 
 
 @gpu

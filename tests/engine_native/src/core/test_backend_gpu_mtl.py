@@ -26,7 +26,8 @@ import pytest
 
 from engine_native import _core
 # The GPU device (skips without one) and the (cpu, device) Engine pair over this module's model_file.
-from tests.engine_native.src.core.test_backend_gpu import _rel, device, engines  # noqa: F401 - fixtures
+from tests.engine_native.src.core.test_backend_gpu import (_rel, check_stream_agrees_with_batch,  # noqa: F401
+                                                        check_synthesis_matches_the_cpu, device, engines)
 
 gpu = pytest.mark.gpu
 SOT, EOT = 255, 0
@@ -147,29 +148,11 @@ def test_mtl_cfm_stream_prefix_matches_the_cpu(pair):
 # --- the public API on the device -------------------------------------------------------------------
 
 
-TEXT = "The quick brown fox jumps over the lazy dog. It was a bright cold day in April."
-
-
 @gpu
 def test_mtl_synthesis_on_the_device_matches_the_cpu(engines, device):
-    cpu, dev = engines
-    assert dev.device == device and not dev.device_note
-    opts = dict(language="en", seed=5, top_k=1, max_tokens=80)
-    a, b = cpu.synthesize(TEXT, **opts), dev.synthesize(TEXT, **opts)
-    print(f"\nMTL synthesis: cpu {a.size} samples, {device} {b.size}")
-    assert a.size == b.size, "the greedy tokens differ between the devices"
-    rel, mx = _rel(b, a)
-    print(f"MTL synthesis (greedy T3): rel {rel:.2e}, max_abs {mx:.2e}")
-    assert rel < 1e-2
+    check_synthesis_matches_the_cpu(engines, device, "MTL ", language="en")
 
 
 @gpu
 def test_mtl_stream_agrees_with_batch_on_the_device(engines):
-    _, dev = engines
-    opts = dict(language="en", seed=6, max_tokens=120)
-    batch = dev.synthesize(TEXT, **opts)
-    streamed = np.concatenate([c.samples for c in dev.stream(TEXT, **opts)])
-    assert streamed.size == batch.size
-    rel, mx = _rel(streamed, batch)
-    print(f"\nMTL stream vs batch on the device: rel {rel:.4f}, max_abs {mx:.4f}")
-    assert rel < 0.05  # the CPU's bound (test_engine_mtl): the streamed CFM sees fewer tokens
+    check_stream_agrees_with_batch(engines, "MTL ", language="en")
