@@ -64,16 +64,6 @@ if os.environ.get("CBS_CUDA_GRAPHS") == "0":
     os.environ.setdefault("GGML_CUDA_DISABLE_GRAPHS", "1")
 
 
-def cuda_graphs_off_for_multilingual(device: str) -> None:
-    """A Multilingual model on CUDA runs without CUDA graphs (CBS_CUDA_GRAPHS=1 keeps them):
-    with them its T3 step was slower and its F16 model aborted in ggml-cuda's capture (an
-    illegal instruction; docs/GPU.md). Called after its weights load, before it computes:
-    ggml reads the switch once, at a process's first CUDA graph, so a process that computed
-    on CUDA before (a Turbo engine) keeps the graphs."""
-    if device.startswith("cuda") and os.environ.get("CBS_CUDA_GRAPHS") != "1":
-        os.environ.setdefault("GGML_CUDA_DISABLE_GRAPHS", "1")
-
-
 def _find_native_module() -> None:
     """Run from a source checkout (the repository root is on sys.path first), this folder has
     no compiled `_core`: use the installed one of the same distribution, or say what to run."""
