@@ -14,7 +14,6 @@ app.core.speaker_identity), `clone` and `test_take_likeness` on the engine threa
 from __future__ import annotations
 
 import dataclasses
-
 import os
 
 from voice_lab import CLONING_MIN_SECONDS, OUTPUT_RATE, VoiceLabError

@@ -193,4 +193,3 @@ def limit_malloc_arenas(n: int = SERVER_MALLOC_ARENAS) -> bool:
         return bool(libc.mallopt(-8, n))  # M_ARENA_MAX
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
-

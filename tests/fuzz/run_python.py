@@ -51,13 +51,14 @@ def in_a_fresh_child() -> None:
         except SystemExit as stop:
             if isinstance(stop.code, str):
                 print(stop.code, file=sys.stderr)
-            code = stop.code if isinstance(stop.code, int) else 1
+            code = 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 1
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
     status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     sys.exit(status if status >= 0 else 128 - status)
+
 
 if __name__ == "__main__":
     in_a_fresh_child()
