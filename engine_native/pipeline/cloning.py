@@ -14,6 +14,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -37,7 +38,8 @@ MIN_SPEECH_SECONDS = 1.0
 # burst of clones reuses them, an idle session frees them.
 CLONER_IDLE_SECONDS = 60.0
 _SAMPLE_RATE = schema.Option("sample_rate", int, 1000, 768000, False, False, "a recording's sample rate in Hz")
-_ENCODERS = ("Mel24k", "VoiceEncoder", "CampPlus", "S3Tokenizer")
+# The cloning encoders: name -> the _core class.
+_ENCODERS = {"mel": "Mel24k", "ve": "VoiceEncoder", "campplus": "CampPlus", "s3tok": "S3Tokenizer"}
 # Metadata of the old cloning, dropped from a re-made voice.
 _MADE_BY_CLONING = ("builtin", "clone_seconds", "duration_s", "created_at", "source_sample_rate")
 
@@ -46,6 +48,28 @@ def _audio(samples: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
     """Any audio an embedding is asked of, as (mono float32, rate); VoiceError if unusable."""
     sr = _SAMPLE_RATE.check(sample_rate)
     return usable_mono(samples), sr
+
+
+class _Encoders(Mapping):
+    """The cloning encoders by name, each built (its weights read) on its first use: a likeness
+    score needs only the VoiceEncoder (a few MB), a re-voiced source only the S3Tokenizer, where
+    all four hold about 0.5 GB. `refs` collects a weak reference to every encoder built."""
+
+    def __init__(self, file, refs: list):
+        self._file, self._refs, self._built = file, refs, {}
+
+    def __getitem__(self, name: str):
+        if name not in self._built:
+            encoder = getattr(_core, _ENCODERS[name])(self._file)
+            self._built[name] = encoder
+            self._refs.append(weakref.ref(encoder))
+        return self._built[name]
+
+    def __iter__(self):
+        return iter(_ENCODERS)
+
+    def __len__(self) -> int:
+        return len(_ENCODERS)
 
 
 class VoiceCloner:
@@ -59,18 +83,15 @@ class VoiceCloner:
         self._remade_lock = threading.Lock()
 
     # ------------------------------------------------------------ the encoders' lifetime
-    def encoders(self) -> dict:
-        """The cloning encoders by name (mel, ve, campplus, s3tok), built on first use. Call with
-        the engine's lock held."""
+    def encoders(self) -> "_Encoders":
+        """The cloning encoders by name (mel, ve, campplus, s3tok), each built on its first use.
+        Call with the engine's lock held."""
         self._used = time.monotonic()
         if self._encoders is None:
-            missing = [c for c in _ENCODERS if not hasattr(_core, c)]
+            missing = [c for c in _ENCODERS.values() if not hasattr(_core, c)]
             if missing:
                 raise EngineError(f"this build of the engine lacks {', '.join(missing)}; voice cloning is unavailable")
-            f = self._file
-            self._encoders = {"mel": _core.Mel24k(f), "ve": _core.VoiceEncoder(f),
-                              "campplus": _core.CampPlus(f), "s3tok": _core.S3Tokenizer(f)}
-            self._encoder_refs += [weakref.ref(c) for c in self._encoders.values()]
+            self._encoders = _Encoders(self._file, self._encoder_refs)
             self._schedule_release(self.idle_seconds)
         return self._encoders
 

@@ -43,6 +43,19 @@ def test_encoders_load_on_use_and_release(recording):
         assert np.array_equal(getattr(first, name), getattr(again, name)), name
 
 
+def test_a_speaker_embedding_loads_only_the_voice_encoder(recording):
+    """Likeness scores a take by the VoiceEncoder alone: its few MB, not the other encoders' 0.5 GB."""
+    engine = Engine(model_path("nano", "q4_0"), threads=2)
+    base = engine.stages.file.buffer_bytes
+    engine.speaker_embedding(*recording)
+    ve_only = engine.stages.file.buffer_bytes - base
+    engine.release_voice_encoders()
+    engine.voice_from_audio(*recording)
+    all_four = engine.stages.file.buffer_bytes - base
+    print(f"encoder weights: VoiceEncoder {ve_only / 2**20:.1f} MB, all four {all_four / 2**20:.1f} MB")
+    assert 0 < ve_only < all_four / 20
+
+
 def test_encoders_held_elsewhere_are_not_freed(recording):
     engine = Engine(model_path("nano", "q4_0"), threads=2)
     with engine.stages.lock:
