@@ -135,3 +135,11 @@ def take_seed(seed) -> int:
     """The seed a take uses: `seed` checked (ParameterError when out of range), a fresh
     `random_seed()` when None."""
     return random_seed() if seed is None else check("seed", seed)
+
+
+def derived_seed(seed: int, offset: int) -> int:
+    """The seed of a take's part (a sentence: + its index; a retry, a best-of candidate, a
+    chapter: + their strides): `seed + offset`, wrapped into the seed option's range, so every
+    documented seed works for a text of any length (a part's seed may then repeat another
+    take's, which only makes two takes share a draw)."""
+    return (seed + offset) % (option("seed").max + 1)

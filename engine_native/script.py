@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine_native.errors import ParameterError
+from engine_native.options import derived_seed
 from engine_native.text import split_text
 
 DEFAULT_PARAGRAPH_PAUSE = 0.75
@@ -354,7 +355,7 @@ def render(engine, items, *, voices: dict | None = None, seed: int = 0, lexicon=
         if not spoken.strip():
             continue
         voice = voice_for(voices, item.speaker)
-        s_seed = seed + item.index
+        s_seed = derived_seed(seed, item.index)
         key = cache.key(spoken, voice, s_seed, options, best_of) if cache is not None else None
         if key is not None:
             hit = cache.get(key)
@@ -362,7 +363,7 @@ def render(engine, items, *, voices: dict | None = None, seed: int = 0, lexicon=
                 yield Part(hit, rate, item, True, s_seed, spoken, cached=True)
                 continue
         if best_of > 1:
-            take = best_take(engine, spoken, voice, seeds=[s_seed + k * BEST_OF_SEED_STRIDE for k in range(best_of)],
+            take = best_take(engine, spoken, voice, seeds=[derived_seed(s_seed, k * BEST_OF_SEED_STRIDE) for k in range(best_of)],
                              options=options, stream_options=stream_options, cancel=cancel)
             if take is None:
                 return

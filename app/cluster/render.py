@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 from app.cluster.pool import Ticket, WorkerPool
 from engine_native import errors
+from engine_native.options import derived_seed
 from engine_native.script import Part, Pause, pause_samples, spoken_text, voice_for
 
 LOOKAHEAD = 4
@@ -62,7 +63,7 @@ def render_on_cluster(pool: WorkerPool, items, *, voices: dict | None = None, se
             spoken = spoken_text(item, tags, lexicon)
             if not spoken.strip():
                 continue
-            s_seed = seed + item.index
+            s_seed = derived_seed(seed, item.index)
             key = cache.key(spoken, voice_for(voices, item.speaker), s_seed, options, best_of) \
                 if cache is not None else None
             hit = cache.get(key) if key is not None else None

@@ -30,6 +30,7 @@ import numpy as np
 
 from engine_native.audio import resample_soxr, to_mono
 from engine_native.errors import NoSpeechError, SilentAudioError, SourceError, SourceTooShortError
+from engine_native.options import derived_seed
 from engine_native.pipeline.cloning import _SAMPLE_RATE
 from engine_native.pipeline.profile import StageTimes
 from engine_native.pipeline.scheduler import Chunk, s3gen_pass
@@ -152,7 +153,7 @@ def chunks(stages, wav16: np.ndarray, voice, seed: int, p: dict, plan, cancel, w
         tokens = tokenize(stages, wav16[a:b], cancel)
         if tokens is None or cancel.is_set():
             return
-        for wav, final, times, marked in segment_chunks(stages, tokens, voice, seed + si, p, plan, cancel,
+        for wav, final, times, marked in segment_chunks(stages, tokens, voice, derived_seed(seed, si), p, plan, cancel,
                                                         watermark):
             if cancel.is_set():
                 return

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine_native.errors import Cancelled
+from engine_native.options import derived_seed
 from engine_native.pipeline.profile import StageTimes
 from engine_native.pipeline.t3_session import TokenWorker
 from engine_native.pipeline.vocoder_stream import HIFT_CONTEXT
@@ -90,7 +91,7 @@ def chunks(stages, text: str, voice, seed: int, p: dict, plan: ChunkPlan, cancel
     index = 0
     for si, sentence in enumerate(sentences):
         ids = stages.text.ids(sentence.text, p["language"])
-        for wav, final, times, marked in sentence_chunks(stages, ids, voice, seed + si, p, plan, cancel, watermark):
+        for wav, final, times, marked in sentence_chunks(stages, ids, voice, derived_seed(seed, si), p, plan, cancel, watermark):
             if cancel.is_set():
                 return
             yield Chunk(samples=wav, sample_rate=stages.config.sample_rate, index=index,
@@ -139,7 +140,7 @@ def sentence_chunks(stages, ids, voice, seed: int, p: dict, plan: ChunkPlan, can
                     # Nothing has played yet: an early stop is sampled again.
                     attempt += 1
                     session.close()
-                    session = t3.open_cancellable(ids, voice, seed + attempt * RETRY_SEED_STRIDE, p, cancel, times)
+                    session = t3.open_cancellable(ids, voice, derived_seed(seed, attempt * RETRY_SEED_STRIDE), p, cancel, times)
                     if session is None:
                         return
                     tokens = []
@@ -213,7 +214,7 @@ def sentence_tokens(stages, text: str, voice, seed: int, p: dict, cancel) -> lis
     attempt (the stop token and T3's other specials kept)."""
     out = []
     for si, sentence in enumerate(stages.text.sentences(text, cancel, p["language"])):
-        session = stages.t3.open(stages.text.ids(sentence.text, p["language"]), voice, seed + si, p, cancel)
+        session = stages.t3.open(stages.text.ids(sentence.text, p["language"]), voice, derived_seed(seed, si), p, cancel)
         try:
             out.append(list(session.next(p["max_tokens"])))
         finally:

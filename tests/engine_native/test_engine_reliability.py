@@ -314,3 +314,17 @@ def test_context_overflow_names_max_tokens(engine):
     assert "context" in str(e.value)
     with pytest.raises(EmptyTextError):
         engine.synthesize("   ")
+
+
+def test_the_largest_documented_seed_works_for_a_text_of_many_sentences(engine):
+    """Sentence i runs with seed + i (and a retry further still): the documented maximum must
+    leave room for them, for the engine and the command line alike."""
+    from engine_native.options import option
+
+    top = option("seed").max
+    wav = engine.synthesize("One. Two. Three. Four.", seed=top, max_tokens=N, prompt_seconds=1.0, cfm_steps=1)
+    assert wav.size == _len(engine, 4)
+    chunks = list(engine.stream("Alpha. Beta.", seed=top, max_tokens=N, prompt_seconds=1.0, cfm_steps=1))
+    assert sum(c.samples.size for c in chunks) == _len(engine, 2)
+    with pytest.raises(ParameterError, match="seed"):
+        engine.synthesize("One.", seed=top + 1, max_tokens=N)
