@@ -19,8 +19,9 @@ apt_packages=(
 )
 # The fuzz targets' clang-14 is not installed here: their sanitizer build takes an hour on two
 # cores, so the test suite runs them only where it exists (docs/FUZZING.md: how to set it up).
-# chromium: the server's tests with a real browser (tests/app/server/test_browser.py).
-[ "$mode" = test ] && apt_packages+=(xvfb xauth imagemagick desktop-file-utils chromium)
+# chromium: the server's tests in a real browser (tests/app/server/test_browser.py); strace: the
+# hostile-recording audit of every file a decoder opens (tests/voice_lab/test_decode_hostile.py).
+[ "$mode" = test ] && apt_packages+=(xvfb xauth imagemagick desktop-file-utils chromium strace)
 # A GPU here: the Vulkan backend's build tools too (the build makes the CUDA backend when
 # nvcc and cuBLAS are installed, the Vulkan one when these are; CBS_GPU=none|cuda|vulkan
 # forces a choice). CPU-only machines build neither, whatever they have installed.
