@@ -17,6 +17,15 @@ std::unique_ptr<T3Model> make_t3(const ModelFile& mf, ggml_backend_t backend) {
     throw ModelError(mf.path() + ": T3 architecture '" + arch + "' is not supported by this engine (known: gpt2, llama)");
 }
 
+std::vector<std::vector<float>> T3Model::step_batch(const std::vector<T3Cache*>& caches,
+                                                    const std::vector<int32_t>& tokens) {
+    if (caches.size() != tokens.size()) throw EngineError("step_batch needs one token per cache");
+    std::vector<std::vector<float>> out;
+    out.reserve(caches.size());
+    for (size_t i = 0; i < caches.size(); ++i) out.push_back(step(*caches[i], tokens[i]));
+    return out;
+}
+
 void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* what) {
     for (int32_t id : ids)
         if (id < 0 || id >= vocab)

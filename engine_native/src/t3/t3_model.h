@@ -34,6 +34,12 @@ public:
     // Appends one speech token to `cache` (to each of its rows) and returns its logits
     // [rows][speech_vocab].
     virtual std::vector<float> step(T3Cache& cache, int32_t speech_token) = 0;
+    // Appends tokens[i] to caches[i] for every i (distinct caches, each ready for step())
+    // and returns each one's logits as step() would, in order. The default steps them one
+    // after another; a T3 that batches (gpt2) computes them in one graph, its products over
+    // every session's column at once, so several generations cost about one weight read.
+    virtual std::vector<std::vector<float>> step_batch(const std::vector<T3Cache*>& caches,
+                                                       const std::vector<int32_t>& tokens);
 
     // Non-null when this T3 decodes as `T3.inference` (Multilingual: guidance, the
     // alignment analyzer with these thresholds, the MTL processors); nullptr for the
