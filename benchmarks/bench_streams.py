@@ -188,6 +188,7 @@ def main() -> int:
         r = run_server(args.model, args.device, args.parallel, args.clients, options,
                        os.environ.get("BENCH_SERVER_LOG", "/tmp/bench_streams_server.log"))
         show(r, f"server --parallel {args.parallel}, clients")
+        print(f"server /health after the run: {r['health']}", flush=True)
         results.append(r)
     else:
         from engine_native import Engine
