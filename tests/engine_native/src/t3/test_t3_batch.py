@@ -117,3 +117,46 @@ def test_next_together_refuses_bad_input(t3):
     with pytest.raises(TypeError):
         t3.next_together([object()], 1)
     s.close()
+
+
+@pytest.fixture(scope="module")
+def mtl():
+    """The Multilingual (llama) T3, small, F32, on the CPU (or CBS_TEST_DEVICE with CBS_TEST_MTL_MODEL)."""
+    dev = os.environ.get("CBS_TEST_DEVICE")
+    if dev and not os.environ.get("CBS_TEST_MTL_MODEL"):
+        pytest.skip("no Multilingual model named for the device (CBS_TEST_MTL_MODEL)")
+    path = os.environ.get("CBS_TEST_MTL_MODEL") or str(model_path("mtl", "f32", size="small"))
+    model = _core.ModelFile(path, device=dev or "cpu", threads=2)
+    t3 = _core.T3(model)
+    vocab = {k: model.get_int(f"chatterbox.t3.{k}") for k in ("text_vocab", "speech_vocab", "start_speech_token")}
+    return t3, vocab
+
+
+def test_multilingual_sessions_stepped_together(mtl):
+    """The llama T3's batched step: one-row sessions' logits against their solo steps (a join and a
+    leave mid-way), and guided streams (two rows each, the alignment analyzer on) stepped together
+    give their solo tokens."""
+    t3, vocab = mtl
+    rng = np.random.default_rng(9)
+    texts = [rng.integers(0, vocab["text_vocab"], 6 + 4 * i).tolist() for i in range(3)]
+    speeches = [[vocab["start_speech_token"]] + rng.integers(0, vocab["start_speech_token"], 8 + 4 * i).tolist()
+                for i in range(3)]
+    prompt = rng.integers(0, vocab["start_speech_token"], 20).astype(np.int32)
+    together = t3.step_logits_together(texts, speeches, [0, 3, 1], prompt_tokens=prompt)
+    worst = (0.0, 0.0)
+    for b in range(3):
+        solo = t3.step_logits(texts[b], speeches[b], prompt_tokens=prompt)
+        r, m = _rel(together[b], solo)
+        worst = max(worst[0], r), max(worst[1], m)
+        assert r <= REL_TOL and m <= MAX_ABS_TOL, (b, r, m)
+        assert np.array_equal(together[b].argmax(axis=1), solo.argmax(axis=1)), b
+    print(f"Multilingual sessions together vs solo: worst rel {worst[0]:.2e}, max_abs {worst[1]:.2e}")
+
+    seeds = [21, 22, 23]
+    solo_tokens = [t3.generate(texts[i], 25, seeds[i], prompt_tokens=prompt, cfg_weight=0.5) for i in range(3)]
+    streams = [t3.stream(texts[i], 25, seeds[i], prompt_tokens=prompt, cfg_weight=0.5) for i in range(3)]
+    got = [[] for _ in streams]
+    while not all(s.done for s in streams):
+        for i, toks in enumerate(t3.next_together(streams, 4)):
+            got[i] += toks
+    assert got == solo_tokens
