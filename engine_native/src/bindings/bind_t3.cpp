@@ -417,7 +417,7 @@ void bind_t3(py::module_& m) {
             return released([&] { return SpeechTokenStream::next_together(raw, n); });
         }, py::arg("streams"), py::arg("n") = 1,
            "Up to n more tokens of each of these streams (of this T3), their steps taken together: one graph "
-           "steps them all (gpt2 T3; the llama T3 steps them one after another). Per stream the tokens its "
+           "steps them all. Per stream the tokens its "
            "next(n) would give, up to the rounding of batched products; a list of token lists, in order.");
 
     py::class_<AlignmentAnalyzer>(m, "AlignmentAnalyzer",

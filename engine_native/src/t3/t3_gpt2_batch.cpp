@@ -10,7 +10,6 @@
 // t3/decode_step.h takes one column only; on a GPU the matrix-vector kernel).
 #include <algorithm>
 #include <cmath>
-#include <set>
 #include <string>
 
 #include "core/backend.h"
@@ -22,18 +21,6 @@ namespace cbs {
 
 namespace {
 
-// parts [E, n_i] joined along the columns, a balanced tree of concats (each column copied
-// log2(B) times, not B times).
-ggml_tensor* join_columns(ggml_context* ctx, std::vector<ggml_tensor*> parts) {
-    while (parts.size() > 1) {
-        std::vector<ggml_tensor*> next;
-        for (size_t i = 0; i < parts.size(); i += 2)
-            next.push_back(i + 1 < parts.size() ? ggml_concat(ctx, parts[i], parts[i + 1], 1) : parts[i]);
-        parts.swap(next);
-    }
-    return parts[0];
-}
-
 // Graph nodes a batch of B sessions needs: per layer and session the attention's views,
 // cache writes and joins (about 16), per layer the products around them, plus the head.
 size_t batch_graph_nodes(int n_layer, size_t B) {
@@ -44,19 +31,10 @@ size_t batch_graph_nodes(int n_layer, size_t B) {
 
 std::vector<std::vector<float>> T3Gpt2::step_batch(const std::vector<T3Cache*>& caches,
                                                    const std::vector<int32_t>& tokens) {
-    if (caches.size() != tokens.size()) throw EngineError("step_batch needs one token per cache");
+    check_batch(caches, tokens, hp_);
     if (caches.empty()) return {};
     if (caches.size() == 1) return {step(*caches[0], tokens[0])};  // the solo graph, replayed
-    check_token_ids(tokens, hp_.speech_vocab, "speech");
     const size_t B = caches.size();
-    std::set<const T3Cache*> distinct;
-    for (const T3Cache* c : caches) {
-        if (!c) throw EngineError("step_batch: a null cache");
-        if (!distinct.insert(c).second) throw EngineError("step_batch: a cache appears twice in one batch");
-        if (c->n_past == 0) throw EngineError("T3 step() before prompt()");
-        if (c->n_past + 1 > c->size())
-            throw EngineError("T3 context is full (" + std::to_string(c->size()) + " positions)");
-    }
     std::lock_guard<std::mutex> lock(mutex_);
     // Each session attends to its whole cache, the positions past its new token masked, so
     // the graph is the same from one step to the next while the same caches step together.
@@ -109,7 +87,7 @@ std::vector<std::vector<float>> T3Gpt2::step_batch(const std::vector<T3Cache*>& 
                                               first[b] * sizeof(ggml_fp16_t));
                 att[b] = attention(ctx, gf, cache, il, col, 1, cache.size(), m, row);
             }
-            x = layer_tail(ctx, L, join_columns(ctx, att), x);
+            x = layer_tail(ctx, L, concat_columns(ctx, att), x);
         }
         ggml_tensor* logits = step_norm_linear(ctx, x, ln_f_w_, ln_f_b_, &hp_.ln_eps, head_w_, head_b_);  // [V, B]
         out = batch_runner_->compute(logits, in);

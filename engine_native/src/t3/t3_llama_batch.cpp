@@ -9,7 +9,6 @@
 // t3_gpt2_batch.cpp.
 #include <algorithm>
 #include <cmath>
-#include <set>
 #include <string>
 
 #include "core/graph_helpers.h"
@@ -18,37 +17,15 @@
 
 namespace cbs {
 
-namespace {
-
-ggml_tensor* join_columns(ggml_context* ctx, std::vector<ggml_tensor*> parts) {
-    while (parts.size() > 1) {
-        std::vector<ggml_tensor*> next;
-        for (size_t i = 0; i < parts.size(); i += 2)
-            next.push_back(i + 1 < parts.size() ? ggml_concat(ctx, parts[i], parts[i + 1], 1) : parts[i]);
-        parts.swap(next);
-    }
-    return parts[0];
-}
-
-}  // namespace
-
 std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>& caches,
                                                     const std::vector<int32_t>& tokens) {
-    if (caches.size() != tokens.size()) throw EngineError("step_batch needs one token per cache");
+    check_batch(caches, tokens, hp_);
     if (caches.empty()) return {};
     if (caches.size() == 1) return {step(*caches[0], tokens[0])};
-    check_token_ids(tokens, hp_.speech_vocab, "speech");
     const size_t B = caches.size();
-    std::set<const T3Cache*> distinct;
-    for (const T3Cache* c : caches) {
-        if (!c) throw EngineError("step_batch: a null cache");
-        if (!distinct.insert(c).second) throw EngineError("step_batch: a cache appears twice in one batch");
-        if (c->n_past == 0) throw EngineError("T3 step() before prompt()");
-        if (c->n_past + 1 > c->size())
-            throw EngineError("T3 context is full (" + std::to_string(c->size()) + " positions)");
+    for (const T3Cache* c : caches)
         if (c->n_speech >= speech_pos_len_)
             throw EngineError("T3's speech position table is full (" + std::to_string(speech_pos_len_) + " tokens)");
-    }
     const int E = hp_.n_embd, H = hp_.n_head, D = hp_.head_dim();
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     std::lock_guard<std::mutex> lock(mutex_);
@@ -128,7 +105,7 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
                 taps[b][ah] = ggml_cont(ctx, p);
             }
         }
-        x = ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, join_columns(ctx, att)));
+        x = ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, concat_columns(ctx, att)));
         h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
         h = ggml_swiglu_split(ctx, mul_mat_weight(ctx, L.gate, h), mul_mat_weight(ctx, L.up, h));
         x = ggml_add(ctx, x, mul_mat_weight(ctx, L.down, h));
