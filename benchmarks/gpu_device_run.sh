@@ -24,10 +24,11 @@
 # (patches/ touch them and every patch must apply, also for a CPU-only build). ggml/ must be
 # a real folder, not a symbolic link (cmake copies it to patch it, and copies a link as a link).
 # BENCH pairs are device/quant[/tokens].
-# STAGES (default "build tests bench"; also "probe": benchmarks/gpu_probe.py for PROBE's
+# STAGES (default "build tests bench"; also "streams": benchmarks/bench_streams.py, after bench; also "probe": benchmarks/gpu_probe.py for PROBE's
 # device/quant pairs, then the same with --profile and CBS_PROFILE_OPS=1: time by operation
 # kind, profile.txt) picks what runs, BENCH the device/quant pairs,
 # TESTS_K one pytest -k selection (default: "not greedy", then "greedy"), TESTS_REPEAT how many times (1),
+# TESTS_FILE another test file (CBS_TEST_MODEL is the F32 model; TESTS_Q4=1 adds CBS_TEST_MODEL_Q4, the Q4_0 one),
 # BENCH_TIMEOUT each bench's limit (150 s); tests, then probe, then bench run.
 # DEADLINE (s after T0, a date +%s) skips benchmarks started later; a build, models left by an earlier run on
 # the same machine are reused.
@@ -102,10 +103,12 @@ cd src
 printf '#!/bin/sh\nexec python3 -c "import sys; from app.cli.main import main; sys.exit(main(sys.argv[1:]))" "$@"\n' > /tmp/cbs
 chmod +x /tmp/cbs
 cli() { /tmp/cbs "$@"; }
-cli info > "$OUT/info.txt" 2>&1
-for v in haswell x64 nonesuch; do echo "== CBS_CPU_VARIANT=$v" >> "$OUT/info.txt"; CBS_CPU_VARIANT=$v cli info >> "$OUT/info.txt" 2>&1; done
-echo "== CBS_GPU=none" >> "$OUT/info.txt"; CBS_GPU=none cli info >> "$OUT/info.txt" 2>&1
-log "info: $(grep -c '^device' "$OUT/info.txt") device lines"
+if [ ! -s "$OUT/info.txt" ]; then  # once per call, also when the script runs again for other stages
+  cli info > "$OUT/info.txt" 2>&1
+  for v in haswell x64 nonesuch; do echo "== CBS_CPU_VARIANT=$v" >> "$OUT/info.txt"; CBS_CPU_VARIANT=$v cli info >> "$OUT/info.txt" 2>&1; done
+  echo "== CBS_GPU=none" >> "$OUT/info.txt"; CBS_GPU=none cli info >> "$OUT/info.txt" 2>&1
+  log "info: $(grep -c '^device' "$OUT/info.txt") device lines"
+fi
 [ -n "${model_pid:-}" ] && wait $model_pid
 if [ -n "${snap_pid:-}" ]; then
   wait $snap_pid; log "reference snapshot: exit $?"
@@ -140,9 +143,15 @@ fi
 if [[ " $stages " == *" tests "* ]]; then
   log "tests: gpu (${CBS_TEST_DEVICE:-the first GPU})"
   if [ -n "${TESTS_K:-}" ]; then sels=("$TESTS_K"); else sels=("not greedy" "greedy"); fi
+  # Tests that read the Q4_0 model too (test_t3_batch.py) wait for its requantisation.
+  if [ -n "${TESTS_Q4:-}" ]; then
+    for i in $(seq 90); do [ -s $M/$V-q4_0.gguf ] && break; sleep 2; done
+    export CBS_TEST_MODEL_Q4=$M/$V-q4_0.gguf
+  fi
   for round in $(seq ${TESTS_REPEAT:-1}); do
     for sel in "${sels[@]}"; do
       tfile=tests/engine_native/src/core/test_backend_gpu.py; [ "$V" = mtl ] && tfile=tests/engine_native/src/core/test_backend_gpu_mtl.py
+      tfile=${TESTS_FILE:-$tfile}
       CBS_TEST_MODEL=$M/turbo-f32.gguf CBS_TEST_MTL_MODEL=$M/mtl-f32.gguf timeout ${TESTS_TIMEOUT:-240} \
         python3 -m pytest -q -s -p no:cacheprovider $tfile -k "$sel" \
         >> "$OUT/tests.log" 2>&1
@@ -176,6 +185,30 @@ if [[ " $stages " == *" bench "* ]]; then
     CBS_REF_PYTHON=$(command -v python3) timeout $(( ${BENCH_TIMEOUT:-150} + ${#ref[@]} * ${REF_TIMEOUT:-60} )) \
       /tmp/cbs bench -m $M/$V-$q.gguf --device $d ${BENCH_ARGS:-} "${toks[@]}" "${ref[@]}" >> "$OUT/bench.txt" 2>&1
     log "bench $dq: exit $?"
+  done
+fi
+if [[ " $stages " == *" streams "* ]]; then
+  # benchmarks/bench_streams.py: STREAMS device/quant pairs, N concurrent streams in-process
+  # (STREAMS_N) for each STREAMS_BATCH mode, then the server with SERVER_CLIENTS openai
+  # clients (0: skipped).
+  for dq in ${STREAMS:-cuda:0/q4_0}; do
+    d=${dq%/*} q=${dq#*/}
+    if [ $(( $(date +%s) - ${T0:-0} )) -gt ${DEADLINE:-100000000000} ]; then log "streams $dq: skipped (past ${DEADLINE} s)"; continue; fi
+    for i in $(seq 90); do [ -s $M/$V-$q.gguf ] && break; sleep 2; done
+    for batch in ${STREAMS_BATCH:-auto}; do  # auto (batched on a GPU), off (round robin alone)
+      log "streams $dq: N = ${STREAMS_N:-1,4,16,32}, batch $batch"
+      echo "== streams $dq batch $batch" >> "$OUT/streams.txt"
+      timeout ${STREAMS_TIMEOUT:-240} python3 benchmarks/bench_streams.py -m $M/$V-$q.gguf --device $d --batch $batch \
+        --streams ${STREAMS_N:-1,4,16,32} ${STREAMS_ARGS:-} >> "$OUT/streams.txt" 2>&1
+      log "streams $dq batch $batch: exit $?"
+    done
+    if [ "${SERVER_CLIENTS:-16}" -gt 0 ] && [ $(( $(date +%s) - ${T0:-0} )) -le ${DEADLINE:-100000000000} ]; then
+      log "streams $dq: server --parallel ${SERVER_CLIENTS:-16}, ${SERVER_CLIENTS:-16} clients"
+      BENCH_SERVER_LOG=/tmp/serve.log timeout ${STREAMS_TIMEOUT:-240} python3 benchmarks/bench_streams.py -m $M/$V-$q.gguf \
+        --device $d --server --parallel ${SERVER_CLIENTS:-16} --clients ${SERVER_CLIENTS:-16} ${STREAMS_ARGS:-} \
+        >> "$OUT/streams.txt" 2>&1
+      log "streams $dq server: exit $?"; tail -20 /tmp/serve.log >> "$OUT/streams.txt" 2>/dev/null
+    fi
   done
 fi
 [ -n "$requant_pids" ] && wait $requant_pids  # a later run on the same machine finds them

@@ -353,6 +353,6 @@ def create_app(service: SpeechService) -> FastAPI:
     async def health():
         w = service.worker
         return {"status": "ok", "model": service.model_id, "busy": w.busy, "active": w.active, "waiting": w.waiting,
-                "parallel": w.parallel, "served": w.served, "cancelled": w.cancelled}
+                "parallel": w.parallel, "batched": w.batching, "served": w.served, "cancelled": w.cancelled}
 
     return app

@@ -14,6 +14,7 @@ import threading
 import time
 
 from engine_native.errors import Cancelled
+from engine_native.pipeline.t3_batch import batching_pays
 
 log = logging.getLogger("chatterbox.server")
 
@@ -49,7 +50,10 @@ class EngineWorker:
     """`parallel` = 1 (the default): jobs run one after another, first come first served.
     `parallel` = N > 1: up to N jobs are active at once and the one thread advances them a chunk
     each in turn (round robin), so every client hears its first audio early; this needs an
-    engine whose streams may interleave (each generation with its own T3 session)."""
+    engine whose streams may interleave (each generation with its own T3 session). Where
+    batching pays (a GPU; the CPU with CBS_T3_BATCH=1: t3_batch.batching_pays) the active
+    jobs' T3 steps are taken together (T3Sessions.batch_streams) while this thread runs
+    their S3Gen / HiFT passes in turn."""
 
     def __init__(self, engine, queue_size: int, parallel: int = 1):
         self.engine = engine
@@ -60,6 +64,9 @@ class EngineWorker:
         self._stopping = False
         self.served = 0
         self.cancelled = 0
+        self.batching = self.parallel > 1 and batching_pays(engine.device)
+        if self.batching:
+            engine.stages.t3.batch_streams(True)
         self._thread.start()
 
     @property
@@ -153,3 +160,5 @@ class EngineWorker:
                 job.done.set()
         self._queue.put(None)
         self._thread.join(timeout)
+        if self.batching and not self._thread.is_alive():
+            self.engine.stages.t3.batch_streams(False)

@@ -166,7 +166,7 @@ def sentence_chunks(stages, ids, voice, seed: int, p: dict, plan: ChunkPlan, can
                     return
                 with stages.s3gen_turn(cancel) as threads:
                     wav = marker.push(wav, final, threads, times)
-            if worker is None and not final and t3.beside_s3gen:
+            if worker is None and not final and t3.beside_s3gen and not session.batched:
                 worker = TokenWorker(t3, session, tokens)  # samples on while this chunk plays
             if wav.size == 0 and not final:
                 continue  # all held back by the watermark: it comes with the next chunk

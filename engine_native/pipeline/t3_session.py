@@ -16,6 +16,7 @@ import threading
 from engine_native import _core
 from engine_native.errors import Cancelled, ParameterError
 from engine_native.pipeline.concurrency import FairLock
+from engine_native.pipeline.t3_batch import T3Batcher
 
 # Idle T3 sessions' KV caches kept for reuse (each holds a cache; one keeps the last voice's prefix).
 IDLE_T3_CACHES = 1
@@ -53,6 +54,16 @@ class T3Sessions:
         self._workers = 0
         self.workers_started = 0            # TokenWorkers ever started (a count for tests and bench)
         self.beside_s3gen = t3.own_backend and overlap_enabled()
+        self.batcher: T3Batcher | None = None
+
+    def batch_streams(self, on: bool) -> None:
+        """Concurrent sessions opened from now on are stepped together (t3_batch.T3Batcher)
+        instead of each by its caller. Set it while no generation runs."""
+        if on and self.batcher is None:
+            self.batcher = T3Batcher(self)
+        elif not on and self.batcher is not None:
+            self.batcher.stop()
+            self.batcher = None
 
     @property
     def beside_s3gen(self) -> bool:
@@ -110,7 +121,8 @@ class T3Sessions:
                                        speaker_emb=voice.speaker_emb, prompt_tokens=voice.cond_prompt_speech_tokens,
                                        cache=cache, **extra)
         cancel.watch(stream)
-        return T3Session(self, stream, cache, cancel)
+        member = self.batcher.join(stream) if self.batcher is not None else None
+        return T3Session(self, stream, cache, cancel, member)
 
     def open_cancellable(self, ids, voice, seed: int, p: dict, cancel, times=None) -> T3Session | None:
         """`open`, or None when Stop aborted its prompt computation."""
@@ -148,14 +160,24 @@ class T3Sessions:
 
 
 class T3Session:
-    """One generation's token stream and KV cache; `close()` gives the cache back to the pool."""
+    """One generation's token stream and KV cache; `close()` gives the cache back to the pool.
+    With a batch member (`T3Sessions.batch_streams`) the batcher samples its tokens and
+    next() hands them on."""
 
-    def __init__(self, sessions: T3Sessions, stream, cache, cancel):
+    def __init__(self, sessions: T3Sessions, stream, cache, cancel, member=None):
         self._sessions, self._stream, self._cache, self._cancel = sessions, stream, cache, cancel
+        self._member = member
+        self._taken = 0     # tokens next() has handed on (batched)
         self._closed = False
 
     @property
+    def batched(self) -> bool:
+        return self._member is not None
+
+    @property
     def done(self) -> bool:
+        if self._member is not None:
+            return self._member.ended and self._taken >= len(self._member.tokens)
         return self._stream.done
 
     @property
@@ -164,8 +186,13 @@ class T3Session:
 
     def next(self, n: int, times=None) -> list[int]:
         """Up to `n` more tokens (fewer once the sentence ends or Stop comes)."""
-        with self._sessions.lock, self._sessions._profiler.stage("t3_steps", times):
-            got = self._stream.next(n)
+        if self._member is not None:
+            with self._sessions._profiler.stage("t3_steps", times):
+                got = self._member.wait(self._taken + n, self._cancel)[self._taken:]
+            self._taken += len(got)
+        else:
+            with self._sessions.lock, self._sessions._profiler.stage("t3_steps", times):
+                got = self._stream.next(n)
         if times is not None:
             times.t3_tokens += len(got)
         return got
@@ -178,6 +205,8 @@ class T3Session:
             return
         self._closed = True
         self._cancel.watch(None)
+        if self._member is not None:
+            self._member.batcher.leave(self._member)
         self._stream.close()
         self._sessions._recycle(self._cache)
 

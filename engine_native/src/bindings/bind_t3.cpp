@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -287,6 +288,57 @@ void bind_t3(py::module_& m) {
            py::arg("prompt_tokens") = py::none(),
            "The logits logits() gives, through the decoding step: the prompt with speech_ids[0], then one "
            "step() per later id -> [len(speech_ids), speech_vocab] (tests of the step's kernels).")
+        .def("step_logits_together", [](PyT3& self, std::vector<std::vector<int32_t>> texts,
+                                        std::vector<std::vector<int32_t>> speeches, std::vector<int> join_at,
+                                        py::object prompt_tokens) {
+            const size_t B = texts.size();
+            if (speeches.size() != B || (!join_at.empty() && join_at.size() != B))
+                throw EngineError("texts, speech_ids and join_at must have one entry per session");
+            if (join_at.empty()) join_at.assign(B, 0);
+            T3Conditioning c = conditioning(*self.model->file, self->hp().speaker_embed_size, py::none(), prompt_tokens);
+            std::vector<std::unique_ptr<T3Cache>> caches;
+            int rounds = 0;
+            for (size_t b = 0; b < B; ++b) {
+                if (speeches[b].empty()) throw EngineError("every session needs at least the start-of-speech token");
+                if (join_at[b] < 0) throw EngineError("join_at must be >= 0");
+                caches.push_back(self->new_cache());
+                rounds = std::max(rounds, join_at[b] + static_cast<int>(speeches[b].size()));
+            }
+            std::vector<std::vector<float>> out(B);
+            released([&] {
+                // Round r: a session prompts at join_at (its speech_ids[0]), then steps one id a round.
+                for (int r = 0; r < rounds; ++r) {
+                    std::vector<T3Cache*> step_caches;
+                    std::vector<int32_t> tokens;
+                    std::vector<size_t> who;
+                    for (size_t b = 0; b < B; ++b) {
+                        const int i = r - join_at[b];
+                        if (i == 0) {
+                            const std::vector<float> l = self->prompt(*caches[b], c, texts[b], {speeches[b][0]}, 1,
+                                                                      static_cast<int>(speeches[b].size()));
+                            out[b].insert(out[b].end(), l.begin(), l.end());
+                        } else if (i > 0 && i < static_cast<int>(speeches[b].size())) {
+                            step_caches.push_back(caches[b].get());
+                            tokens.push_back(speeches[b][i]);
+                            who.push_back(b);
+                        }
+                    }
+                    const auto logits = self->step_batch(step_caches, tokens);
+                    for (size_t k = 0; k < who.size(); ++k)
+                        out[who[k]].insert(out[who[k]].end(), logits[k].begin(), logits[k].end());
+                }
+            });
+            py::list result;
+            for (size_t b = 0; b < B; ++b) {
+                const py::ssize_t n = static_cast<py::ssize_t>(speeches[b].size());
+                result.append(to_numpy(out[b], {n, static_cast<py::ssize_t>(out[b].size()) / n}));
+            }
+            return result;
+        }, py::arg("text_ids"), py::arg("speech_ids"), py::arg("join_at") = std::vector<int>{},
+           py::arg("prompt_tokens") = py::none(),
+           "step_logits of several sessions (the built-in voice; prompt_tokens: its speech prompt) stepped together: session b prompts at round "
+           "join_at[b] and steps one of its speech_ids a round with every session then active, in one "
+           "step_batch -> a list of [len(speech_ids[b]), speech_vocab] (tests of the batched step).")
         .def("mtl_conditioning", [](PyT3& self, py::object speaker_emb, py::object prompt_tokens,
                                     py::object exaggeration) {
             T3Llama& t3 = llama(*self.impl);
@@ -354,7 +406,19 @@ void bind_t3(py::module_& m) {
            py::arg("min_p") = py::none(), py::arg("speaker_emb") = py::none(), py::arg("prompt_tokens") = py::none(),
            py::arg("cache") = py::none(), py::arg("cfg_weight") = py::none(), py::arg("exaggeration") = py::none(),
            "Starts sampling (runs the prompt) and returns a SpeechTokenStream; the same tokens as generate(). "
-           "`cache` (a T3Cache of this T3) is held by the stream until it ends or is closed; None: a private one.");
+           "`cache` (a T3Cache of this T3) is held by the stream until it ends or is closed; None: a private one.")
+        .def("next_together", [](py::object self_obj, std::vector<PyTokenStream*> streams, int n) {
+            std::vector<SpeechTokenStream*> raw;
+            for (PyTokenStream* s : streams) {
+                if (!s) throw EngineError("next_together: None is not a stream");
+                if (!s->t3_ref.is(self_obj)) throw EngineError("next_together: a stream of another T3");
+                raw.push_back(s->stream.get());
+            }
+            return released([&] { return SpeechTokenStream::next_together(raw, n); });
+        }, py::arg("streams"), py::arg("n") = 1,
+           "Up to n more tokens of each of these streams (of this T3), their steps taken together: one graph "
+           "steps them all. Per stream the tokens its "
+           "next(n) would give, up to the rounding of batched products; a list of token lists, in order.");
 
     py::class_<AlignmentAnalyzer>(m, "AlignmentAnalyzer",
                                   "The Multilingual T3's AlignmentStreamAnalyzer (thresholds from the model file).")

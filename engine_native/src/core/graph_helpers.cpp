@@ -43,4 +43,14 @@ ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml
     return ggml_cont(ctx, ggml_permute(ctx, matmul(ctx, vt, p, blas), 0, 2, 1, 3));
 }
 
+ggml_tensor* concat_columns(ggml_context* ctx, std::vector<ggml_tensor*> parts) {
+    while (parts.size() > 1) {
+        std::vector<ggml_tensor*> next;
+        for (size_t i = 0; i < parts.size(); i += 2)
+            next.push_back(i + 1 < parts.size() ? ggml_concat(ctx, parts[i], parts[i + 1], 1) : parts[i]);
+        parts.swap(next);
+    }
+    return parts[0];
+}
+
 }  // namespace cbs

@@ -2,6 +2,8 @@
 // Linear and Conv1d through the engine's matrix products, attention as two products.
 #pragma once
 
+#include <vector>
+
 #include <cstdint>
 
 #include "core/graph_runner.h"
@@ -33,5 +35,9 @@ ggml_tensor* key_pad_mask(ggml_context* ctx, GraphInputs& in, int64_t n_kv, int6
 // mask's width (n_kv without a mask); v [D, n_kv, H, B] (a view is fine) -> [D, H, T_q, B].
 ggml_tensor* attend(ggml_context* ctx, ggml_tensor* scores, ggml_tensor* v, ggml_tensor* mask, float scale,
                     CpuProducts blas);
+
+// parts [C, n_i] joined along the columns (ne1), a balanced tree of concats: each column is
+// copied log2(parts) times, not once per part. parts must not be empty.
+ggml_tensor* concat_columns(ggml_context* ctx, std::vector<ggml_tensor*> parts);
 
 }  // namespace cbs

@@ -45,49 +45,56 @@ std::unique_ptr<T3Cache> T3Gpt2::new_cache() const { return std::make_unique<T3C
 // one token to the next, and the device can replay it).
 ggml_tensor* T3Gpt2::transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& cache, ggml_tensor* x, int n_new,
                                   int n_kv, ggml_tensor* mask, ggml_tensor* kv_rows) {
-    const int E = hp_.n_embd, H = hp_.n_head, D = hp_.head_dim();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const float* eps = &hp_.ln_eps;
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
         // A step's layer norms, biases and residual adds ride in its products (t3/decode_step.h).
         ggml_tensor* qkv = step_norm_linear(ctx, x, L.ln1_w, L.ln1_b, eps, L.attn_w, L.attn_b);  // [3E, n_new]
-        ggml_tensor* q = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], 0);
-        ggml_tensor* k = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], E * sizeof(float));
-        ggml_tensor* v = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], 2 * E * sizeof(float));
-
-        // This call's keys and values go to the rows `kv_rows` (positions n_past ..): the
-        // cache is [D, n_cache, H] per layer, so the first n_kv positions of every head are a
-        // strided view the attention reads.
-        auto cache_view = [&](ggml_tensor* cache, int first, int n) {
-            return ggml_view_3d(ctx, cache, D, n, H, cache->nb[1], cache->nb[2], first * cache->nb[1]);
-        };
-        ggml_tensor *k_all = cache_view(cache.k(il), 0, n_kv), *v_all = cache_view(cache.v(il), 0, n_kv);
-        const bool own_attention = decode_attention_applies(cache.k(il), n_new, on_cpu_);
-        ggml_tensor* att;
-        if (own_attention && step_fusion_enabled()) {
-            att = decode_attention(ctx, q, k_all, v_all, mask, k, v, kv_rows);  // writes the new row itself
-        } else {
-            // set_rows reads strided rows: the views into qkv go in as they are (no copies).
-            ggml_tensor* k_new = ggml_permute(ctx, k, 0, 2, 1, 3);  // [D, n_new, H]
-            ggml_tensor* v_new = ggml_permute(ctx, v, 0, 2, 1, 3);
-            ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.k(il), k_new, kv_rows));
-            ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.v(il), v_new, kv_rows));
-            if (own_attention) {
-                att = decode_attention(ctx, q, k_all, v_all, mask);
-            } else {
-                ggml_tensor* Q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n_new, H]
-                att = ggml_flash_attn_ext(ctx, Q, k_all, v_all, mask, scale, 0.0f, 0.0f);
-                ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
-            }
-        }
-        att = ggml_reshape_2d(ctx, att, E, n_new);  // result is [D, H, n_new]
-        x = step_linear_residual(ctx, att, L.proj_w, L.proj_b, x);
-
-        ggml_tensor* h = step_norm_linear(ctx, x, L.ln2_w, L.ln2_b, eps, L.fc_w, L.fc_b);
-        x = step_linear_residual(ctx, gelu_tanh(ctx, h, on_cpu_), L.fc_proj_w, L.fc_proj_b, x);
+        x = layer_tail(ctx, L, attention(ctx, gf, cache, il, qkv, n_new, n_kv, mask, kv_rows), x);
     }
     return x;
+}
+
+ggml_tensor* T3Gpt2::attention(ggml_context* ctx, ggml_cgraph* gf, T3Cache& cache, int il, ggml_tensor* qkv, int n_new,
+                               int n_kv, ggml_tensor* mask, ggml_tensor* kv_rows) {
+    const int E = hp_.n_embd, H = hp_.n_head, D = hp_.head_dim();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    ggml_tensor* q = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], 0);
+    ggml_tensor* k = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], E * sizeof(float));
+    ggml_tensor* v = ggml_view_3d(ctx, qkv, D, H, n_new, D * sizeof(float), qkv->nb[1], 2 * E * sizeof(float));
+
+    // This call's keys and values go to the rows `kv_rows` (positions n_past ..): the
+    // cache is [D, n_cache, H] per layer, so the first n_kv positions of every head are a
+    // strided view the attention reads.
+    auto cache_view = [&](ggml_tensor* cache, int first, int n) {
+        return ggml_view_3d(ctx, cache, D, n, H, cache->nb[1], cache->nb[2], first * cache->nb[1]);
+    };
+    ggml_tensor *k_all = cache_view(cache.k(il), 0, n_kv), *v_all = cache_view(cache.v(il), 0, n_kv);
+    const bool own_attention = decode_attention_applies(cache.k(il), n_new, on_cpu_);
+    ggml_tensor* att;
+    if (own_attention && step_fusion_enabled()) {
+        att = decode_attention(ctx, q, k_all, v_all, mask, k, v, kv_rows);  // writes the new row itself
+    } else {
+        // set_rows reads strided rows: the views into qkv go in as they are (no copies).
+        ggml_tensor* k_new = ggml_permute(ctx, k, 0, 2, 1, 3);  // [D, n_new, H]
+        ggml_tensor* v_new = ggml_permute(ctx, v, 0, 2, 1, 3);
+        ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.k(il), k_new, kv_rows));
+        ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache.v(il), v_new, kv_rows));
+        if (own_attention) {
+            att = decode_attention(ctx, q, k_all, v_all, mask);
+        } else {
+            ggml_tensor* Q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n_new, H]
+            att = ggml_flash_attn_ext(ctx, Q, k_all, v_all, mask, scale, 0.0f, 0.0f);
+            ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
+        }
+    }
+    return ggml_reshape_2d(ctx, att, E, n_new);  // result is [D, H, n_new]
+}
+
+ggml_tensor* T3Gpt2::layer_tail(ggml_context* ctx, const Layer& L, ggml_tensor* att, ggml_tensor* x) {
+    x = step_linear_residual(ctx, att, L.proj_w, L.proj_b, x);
+    ggml_tensor* h = step_norm_linear(ctx, x, L.ln2_w, L.ln2_b, &hp_.ln_eps, L.fc_w, L.fc_b);
+    return step_linear_residual(ctx, gelu_tanh(ctx, h, on_cpu_), L.fc_proj_w, L.fc_proj_b, x);
 }
 
 // Keys and values of [speaker, prompt speech] at positions 0 .. n_cond - 1.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -20,6 +21,10 @@ public:
     std::vector<float> prompt(T3Cache& cache, const T3Conditioning& cond, const std::vector<int32_t>& text,
                               const std::vector<int32_t>& speech, int n_out, int reserve_tokens) override;
     std::vector<float> step(T3Cache& cache, int32_t speech_token) override;
+    // Several sessions' steps in one graph (t3_gpt2_batch.cpp): the products over B columns,
+    // each session's attention over its own cache.
+    std::vector<std::vector<float>> step_batch(const std::vector<T3Cache*>& caches,
+                                               const std::vector<int32_t>& tokens) override;
 
 private:
     struct Layer {
@@ -29,6 +34,12 @@ private:
     void run_prefix(T3Cache& cache, const T3Conditioning& cond);
     ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, T3Cache& cache, ggml_tensor* x, int n_new, int n_kv,
                              ggml_tensor* mask, ggml_tensor* kv_rows);
+    // One layer's attention of the n_new positions in qkv [3E, n_new] over `cache`: their keys
+    // and values written at rows kv_rows, then attending to the first n_kv positions -> [E, n_new].
+    ggml_tensor* attention(ggml_context* ctx, ggml_cgraph* gf, T3Cache& cache, int il, ggml_tensor* qkv, int n_new,
+                           int n_kv, ggml_tensor* mask, ggml_tensor* kv_rows);
+    // The rest of a layer after its attention, and the layer norm + speech head.
+    ggml_tensor* layer_tail(ggml_context* ctx, const Layer& L, ggml_tensor* att, ggml_tensor* x);
     // A step's attention reads a multiple of this many cache positions (the rest masked).
     static constexpr int kStepKvPad = 256;
 
@@ -47,7 +58,17 @@ private:
         int n_kv = 0;
         ggml_tensor *token = nullptr, *pos = nullptr, *mask = nullptr, *logits = nullptr;
     } step_;
-    std::mutex mutex_;  // one graph at a time through runner_ (callers may be on several threads)
+    // The batched step's graph (its own runner, so a solo step's replay survives it), replayed
+    // while the same caches step together: each session attends to its whole cache (masked
+    // past n_past), so the graph stays the same for the life of the batch.
+    std::unique_ptr<GraphRunner> batch_runner_;
+    size_t batch_nodes_ = 0;  // the nodes batch_runner_'s graphs may hold (grows with B)
+    struct BatchGraph {
+        uint64_t generation = 0;
+        std::vector<uint64_t> cache_serials;
+        ggml_tensor *tokens = nullptr, *pos = nullptr, *mask = nullptr, *logits = nullptr;
+    } batch_;
+    std::mutex mutex_;  // one graph at a time through runner_ and batch_runner_ (callers may be on several threads)
 };
 
 }  // namespace cbs

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -33,6 +34,9 @@ public:
     std::vector<float> prompt(T3Cache& cache, const T3Conditioning& cond, const std::vector<int32_t>& text,
                               const std::vector<int32_t>& speech, int n_out, int reserve_tokens) override;
     std::vector<float> step(T3Cache& cache, int32_t speech_token) override;
+    // Several sessions' steps (each one or two rows) in one graph (t3_llama_batch.cpp).
+    std::vector<std::vector<float>> step_batch(const std::vector<T3Cache*>& caches,
+                                               const std::vector<int32_t>& tokens) override;
     const AlignmentParams* alignment() const override { return &align_params_; }
 
     // Parity seams. The conditioning embeddings [cond_len][n_embd] (prepare_conditioning),
@@ -85,7 +89,10 @@ private:
     std::vector<Layer> layers_;
     ggml_type cache_type_ = GGML_TYPE_F32;  // F32 weights: F32 cache (parity); else F16
     GraphRunner runner_;
-    std::mutex mutex_;  // one graph at a time through runner_
+    // The batched step's runner, its node room grown with the batch (a graph per step, as step()'s).
+    std::unique_ptr<GraphRunner> batch_runner_;
+    size_t batch_nodes_ = 0;
+    std::mutex mutex_;  // one graph at a time through runner_ and batch_runner_
 };
 
 }  // namespace cbs

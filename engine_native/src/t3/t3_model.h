@@ -34,6 +34,12 @@ public:
     // Appends one speech token to `cache` (to each of its rows) and returns its logits
     // [rows][speech_vocab].
     virtual std::vector<float> step(T3Cache& cache, int32_t speech_token) = 0;
+    // Appends tokens[i] to caches[i] for every i (distinct caches, each ready for step())
+    // and returns each one's logits as step() would, in order. The default steps them one
+    // after another; the gpt2 and llama T3s compute them in one graph, its products over
+    // every session's column at once, so several generations cost about one weight read.
+    virtual std::vector<std::vector<float>> step_batch(const std::vector<T3Cache*>& caches,
+                                                       const std::vector<int32_t>& tokens);
 
     // Non-null when this T3 decodes as `T3.inference` (Multilingual: guidance, the
     // alignment analyzer with these thresholds, the MTL processors); nullptr for the
@@ -48,6 +54,9 @@ std::unique_ptr<T3Model> make_t3(const ModelFile& mf, ggml_backend_t backend);
 // Helpers of the implementations.
 // EngineError naming `what` for an id outside [0, vocab).
 void check_token_ids(const std::vector<int32_t>& ids, int vocab, const char* what);
+// EngineError unless caches and tokens pair up, every cache appears once and is ready for
+// one more step (a batched step's inputs), every token a speech id.
+void check_batch(const std::vector<T3Cache*>& caches, const std::vector<int32_t>& tokens, const T3Hparams& hp);
 // The f16 causal mask [n_kv, n_new] of n_new positions appended after n_kv - n_new cached ones.
 ggml_tensor* causal_mask(ggml_context* ctx, GraphInputs& in, int n_kv, int n_new);
 

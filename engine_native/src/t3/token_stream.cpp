@@ -1,5 +1,7 @@
 #include "t3/token_stream.h"
 
+#include <algorithm>
+
 #include "core/options.h"
 
 namespace cbs {
@@ -70,34 +72,94 @@ std::vector<int32_t> SpeechTokenStream::tokens() const {
     return tokens_;
 }
 
+bool SpeechTokenStream::draw(int32_t& token, std::vector<int32_t>& out) {
+    if (done_) return false;
+    if (cancel_.load()) {
+        cancelled_ = true;
+        return false;
+    }
+    token = sampler_.draw(logits_);
+    if (token < 0) return false;  // every logit filtered: the reference stops here too
+    tokens_.push_back(token);
+    out.push_back(token);
+    if (token == t3_.hp().stop_speech_token || static_cast<int>(tokens_.size()) >= max_tokens_) {
+        finish();
+        return false;
+    }
+    if (!holds_cache_) return false;  // unreachable: only finish() gives the cache up
+    if (analyzer_) history_.push_back(token);
+    return true;
+}
+
+void SpeechTokenStream::advance(std::vector<float> logits, int32_t token) {
+    logits_ = std::move(logits);
+    process(token);
+}
+
+void SpeechTokenStream::settle(size_t got, int n) {
+    if (!done_ && (cancelled_ || static_cast<int>(got) < n)) finish();
+}
+
 std::vector<int32_t> SpeechTokenStream::next(int n) {
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<int32_t> out;
-    const int stop = t3_.hp().stop_speech_token;
-    while (!done_ && static_cast<int>(out.size()) < n) {
-        if (cancel_.load()) {
-            cancelled_ = true;
-            break;
-        }
-        const int32_t token = sampler_.draw(logits_);
-        if (token < 0) break;  // every logit filtered: the reference stops here too
-        tokens_.push_back(token);
-        out.push_back(token);
-        if (token == stop || static_cast<int>(tokens_.size()) >= max_tokens_) {
-            finish();
-            break;
-        }
-        if (!holds_cache_) break;  // unreachable: only finish() gives the cache up
-        if (analyzer_) history_.push_back(token);
+    int32_t token = 0;
+    while (static_cast<int>(out.size()) < n && draw(token, out)) {
+        std::vector<float> logits;
         try {
-            logits_ = t3_.step(*cache_, token);
+            logits = t3_.step(*cache_, token);
         } catch (...) {
             finish();
             throw;
         }
-        process(token);
+        advance(std::move(logits), token);
     }
-    if (!done_ && (cancelled_ || static_cast<int>(out.size()) < n)) finish();
+    settle(out.size(), n);
+    return out;
+}
+
+std::vector<std::vector<int32_t>> SpeechTokenStream::next_together(const std::vector<SpeechTokenStream*>& streams,
+                                                                   int n) {
+    const size_t B = streams.size();
+    std::vector<std::vector<int32_t>> out(B);
+    if (B == 0) return out;
+    // Locked in address order, so two overlapping calls cannot wait on each other.
+    std::vector<SpeechTokenStream*> order(streams);
+    std::sort(order.begin(), order.end());
+    for (size_t i = 0; i < B; ++i) {
+        if (!order[i]) throw EngineError("next_together: a null stream");
+        if (i > 0 && order[i] == order[i - 1]) throw EngineError("next_together: a stream appears twice");
+        if (&order[i]->t3_ != &streams[0]->t3_) throw EngineError("next_together: the streams belong to different T3s");
+    }
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (SpeechTokenStream* s : order) locks.emplace_back(s->mutex_);
+    T3Model& t3 = streams[0]->t3_;
+    std::vector<char> live(B, 1);
+    for (int round = 0; round < n; ++round) {
+        std::vector<size_t> going;
+        std::vector<T3Cache*> caches;
+        std::vector<int32_t> tokens;
+        for (size_t b = 0; b < B; ++b) {
+            int32_t token = 0;
+            if (live[b] && streams[b]->draw(token, out[b])) {
+                going.push_back(b);
+                caches.push_back(streams[b]->cache_.get());
+                tokens.push_back(token);
+            } else {
+                live[b] = 0;
+            }
+        }
+        if (going.empty()) break;
+        std::vector<std::vector<float>> logits;
+        try {
+            logits = t3.step_batch(caches, tokens);
+        } catch (...) {
+            for (size_t b : going) streams[b]->finish();
+            throw;
+        }
+        for (size_t k = 0; k < going.size(); ++k) streams[going[k]]->advance(std::move(logits[k]), tokens[k]);
+    }
+    for (size_t b = 0; b < B; ++b) streams[b]->settle(out[b].size(), n);
     return out;
 }
 

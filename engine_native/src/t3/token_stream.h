@@ -46,8 +46,22 @@ public:
     // Multilingual: whether the analyzer forced the stop token for the next draw.
     bool forced_stop() const { return forced_; }
 
+    // Up to n more tokens of each stream (streams of one T3, each at most once), the
+    // streams' steps taken together (T3Model::step_batch): each round draws every live
+    // stream's next token on the host with its own sampler, then steps all that go on in
+    // one call. A stream ends, is cancelled or closed as in next(); returns each one's tokens.
+    static std::vector<std::vector<int32_t>> next_together(const std::vector<SpeechTokenStream*>& streams, int n);
+
 private:
     void finish();
+    // Draws the next token into tokens_ and `out` (mutex_ held): true when the stream goes on
+    // and needs a step with `token`; false when it has ended or must end (cancelled, stop or
+    // max_tokens reached, every logit filtered).
+    bool draw(int32_t& token, std::vector<int32_t>& out);
+    // The step's logits for the token drawn last.
+    void advance(std::vector<float> logits, int32_t token);
+    // After a call: a stream cut short (cancelled or filtered) ends.
+    void settle(size_t got, int n);
     // Turns the model's logits for the next draw into processed logits.
     void process(int32_t last_token);
 

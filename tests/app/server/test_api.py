@@ -274,19 +274,23 @@ def test_disconnect_mid_stream_frees_the_engine(client):
     assert after - t_close < 3 * lone + 5
 
 
-@pytest.fixture(params=[1, 4], ids=["one-at-a-time", "parallel-4"])
-def any_client(request, server, client):
+@pytest.fixture(params=[(1, "0"), (4, "0"), (4, "1")], ids=["one-at-a-time", "parallel-4", "parallel-4-batched"])
+def any_client(request, server, client, monkeypatch):
     """The module's server (one generation at a time), and a second one on the same engine that
-    advances up to 4 generations in turn (round robin)."""
-    if request.param == 1:
+    advances up to 4 generations in turn (round robin), their T3 steps also taken together
+    (CBS_T3_BATCH=1, as on a GPU) or not."""
+    parallel, batch = request.param
+    if parallel == 1:
         yield client
         return
     from app.server import ServerConfig, ServerHandle
 
+    monkeypatch.setenv("CBS_T3_BATCH", batch)
     handle = ServerHandle(ServerConfig(model=server.config.model, port=0, api_key=KEY,
-                                       voices_dir=server.config.voices_dir, parallel=request.param),
+                                       voices_dir=server.config.voices_dir, parallel=parallel),
                           engine=server.engine).start()
     assert handle.wait_ready(60), handle.error
+    assert health(openai.OpenAI(base_url=handle.url, api_key=KEY))["batched"] == (batch == "1")
     yield openai.OpenAI(base_url=handle.url, api_key=KEY, max_retries=0, timeout=600)
     handle.stop()
 

@@ -1,0 +1,135 @@
+// T3Llama::step_batch: one decoding step of B Multilingual generations in one graph.
+//
+// Each session brings its rows (1, or 2 with guidance: conditional and unconditional) as
+// columns of x [n_embd, sum of rows]; the RMSNorms, every product (q, k, v, o, gate, up,
+// down, head) and RoPE (each column at its own session's position) run over all columns at
+// once. Each session's attention runs alone over its own two-row cache, as its solo step()
+// does, and its alignment heads (row 0) are left in its cache for its analyzer. What differs
+// from B solo steps is only the products' kernels over more columns (rounding), as in
+// t3_gpt2_batch.cpp.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/graph_helpers.h"
+#include "cpu/products.h"
+#include "t3/t3_llama.h"
+
+namespace cbs {
+
+std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>& caches,
+                                                    const std::vector<int32_t>& tokens) {
+    check_batch(caches, tokens, hp_);
+    if (caches.empty()) return {};
+    if (caches.size() == 1) return {step(*caches[0], tokens[0])};
+    const size_t B = caches.size();
+    for (const T3Cache* c : caches)
+        if (c->n_speech >= speech_pos_len_)
+            throw EngineError("T3's speech position table is full (" + std::to_string(speech_pos_len_) + " tokens)");
+    const int E = hp_.n_embd, H = hp_.n_head, D = hp_.head_dim();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Session b's rows are columns first[b] .. first[b] + rows of x.
+    std::vector<int> first(B);
+    int cols = 0;
+    for (size_t b = 0; b < B; ++b) {
+        first[b] = cols;
+        cols += caches[b]->n_rows;
+    }
+    const size_t nodes = std::max<size_t>(16384, static_cast<size_t>(hp_.n_layer) * (24 * B + 64) + 256);
+    if (!batch_runner_ || nodes > batch_nodes_) {
+        batch_nodes_ = nodes;
+        batch_runner_ = std::make_unique<GraphRunner>(backend_, batch_nodes_);
+    }
+    ggml_context* ctx = batch_runner_->begin();
+    ggml_cgraph* gf = batch_runner_->graph();
+    GraphInputs in;
+
+    // Inputs: each column's speech token and learned speech position; RoPE's cos / sin at
+    // its session's KV position.
+    std::vector<int32_t> ids(cols), spos(cols);
+    std::vector<float> cos(static_cast<size_t>(D) * cols), sin(cos.size());
+    for (size_t b = 0; b < B; ++b)
+        for (int r = 0; r < caches[b]->n_rows; ++r) {
+            const int c = first[b] + r;
+            ids[c] = tokens[b];
+            spos[c] = caches[b]->n_speech;
+            for (int i = 0; i < D / 2; ++i) {
+                const float a = inv_freq_[i] * static_cast<float>(caches[b]->n_past);
+                cos[c * D + i] = cos[c * D + i + D / 2] = std::cos(a);
+                sin[c * D + i] = -std::sin(a);
+                sin[c * D + i + D / 2] = std::sin(a);
+            }
+        }
+    ggml_tensor* x = ggml_add(ctx, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, ids)),
+                              ggml_get_rows(ctx, speech_pos_, in.ids(ctx, spos)));
+    ggml_tensor* rc = ggml_reshape_3d(ctx, in.f32(ctx, std::move(cos), D, cols), D, 1, cols);
+    ggml_tensor* rs = ggml_reshape_3d(ctx, in.f32(ctx, std::move(sin), D, cols), D, 1, cols);
+
+    std::vector<std::vector<ggml_tensor*>> taps(B, std::vector<ggml_tensor*>(align_.size()));
+    auto cache_view = [&](ggml_tensor* c, int from, int n, int n_seq) {
+        return ggml_view_4d(ctx, c, D, n, H, n_seq, c->nb[1], c->nb[2], c->nb[3], from * c->nb[1]);
+    };
+    for (int il = 0; il < hp_.n_layer; ++il) {
+        const Layer& L = layers_[il];
+        ggml_tensor* h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm);
+        ggml_tensor* q = rope(ctx, ggml_reshape_3d(ctx, mul_mat_weight(ctx, L.wq, h), D, H, cols), rc, rs);
+        ggml_tensor* k = rope(ctx, ggml_reshape_3d(ctx, mul_mat_weight(ctx, L.wk, h), D, H, cols), rc, rs);
+        ggml_tensor* v = ggml_reshape_3d(ctx, mul_mat_weight(ctx, L.wv, h), D, H, cols);
+        std::vector<ggml_tensor*> att(B);
+        for (size_t b = 0; b < B; ++b) {
+            T3Cache& cache = *caches[b];
+            const int rows = cache.n_rows, n_kv = cache.n_past + 1;
+            // This session's columns as [D, H, 1, rows], then [D, 1, H, rows] for the cache.
+            auto mine = [&](ggml_tensor* t) {
+                return ggml_view_4d(ctx, t, D, H, 1, rows, t->nb[1], t->nb[2], t->nb[2], first[b] * t->nb[2]);
+            };
+            ggml_tensor *qb = mine(q), *kb = mine(k), *vb = mine(v);
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, kb, 0, 2, 1, 3),
+                                                   cache_view(cache.k(il), cache.n_past, 1, rows)));
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, vb, 0, 2, 1, 3),
+                                                   cache_view(cache.v(il), cache.n_past, 1, rows)));
+            ggml_tensor* a = ggml_flash_attn_ext(ctx, ggml_permute(ctx, qb, 0, 2, 1, 3),
+                                                 cache_view(cache.k(il), 0, n_kv, rows),
+                                                 cache_view(cache.v(il), 0, n_kv, rows), nullptr, scale, 0.0f, 0.0f);
+            ggml_flash_attn_ext_set_prec(a, GGML_PREC_F32);
+            att[b] = ggml_reshape_2d(ctx, a, E, rows);
+            // Row 0's alignment heads over the text (the eager attention the analyzer reads).
+            for (size_t ah = 0; ah < align_.size(); ++ah) {
+                if (align_[ah].layer != il) continue;
+                const int hd = align_[ah].head;
+                ggml_tensor* qh = ggml_view_2d(ctx, q, D, 1, q->nb[2], hd * q->nb[1] + first[b] * q->nb[2]);
+                ggml_tensor* kh = ggml_view_2d(ctx, cache.k(il), D, n_kv, cache.k(il)->nb[1], hd * cache.k(il)->nb[2]);
+                ggml_tensor* p = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, kh, qh), nullptr, scale, 0.0f);
+                p = ggml_view_2d(ctx, p, cache.align_cols, 1, p->nb[1], cache.align_col0 * p->nb[0]);
+                taps[b][ah] = ggml_cont(ctx, p);
+            }
+        }
+        x = ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, concat_columns(ctx, att)));
+        h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
+        h = ggml_swiglu_split(ctx, mul_mat_weight(ctx, L.gate, h), mul_mat_weight(ctx, L.up, h));
+        x = ggml_add(ctx, x, mul_mat_weight(ctx, L.down, h));
+    }
+    ggml_tensor* logits = mul_mat_weight(ctx, head_w_, ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), norm_));
+    std::vector<ggml_tensor*> outs{logits};
+    for (size_t b = 0; b < B; ++b) outs.insert(outs.end(), taps[b].begin(), taps[b].end());
+    std::vector<std::vector<float>> r = batch_runner_->compute(outs, in);
+
+    const size_t V = static_cast<size_t>(hp_.speech_vocab), n_align = align_.size();
+    std::vector<std::vector<float>> result(B);
+    for (size_t b = 0; b < B; ++b) {
+        T3Cache& cache = *caches[b];
+        result[b].assign(r[0].begin() + first[b] * V, r[0].begin() + (first[b] + cache.n_rows) * V);
+        cache.align.clear();
+        for (size_t ah = 0; ah < n_align; ++ah) {
+            const std::vector<float>& t = r[1 + b * n_align + ah];
+            cache.align.insert(cache.align.end(), t.begin(), t.end());
+        }
+        cache.align_rows = 1;
+        cache.n_past += 1;
+        cache.n_speech += 1;
+    }
+    return result;
+}
+
+}  // namespace cbs
