@@ -44,7 +44,11 @@ def espeak(text: str, folder: str, idx: int) -> np.ndarray:
 
     path = os.path.join(folder, f"espeak_{idx}.wav")
     if not os.path.exists(path):
-        subprocess.run(["espeak-ng", "-s", "160", "-w", path, text], check=True, capture_output=True)
+        # Without LD_PRELOAD: under scripts/sanitizer_tests.sh (ASan's runtime preloaded)
+        # espeak-ng deadlocks in a futex before writing anything.
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        subprocess.run(["espeak-ng", "-s", "160", "-w", path, text], check=True, capture_output=True, env=env,
+                       timeout=120)
     x, sr = sf.read(path, dtype="float32")
     assert sr == ESPEAK_RATE, sr
     return x
