@@ -14,7 +14,7 @@ Measured and asserted over the whole session:
 - no stall over 100 ms on the GUI thread (the worst gap between the ticks of a 10 ms QTimer,
   paused only while the test itself checks files or measures memory);
 - RSS growth under 5 % from a baseline (the warm-up: every model loaded, a first play run,
-  every kind of action run once) to the end
+  every kind of action run once; then BASELINE_AFTER scripted actions) to the end
   (gc.collect() before each reading, the same model loaded).
 Token budgets are small (max_tokens 20) so the session fits in a few minutes on two cores.
 Set CBS_SOAK_ACTIONS to run a longer or shorter session.
@@ -51,6 +51,10 @@ N_ACTIONS = int(os.environ.get("CBS_SOAK_ACTIONS", "150"))  # after a 16-action 
 MAX_TOKENS = 20  # 0.8 s of speech at most per sentence: two chunks of 10 tokens
 STREAM = {"first_chunk_tokens": 10, "chunk_tokens": 10}
 RSS_GROWTH_LIMIT = 0.05
+# The memory baseline comes this many scripted actions after the warm-up: RSS still settles over
+# the first actions (+50 MB over 150 in a 1,000-action run), then creeps (~0.1 MB an action,
+# unexplained: scripts/soak_nightly.sh shows it); this guards against growth beyond that.
+BASELINE_AFTER = 50
 # CBS_SOAK_TRACE=<file>: write the stacks of all threads there whenever the GUI thread stalls
 TRACE_STALLS = open(os.environ["CBS_SOAK_TRACE"], "w") if os.environ.get("CBS_SOAK_TRACE") else None
 PROFILE_ACTION = int(os.environ.get("CBS_SOAK_PROFILE", "0"))
@@ -536,6 +540,10 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
 
             for i, name in enumerate(soak.order, 1):
                 soak.step(name)
+                if i == BASELINE_AFTER:
+                    with soak.probe.paused():
+                        rss0 = rss_mb()
+                        rss0_trim = rss_mb(trim=True)
                 if i % 25 == 0:
                     with soak.probe.paused():
                         print(f"\n  {i} actions, {time.perf_counter() - t_warm:.0f} s, worst stall "
