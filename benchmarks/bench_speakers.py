@@ -331,6 +331,26 @@ def turn_marks(enc) -> None:
                   and np.isfinite(v := rs.median_f0(x[int(t * sr):int((t + 1) * sr)], sr))])))
 
 
+def more_single_speaker_recordings() -> list[tuple[str, np.ndarray, int]]:
+    """One person each, held out of the thresholds: other Asterisk prompts (40-51), codec2's
+    g3plx and cq_ref (8 kHz radio) and mmt1, and the woman of the Harvard clip alone (by pitch)."""
+    out = []
+    for lang in rs.ASTERISK_LANGS:
+        voice, prompts = rs.asterisk_prompts(lang)
+        gap = np.zeros(8000, np.float32)
+        out.append((f"asterisk {voice} (prompts 40-51)",
+                    np.concatenate([p for q in prompts[40:52] for p in (rs.read_g722(q)[0], gap)]), 16000))
+    for name in ("raw/g3plx.raw", "raw/cq_ref.raw"):
+        out.append((f"codec2 {name}", np.fromfile(rs.codec2(name), np.int16).astype(np.float32) / 32768.0, 8000))
+    out.append(("codec2 wav/mmt1.wav", *rs.read(rs.codec2("wav/mmt1.wav"))))
+    x, sr = rs.read(rs.codec2("raw/speech_orig_16k.wav"))
+    gap = np.zeros(int(0.5 * sr), np.float32)
+    woman = [x[int(r.start * sr):int(r.end * sr)] for r in regions_of(x, sr)
+             if rs.median_f0(x[int(r.start * sr):int(r.end * sr)], sr) >= rs.MALE_BELOW_HZ]
+    out.append(("codec2 speech_orig_16k, the woman alone", np.concatenate([p for q in woman for p in (q, gap)]), sr))
+    return out
+
+
 def mfcc(x, sr, bands: int = 24, ceps: int = 13):
     """MFCCs c1..c12 of the loud 25 ms frames (10 ms hop; mel bands 100 Hz-4 kHz, so 8 and 16 kHz
     recordings are alike): the classic speaker-change features, owing nothing to GE2E."""
@@ -383,7 +403,7 @@ def split_statistics(enc) -> None:
         # the folders name the talker last: en_US_f_Allison and es_MX_f_Allison are one woman
         recs.append((f"asterisk {a}/{b} prompts in turn (assembled)", len({v.split("_")[-1] for _, _, v in known}),
                      x, sr))
-    recs += [(name, 1, x, sr) for name, x, sr in single_speaker_recordings()]
+    recs += [(name, 1, x, sr) for name, x, sr in single_speaker_recordings() + more_single_speaker_recordings()]
     for name, people, x, sr in recs:
         regs = regions_of(x, sr)
         cols = {}
