@@ -1,7 +1,7 @@
 """Speaker identity on real recordings with the trained GE2E encoder: parity with Resemblyzer,
 likeness distributions and threshold, clustering statistics, one-speaker clone windows.
 
-    .venv/bin/python benchmarks/bench_speakers.py [parity likeness clustering windows assembled]
+    .venv/bin/python benchmarks/bench_speakers.py [parity likeness clustering windows assembled turns clone split]
 
 Every recording is fetched from a package (tests/helpers/real_speech.py says which and why
 they are human); nothing is synthesised. Parity needs the reference venv with Resemblyzer
@@ -279,10 +279,224 @@ def assembled_windows(enc) -> None:
             known_turns_rows(enc, f"{names} in turn ({x.size / sr:.0f} s, assembled)", path, known, 10.0)
 
 
+def single_speaker_recordings() -> list[tuple[str, np.ndarray, int]]:
+    """One person each (the clustering table's): pyannote's women alone, codec2's radio
+    amateurs, Asterisk's voices (12 prompts, 0.5 s apart)."""
+    wav, turns = rs.pyannote_sample()
+    xp, sr = rs.read(wav)
+    out = []
+    for who in ("speaker90", "speaker91"):
+        gap = np.zeros(int(0.5 * sr), np.float32)
+        out.append((f"pyannote {who} alone", np.concatenate([p for q in solo_parts(xp, sr, turns, who)
+                                                             for p in (q, gap)]), sr))
+    out += [(f"codec2 {n}", *rs.read(rs.codec2(n))) for n in CODEC2_SINGLE]
+    for lang in rs.ASTERISK_LANGS:
+        voice, prompts = rs.asterisk_prompts(lang)
+        gap = np.zeros(8000, np.float32)
+        out.append((f"asterisk {voice} (12 prompts)",
+                    np.concatenate([p for q in prompts[20:32] for p in (rs.read_g722(q)[0], gap)]), 16000))
+    return out
+
+
+def turn_marks(enc) -> None:
+    """Why rule 6 and not change detection: the dip between adjacent 2 s windows and pitch."""
+    from voice_lab.speakers import HOP_SECONDS, WINDOW_SECONDS, windows
+
+    k = int(round(WINDOW_SECONDS / HOP_SECONDS))   # the window starting where this one ends
+
+    def dips(x, sr):
+        out = []
+        for r in regions_of(x, sr):
+            ws = windows([r])
+            e = [enc.embed(x[int(w.start * sr):int(w.end * sr)], sr) for w in ws]
+            out += [(ws[i].end, cos(e[i], e[i + k])) for i in range(len(ws) - k)
+                    if abs(ws[i + k].start - ws[i].end) < 1e-6]
+        return out
+
+    print("\n## Turn marks: cosine of the 2 s before and the 2 s after each point inside a speech region\n")
+    print("| recording | points | lowest | median |")
+    print("|---|---|---|---|")
+    for name, x, sr in single_speaker_recordings():
+        v = [c for _, c in dips(x, sr)]
+        print(f"| {name} | {len(v)} | " + (f"{min(v):.3f} | {np.median(v):.3f} |" if v else "- | - |"))
+    wav, turns = rs.pyannote_sample()
+    x, sr = rs.read(wav)
+    print("\npyannote sample (two women), points within 0.3 s of a change in the turn file: " + ", ".join(
+        f"{t:.2f} s {c:.3f}" for t, c in dips(x, sr)
+        if any(abs(t - b) < 0.3 or abs(t - a) < 0.3 for a, b, _ in turns)))
+    print("pyannote sample, median F0 of each 1 s where one woman speaks alone (turn file): " + "; ".join(
+        f"{who} {min(f):.0f}-{max(f):.0f} Hz" for who in ("speaker90", "speaker91")
+        if (f := [v for t in np.arange(0.0, x.size / sr - 1.0, 0.5)
+                  if {k for a, b, k in turns if a < t + 1 and b > t} == {who}
+                  and np.isfinite(v := rs.median_f0(x[int(t * sr):int((t + 1) * sr)], sr))])))
+
+
+def more_single_speaker_recordings() -> list[tuple[str, np.ndarray, int]]:
+    """One person each, held out of the thresholds: other Asterisk prompts (40-51), codec2's
+    g3plx and cq_ref (8 kHz radio) and mmt1, and the woman of the Harvard clip alone (by pitch)."""
+    out = []
+    for lang in rs.ASTERISK_LANGS:
+        voice, prompts = rs.asterisk_prompts(lang)
+        gap = np.zeros(8000, np.float32)
+        out.append((f"asterisk {voice} (prompts 40-51)",
+                    np.concatenate([p for q in prompts[40:52] for p in (rs.read_g722(q)[0], gap)]), 16000))
+    for name in ("raw/g3plx.raw", "raw/cq_ref.raw"):
+        out.append((f"codec2 {name}", np.fromfile(rs.codec2(name), np.int16).astype(np.float32) / 32768.0, 8000))
+    out.append(("codec2 wav/mmt1.wav", *rs.read(rs.codec2("wav/mmt1.wav"))))
+    x, sr = rs.read(rs.codec2("raw/speech_orig_16k.wav"))
+    gap = np.zeros(int(0.5 * sr), np.float32)
+    woman = [x[int(r.start * sr):int(r.end * sr)] for r in regions_of(x, sr)
+             if rs.median_f0(x[int(r.start * sr):int(r.end * sr)], sr) >= rs.MALE_BELOW_HZ]
+    out.append(("codec2 speech_orig_16k, the woman alone", np.concatenate([p for q in woman for p in (q, gap)]), sr))
+    return out
+
+
+def mfcc(x, sr, bands: int = 24, ceps: int = 13):
+    """MFCCs c1..c12 of the loud 25 ms frames (10 ms hop; mel bands 100 Hz-4 kHz, so 8 and 16 kHz
+    recordings are alike): the classic speaker-change features, owing nothing to GE2E."""
+    n, hop = int(0.025 * sr), int(0.01 * sr)
+    if x.size < n:
+        return np.zeros((0, ceps - 1))
+    size = 1 << (n - 1).bit_length()
+    power = np.abs(np.fft.rfft(np.lib.stride_tricks.sliding_window_view(np.asarray(x, np.float64), n)[::hop]
+                               * np.hamming(n), size, axis=1)) ** 2
+    freqs = np.fft.rfftfreq(size, 1 / sr)
+    edges = 700 * (10 ** (np.linspace(2595 * np.log10(1 + 100 / 700), 2595 * np.log10(1 + min(sr / 2, 4000) / 700),
+                                      bands + 2) / 2595) - 1)
+    bank = np.stack([np.clip(np.minimum((freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)), 0, None)
+                     for lo, mid, hi in zip(edges, edges[1:], edges[2:])])
+    loud = power.sum(1) > power.sum(1).max() * 10 ** -3.5
+    dct = np.cos(np.pi / bands * (np.arange(bands)[None, :] + 0.5) * np.arange(ceps)[:, None])
+    return (np.log(power[loud] @ bank.T + 1e-10) @ dct.T)[:, 1:]
+
+
+def gaussian_divergence(a, b) -> float:
+    """Delta-BIC of one full-covariance Gaussian vs two, per frame and without the penalty."""
+    def logdet(z):
+        return np.linalg.slogdet(np.cov(z.T) + 1e-6 * np.eye(z.shape[1]))[1]
+
+    z = np.vstack([a, b])
+    return 0.5 * (logdet(z) - len(a) / len(z) * logdet(a) - len(b) / len(z) * logdet(b))
+
+
+def split_statistics(enc) -> None:
+    """Leads tried for two speakers of the same sex (pyannote's two women, one speaker by the
+    centroid rule): statistics of the 2-means split of each recording, at 2 s windows every 0.5 s
+    (today's) and 1 s every 0.25 s, for one-person recordings and multi-speaker ones. A
+    statistic would do if pyannote's value lay beyond every one-person recording's."""
+    from voice_lab.speakers import _normalise, cells_of, two_means, windows
+
+    print("\n## Split statistics: one speaker or two (1 s / 2 s windows)\n")
+    print("centroid: cosine of the 2-means centroids; confident: of the centroids of each side's windows at or "
+          "beyond the side's median projection on the split axis; step: the largest within-region single "
+          "change of that projection (sides of opposite sign, >= 1 s each), |mean difference| / pooled sd, "
+          "and the difference; MFCC: delta-BIC per frame of the two sides' sure cells (gaussian_divergence)\n")
+    print("| recording | people | windows 2 s / 1 s | centroid 2 s / 1 s | confident 2 s / 1 s | step 1 s (t, d) | "
+          "MFCC 2 s / 1 s |")
+    print("|---|---|---|---|---|---|---|")
+    wav, turns = rs.pyannote_sample()
+    recs = [("pyannote sample (two women)", 2, *rs.read(wav)),
+            ("codec2 speech_orig_16k (man/woman)", 2, *rs.read(rs.codec2("raw/speech_orig_16k.wav"))),
+            ("codec2 all.wav (talkers in turn)", "8", *rs.read(rs.codec2_compilation()[0]))]
+    for a, b in (("en", "fr"), ("it", "fr"), ("en", "ru"), ("es", "fr"), ("en", "es")):
+        x, sr, known = alternating(a, b)
+        # the folders name the talker last: en_US_f_Allison and es_MX_f_Allison are one woman
+        recs.append((f"asterisk {a}/{b} prompts in turn (assembled)", len({v.split("_")[-1] for _, _, v in known}),
+                     x, sr))
+    recs += [(name, 1, x, sr) for name, x, sr in single_speaker_recordings() + more_single_speaker_recordings()]
+    for name, people, x, sr in recs:
+        regs = regions_of(x, sr)
+        cols = {}
+        for length, hop in ((2.0, 0.5), (1.0, 0.25)):
+            ws = windows(regs, length, hop)
+            e = _normalise(np.stack([enc.embed(x[int(w.start * sr):int(w.end * sr)], sr) for w in ws]))
+            lab, _ratio = two_means(e)
+            if not lab.any():
+                lab[int(np.argmin(e @ e.mean(0)))] = 1   # no split: the odd window out, for the figures
+            c = _normalise(np.stack([e[lab == k].mean(0) for k in (0, 1)]))
+            proj = e @ ((c[0] - c[1]) / np.linalg.norm(c[0] - c[1]))
+            conf = _normalise(np.stack([e[(lab == k) & (s * proj >= np.median(s * proj[lab == k]))].mean(0)
+                                        for k, s in ((0, 1), (1, -1))]))
+            step = (0.0, 0.0)
+            for r in regs:
+                q = proj[[i for i, w in enumerate(ws) if w.start >= r.start - 1e-6 and w.end <= r.end + 1e-6]]
+                m = int(round(1.0 / hop))
+                for k in range(m, q.size - m + 1):
+                    left, right = q[:k], q[k:]
+                    if np.sign(left.mean()) == np.sign(right.mean()):
+                        continue
+                    spread = ((left - left.mean()) ** 2).sum() + ((right - right.mean()) ** 2).sum()
+                    sd = np.sqrt(spread / (q.size - 2))
+                    t = abs(left.mean() - right.mean()) / max(sd, 1e-6)
+                    step = max(step, (t, abs(left.mean() - right.mean())))
+            sides = {0: [], 1: []}
+            for cell in cells_of(regs, ws, lab.tolist(), hop):
+                if cell.sure:
+                    sides[cell.speaker].append(mfcc(x[int(cell.span.start * sr):int(cell.span.end * sr)], sr))
+            feats = [np.vstack(v) if v else np.zeros((0, 12)) for v in sides.values()]
+            div = gaussian_divergence(*feats) if min(len(f) for f in feats) >= 50 else float("nan")
+            cols[length] = (len(ws), float(c[0] @ c[1]), float(conf[0] @ conf[1]), step, div)
+        two, one = cols[2.0], cols[1.0]
+        print(f"| {name} | {people} | {two[0]} / {one[0]} | {two[1]:.3f} / {one[1]:.3f} | "
+              f"{two[2]:.3f} / {one[2]:.3f} | {one[3][0]:.2f}, {one[3][1]:.2f} | {two[4]:.3f} / {one[4]:.3f} |")
+
+
+def clone_windows(enc) -> None:
+    """The clone window of speaker 1 (6 and 10 s) on every recording here, checked by the
+    package's turn times, the known turns of assembled prompts or pitch (man/woman)."""
+    import os
+    import tempfile
+
+    import soundfile as sf
+
+    from voice_lab.lab import prepare_clip
+
+    print("\n## Clone windows of speaker 1 on every recording (check: turn file, known turns, pitch)\n")
+    print("| recording | target (s) | speakers found | window (s) | check |")
+    print("|---|---|---|---|---|")
+    wav, turns = rs.pyannote_sample()
+    comp, talkers = rs.codec2_compilation()
+    harvard = rs.codec2("raw/speech_orig_16k.wav")
+    with tempfile.TemporaryDirectory() as tmp:
+        def saved(name, x, sr):
+            path = os.path.join(tmp, f"{len(os.listdir(tmp))}.wav")
+            sf.write(path, x, sr)
+            return name, path, None
+
+        recs = [("pyannote sample (two women)", wav, turns), ("codec2 all.wav (talkers in turn)", comp, talkers),
+                ("codec2 speech_orig_16k (man/woman)", harvard, "pitch")]
+        for a, b in (("en", "fr"), ("it", "fr"), ("en", "ru")):
+            x, sr, known = alternating(a, b)
+            recs.append((f"asterisk {a}/{b} prompts in turn (assembled)", saved("", x, sr)[1], known))
+        recs += [saved(name, x, sr) for name, x, sr in single_speaker_recordings()]
+        for name, path, known in recs:
+            for target in (6.0, 10.0):
+                try:
+                    r = prepare_clip(str(path), target=target, embed=enc.embed)
+                except Exception as e:  # too little speech
+                    print(f"| {name} | {target:g} | - | - | {e} |")
+                    continue
+                spans = r.report["window"]["spans"]
+                if known == "pitch":
+                    check = f"by pitch: {', '.join(sorted(rs.voices_by_pitch(path, spans)))}"
+                elif known:
+                    share: dict[str, float] = {}
+                    for a, b in spans:
+                        for s, e, who in known:
+                            share[who] = share.get(who, 0.0) + max(0.0, min(b, e) - max(a, s))
+                    check = "known seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(share.items()) if v > 0)
+                else:
+                    check = "one person's recording"
+                window = ", ".join(f"{a:.2f}-{b:.2f}" for a, b in spans)
+                print(f"| {name} | {target:g} | {r.report['speakers']['count']} | {window} "
+                      f"({sum(b - a for a, b in spans):.1f}) | {check} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sections = {"parity": parity, "likeness": likeness, "clustering": clustering, "windows": windows_check,
-                "assembled": assembled_windows}
+                "assembled": assembled_windows, "turns": turn_marks, "clone": clone_windows,
+                "split": split_statistics}
     ap.add_argument("sections", nargs="*", choices=[[], *sections], default=[],
                     help=f"which tables (default all: {', '.join(sections)}; parity needs the reference venv)")
     args = ap.parse_args()
