@@ -160,10 +160,12 @@ def main() -> int:
     ref = run_stage("vc_bench", snap, wav=src, sr=np.asarray(RATE), variant=np.array(args.variant),
                     threads=np.asarray(args.threads), repeat=np.asarray(args.repeat))
     ref_s = float(ref["ms"]) / 1e3
+    ref_ms = {k[:-3]: float(v) for k, v in ref.items() if k.endswith("_ms")}
     print(f"convert {args.seconds:g} s: ours {ours:.2f} s (RTF {ours / args.seconds:.2f}), ChatterboxVC.generate "
-          f"{ref_s:.2f} s (RTF {ref_s / args.seconds:.2f}): {ref_s / ours:.2f}x; out {out.size / engine.sample_rate:.2f} s")
+          f"{ref_s:.2f} s (RTF {ref_s / args.seconds:.2f}): {ref_s / ours:.2f}x; "
+          f"out {out.size / engine.sample_rate:.2f} s")
     print(f"  ours: {stages_line(ours_ms, ours * 1e3)}")
-    print(f"  ChatterboxVC.generate: {stages_line({k[:-3]: float(v) for k, v in ref.items() if k.endswith('_ms')}, ref_s * 1e3, OUR_STAGES[:-1])}")
+    print(f"  ChatterboxVC.generate: {stages_line(ref_ms, ref_s * 1e3, OUR_STAGES[:-1])}")
 
     engine.watermark = True  # streams as the app's are: marked
     long_src = speech(args.stream_seconds)
