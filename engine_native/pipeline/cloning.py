@@ -37,7 +37,7 @@ MIN_SPEECH_SECONDS = 1.0
 # burst of clones reuses them, an idle session frees them.
 CLONER_IDLE_SECONDS = 60.0
 _SAMPLE_RATE = schema.Option("sample_rate", int, 1000, 768000, False, False, "a recording's sample rate in Hz")
-_ENCODERS = ("Mel24k", "VoiceEncoder", "CampPlus", "S3Tokenizer")
+_ENCODERS = {"mel": "Mel24k", "ve": "VoiceEncoder", "campplus": "CampPlus", "s3tok": "S3Tokenizer"}
 # Metadata of the old cloning, dropped from a re-made voice.
 _MADE_BY_CLONING = ("builtin", "clone_seconds", "duration_s", "created_at", "source_sample_rate")
 
@@ -59,19 +59,22 @@ class VoiceCloner:
         self._remade_lock = threading.Lock()
 
     # ------------------------------------------------------------ the encoders' lifetime
-    def encoders(self) -> dict:
-        """The cloning encoders by name (mel, ve, campplus, s3tok), built on first use. Call with
-        the engine's lock held."""
+    def encoders(self, *names: str) -> dict:
+        """The cloning encoders by name (mel, ve, campplus, s3tok), those in `names` (none: all)
+        built on first use, so that one caller's need (re-voicing's S3Tokenizer, a likeness
+        score's VoiceEncoder) loads only that encoder's weights. Call with the engine's lock held."""
         self._used = time.monotonic()
+        names = names or tuple(_ENCODERS)
+        missing = [_ENCODERS[n] for n in names if not hasattr(_core, _ENCODERS[n])]
+        if missing:
+            raise EngineError(f"this build of the engine lacks {', '.join(missing)}; voice cloning is unavailable")
         if self._encoders is None:
-            missing = [c for c in _ENCODERS if not hasattr(_core, c)]
-            if missing:
-                raise EngineError(f"this build of the engine lacks {', '.join(missing)}; voice cloning is unavailable")
-            f = self._file
-            self._encoders = {"mel": _core.Mel24k(f), "ve": _core.VoiceEncoder(f),
-                              "campplus": _core.CampPlus(f), "s3tok": _core.S3Tokenizer(f)}
-            self._encoder_refs += [weakref.ref(c) for c in self._encoders.values()]
+            self._encoders = {}
             self._schedule_release(self.idle_seconds)
+        for name in names:
+            if name not in self._encoders:
+                self._encoders[name] = getattr(_core, _ENCODERS[name])(self._file)
+                self._encoder_refs.append(weakref.ref(self._encoders[name]))
         return self._encoders
 
     def _schedule_release(self, delay: float) -> None:
@@ -101,7 +104,7 @@ class VoiceCloner:
         c = self._config
         mono, sr = _audio(samples, sample_rate)
         with self._lock:
-            ve = self.encoders()["ve"]
+            ve = self.encoders("ve")["ve"]
             wav24 = resample_soxr(mono, sr, c.sample_rate)
             if c.norm_loudness:  # Turbo/Nano; the Multilingual recipe has no loudness step
                 wav24 = norm_loudness(wav24, c.sample_rate)
@@ -111,7 +114,7 @@ class VoiceCloner:
     def speaker_xvector(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
         mono, sr = _audio(samples, sample_rate)
         with self._lock:
-            campplus = self.encoders()["campplus"]
+            campplus = self.encoders("campplus")["campplus"]
             x = np.asarray(campplus.embed(resample_soxr(mono, sr, self._config.tokenizer_rate)), np.float32).reshape(-1)
         return x / (np.linalg.norm(x) or 1.0)
 

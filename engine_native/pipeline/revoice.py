@@ -117,7 +117,7 @@ def tokenize(stages, wav16: np.ndarray, cancel, times: StageTimes | None = None)
         if cancel.is_set():
             return None
         with stages.profiler.stage("tokenize", times):
-            encoder = stages.cloner.encoders()["s3tok"]
+            encoder = stages.cloner.encoders("s3tok")["s3tok"]
             return np.asarray(encoder.tokens(np.ascontiguousarray(wav16, np.float32)), np.int32)
 
 
