@@ -45,9 +45,9 @@ SEGMENT_SECONDS = 30
 MIN_SEGMENT_SECONDS = 10
 # A cut goes in the quietest run of this many tokens (200 ms) within its range.
 CUT_QUIET_TOKENS = 5
-# A stream's first segment ends between these seconds of the source (when it is longer than
-# their sum, so the rest is never shorter than the first): the S3Tokenizer attends over a whole
-# segment, so the first audio waits for all of its tokens.
+# A stream's first segment ends between these seconds of the source (one longer than their
+# sum, so that at least the lower bound follows the cut): the S3Tokenizer attends over a whole
+# segment, so a stream's first audio waits for all of its first segment's tokens.
 FIRST_SEGMENT_SECONDS = (3, 8)
 # The shortest source: fewer tokens give S3Gen nothing to say.
 MIN_SOURCE_TOKENS = 10
@@ -132,7 +132,7 @@ def segment_chunks(stages, tokens: np.ndarray, voice, seed: int, p: dict, plan, 
     vocoder = stages.vocoder.stream(seed)
     marker = stages.marking.sentence() if watermark else None
     n, started = 0, False
-    times = times or StageTimes(seed=seed)
+    times = StageTimes(seed=seed) if times is None else times
     while True:
         n = min(total, n + plan.want(n, started, total))
         final = n == total
