@@ -284,7 +284,8 @@ class Engine:
                        first_chunk_tokens: int = 10, chunk_tokens: int = 25, seed: int | None = None,
                        cfm_steps: int | None = None, prompt_seconds: float | None = None) -> Stream:
         """`revoice` as a Stream of Chunks (checked now; converted as it is iterated), cut as
-        `stream` cuts a sentence; a Chunk's sentence is a segment of the source (text "")."""
+        `stream` cuts a sentence; a Chunk's sentence is a segment of the source (text ""), the
+        first one cut short (revoice.FIRST_SEGMENT_SECONDS) so that the first audio comes early."""
         plan = ChunkPlan(schema.check("first_chunk_tokens", first_chunk_tokens),
                          schema.check("chunk_tokens", chunk_tokens))
         wav16, voice, seed, p = self._revoice_request(samples, sample_rate, voice, seed, cfm_steps, prompt_seconds)

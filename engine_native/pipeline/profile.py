@@ -5,8 +5,9 @@ The stages time themselves (`Profiler.stage`): the T3 prompt (`t3_prompt`: the v
 text and start-of-speech prefill), T3's sampling steps (`t3_steps`), an S3Gen pass
 (`s3gen`: the encoder and the CFM with its noise, the voice prompt sliced and its cached
 prefix made where a stream needs one) and within it `encoder` and `cfm`, and HiFT
-(`hift`: f0, the excitation and the decode of the frames a chunk adds), and the Perth
-watermark on what a chunk brings (`watermark`). Each adds its wall
+(`hift`: f0, the excitation and the decode of the frames a chunk adds), the Perth
+watermark on what a chunk brings (`watermark`), and a re-voiced source's S3Tokenizer
+(`tokenize`: a segment's speech tokens, counted in its first chunk). Each adds its wall
 time to the chunk's `StageTimes` and tells every hook registered with `Engine.profile`:
 
     events = []
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 from engine_native.errors import Cancelled
 
-STAGES = ("t3_prompt", "t3_steps", "s3gen", "encoder", "cfm", "hift", "watermark")
+STAGES = ("t3_prompt", "t3_steps", "s3gen", "encoder", "cfm", "hift", "watermark", "tokenize")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class StageTimes:
     cfm_ms: float = 0.0
     hift_ms: float = 0.0
     watermark_ms: float = 0.0  # the Perth watermark (pipeline.watermark_stream)
+    tokenize_ms: float = 0.0   # re-voicing: the S3Tokenizer over a segment of the source
     speech_tokens: int = 0     # the sentence's T3 tokens so far (specials included)
     audio_s: float = 0.0       # this chunk's audio
 

@@ -17,8 +17,11 @@ in the quietest CUT_QUIET_TOKENS tokens of its range (the lowest mean level in d
 between phrases wherever there is one), and every segment goes the reference's path on its
 own (its own seed: the take's + its index; its own trim fade, which falls on that quiet
 stretch). Memory is then bounded by one segment, whatever the source's length, and a stream's
-first audio waits only for the first segment's tokens. The output keeps the source's timing:
-one token is 40 ms of source and 40 ms of output.
+first audio waits only for the first segment's tokens. A stream (not a whole conversion) of a
+source longer than the sum of FIRST_SEGMENT_SECONDS cuts its first segment short, in the
+quietest CUT_QUIET_TOKENS within those seconds of the start (the later segments as above): its
+first audio then waits for a few seconds' tokens, not up to SEGMENT_SECONDS' worth. The output
+keeps the source's timing: one token is 40 ms of source and 40 ms of output.
 
 Loudness: the output is the reference's, unchanged (its level follows the target voice's
 prompt; the speech tokens carry none of the source's level).
@@ -43,6 +46,10 @@ SEGMENT_SECONDS = 30
 MIN_SEGMENT_SECONDS = 10
 # A cut goes in the quietest run of this many tokens (200 ms) within its range.
 CUT_QUIET_TOKENS = 5
+# A stream's first segment ends between these seconds of the source (one longer than their
+# sum, so that at least the lower bound follows the cut): the S3Tokenizer attends over a whole
+# segment, so a stream's first audio waits for all of its first segment's tokens.
+FIRST_SEGMENT_SECONDS = (3, 8)
 # The shortest source: fewer tokens give S3Gen nothing to say.
 MIN_SOURCE_TOKENS = 10
 
@@ -70,52 +77,64 @@ def source_16k(config, samples, sample_rate) -> np.ndarray:
     return resample_soxr(mono, sr, config.tokenizer_rate)
 
 
-def segments(wav16: np.ndarray, config) -> list[tuple[int, int]]:
+def segments(wav16: np.ndarray, config, first_short: bool = False) -> list[tuple[int, int]]:
     """[start, end) sample ranges of the 16 kHz source: one when it is at most SEGMENT_SECONDS,
-    else cut at token boundaries as the module says."""
-    hop = config.tokenizer_rate // config.token_rate
+    else cut at token boundaries as the module says; `first_short` (a stream): the first segment
+    cut within FIRST_SEGMENT_SECONDS where the source is longer than their sum."""
+    hop, rate = config.tokenizer_rate // config.token_rate, config.token_rate
     n = wav16.size
-    if n <= SEGMENT_SECONDS * config.tokenizer_rate:
-        return [(0, n)]
     n_tokens = -(-n // hop)
+    first_lo, first_hi = (int(round(s * rate)) for s in FIRST_SEGMENT_SECONDS)
+    first_short = first_short and n_tokens > first_lo + first_hi
+    if n <= SEGMENT_SECONDS * config.tokenizer_rate and not first_short:
+        return [(0, n)]
     frames = np.pad(wav16.astype(np.float64), (0, n_tokens * hop - n)).reshape(n_tokens, hop)
     level = 10 * np.log10(np.mean(frames ** 2, axis=1) + 1e-12)
     # quiet[k]: the mean level of the CUT_QUIET_TOKENS tokens around boundary k
     half = CUT_QUIET_TOKENS // 2
     quiet = np.convolve(np.pad(level, (half, CUT_QUIET_TOKENS - 1 - half), mode="edge"),
                         np.ones(CUT_QUIET_TOKENS) / CUT_QUIET_TOKENS, mode="valid")
-    longest, shortest = SEGMENT_SECONDS * config.token_rate, MIN_SEGMENT_SECONDS * config.token_rate
+
+    def quietest(lo: int, hi: int) -> int:
+        return lo + int(np.argmin(quiet[lo:hi + 1]))
+
     out, start = [], 0
+    if first_short:
+        start = quietest(first_lo, first_hi)
+        out.append((0, start * hop))
+    longest, shortest = SEGMENT_SECONDS * rate, MIN_SEGMENT_SECONDS * rate
     while n_tokens - start > longest:
-        lo, hi = start + shortest, min(start + longest, n_tokens - shortest)
-        cut = lo + int(np.argmin(quiet[lo:hi + 1]))
+        cut = quietest(start + shortest, min(start + longest, n_tokens - shortest))
         out.append((start * hop, cut * hop))
         start = cut
     out.append((start * hop, n))
     return out
 
 
-def tokenize(stages, wav16: np.ndarray, cancel) -> np.ndarray | None:
-    """S3Tokenizer's speech tokens of 16 kHz audio (the reference's `s3gen.tokenizer`); None
-    when cancelled."""
+def tokenize(stages, wav16: np.ndarray, cancel, times: StageTimes | None = None) -> np.ndarray | None:
+    """S3Tokenizer's speech tokens of 16 kHz audio (the reference's `s3gen.tokenizer`), its
+    time the stage `tokenize` (added to `times`); None when cancelled."""
     with stages.s3gen_turn(cancel):
         if cancel.is_set():
             return None
-        return np.asarray(stages.cloner.encoders()["s3tok"].tokens(np.ascontiguousarray(wav16, np.float32)),
-                          np.int32)
+        with stages.profiler.stage("tokenize", times):
+            encoder = stages.cloner.encoders()["s3tok"]
+            return np.asarray(encoder.tokens(np.ascontiguousarray(wav16, np.float32)), np.int32)
 
 
-def segment_chunks(stages, tokens: np.ndarray, voice, seed: int, p: dict, plan, cancel, watermark: bool = False):
+def segment_chunks(stages, tokens: np.ndarray, voice, seed: int, p: dict, plan, cancel, watermark: bool = False,
+                   times: StageTimes | None = None):
     """One segment's (samples, final, StageTimes, watermarked): S3Gen and HiFT over its tokens,
     whole (one pass, the reference's) or streamed as `plan` cuts it (scheduler.s3gen_pass's
-    windows); marked as a sentence is (ChatterboxVC marks its whole output) when `watermark`."""
+    windows); marked as a sentence is (ChatterboxVC marks its whole output) when `watermark`.
+    `times`: what the segment cost before its passes (its tokenizing), the first chunk's."""
     ratio, total = stages.config.token_mel_ratio, int(tokens.size)
     speech = tokens.tolist()
     vocoder = stages.vocoder.stream(seed)
     marker = stages.marking.sentence() if watermark else None
     n, started = 0, False
+    times = StageTimes(seed=seed) if times is None else times
     while True:
-        times = StageTimes(seed=seed)
         n = min(total, n + plan.want(n, started, total))
         final = n == total
         if final and not started:
@@ -141,20 +160,25 @@ def segment_chunks(stages, tokens: np.ndarray, voice, seed: int, p: dict, plan, 
         yield wav, final, times, marker is not None and marker.marked
         if final:
             return
+        times = StageTimes(seed=seed)  # the next chunk's (a pass with nothing to play yet adds to it)
 
 
-def chunks(stages, wav16: np.ndarray, voice, seed: int, p: dict, plan, cancel, watermark: bool = False):
+def chunks(stages, wav16: np.ndarray, voice, seed: int, p: dict, plan, cancel, watermark: bool = False,
+           cuts: list[tuple[int, int]] | None = None):
     """The re-voiced source as Chunks (text "", the segment as the sentence: sentence_index,
     n_sentences; span: the segment's [start, end) in 16 kHz source samples); ends quietly once
-    `cancel` is set."""
-    cuts = segments(wav16, stages.config)
+    `cancel` is set. `cuts`: the segments (default: `segments`, the first cut short when `plan`
+    streams)."""
+    if cuts is None:
+        cuts = segments(wav16, stages.config, first_short=not plan.whole)
     index = 0
     for si, (a, b) in enumerate(cuts):
-        tokens = tokenize(stages, wav16[a:b], cancel)
+        spent = StageTimes(seed=seed + si)
+        tokens = tokenize(stages, wav16[a:b], cancel, spent)
         if tokens is None or cancel.is_set():
             return
         for wav, final, times, marked in segment_chunks(stages, tokens, voice, derived_seed(seed, si), p, plan, cancel,
-                                                        watermark):
+                                                        watermark, spent):
             if cancel.is_set():
                 return
             yield Chunk(samples=wav, sample_rate=stages.config.sample_rate, index=index,

@@ -56,6 +56,29 @@ def test_a_speaker_embedding_loads_only_the_voice_encoder(recording):
     assert 0 < ve_only < all_four / 20
 
 
+def test_revoicing_loads_only_the_s3tokenizers_weights(recording):
+    """Re-voicing needs the S3Tokenizer alone: CAMPPlus's and the VoiceEncoder's weights load
+    with the first clone after it."""
+    engine = Engine(model_path("nano", "q4_0"), threads=2, watermark=False)
+    f = engine.stages.file
+
+    def group_bytes(prefix: str) -> int:
+        infos = [f.tensor_info(n) for n in f.tensor_names() if n.startswith(prefix)]
+        assert infos and all(t == "f32" for t, _ in infos), prefix
+        return sum(4 * int(np.prod(shape)) for _, shape in infos)
+
+    base = f.buffer_bytes
+    engine.revoice(*recording, seed=0)
+    tokenizer = f.buffer_bytes - base
+    others = group_bytes("campplus.") + group_bytes("ve.")
+    print(f"re-voicing loads {tokenizer / 2**20:.0f} MB; CAMPPlus and the VoiceEncoder {others / 2**20:.0f} MB more")
+    assert group_bytes("s3tok.") <= tokenizer < group_bytes("s3tok.") + others
+    engine.voice_from_audio(*recording)
+    loaded = f.buffer_bytes
+    assert loaded - base >= tokenizer + others
+    assert engine.release_voice_encoders() == loaded - base and f.buffer_bytes == base
+
+
 def test_encoders_held_elsewhere_are_not_freed(recording):
     engine = Engine(model_path("nano", "q4_0"), threads=2)
     with engine.stages.lock:

@@ -178,6 +178,29 @@ def test_revoiced_audio_is_watermarked_as_chatterbox_vc_marks_its_output(nano, s
     assert marked.shape == plain.shape and rel(marked, want) <= 1e-4
 
 
+def test_a_streams_first_segment_is_short_and_each_segment_tokenized_as_it_comes(nano, sources, monkeypatch):
+    """The early first cut on a 3 s clip (FIRST_SEGMENT_SECONDS made 1-1.5 s for it): two
+    segments, their chunks in order, each segment's tokenizing timed in its first chunk (the
+    `tokenize` stage), the source's timing kept; the whole conversion is not cut."""
+    x, sr = sources["hts1a-8k-wav-3s"]
+    monkeypatch.setattr(revoice, "FIRST_SEGMENT_SECONDS", (1, 1.5))
+    events = []
+    with nano.profile(events.append):
+        chunks = list(nano.revoice_stream(x, sr, seed=3))
+    assert {c.n_sentences for c in chunks} == {2} and chunks[-1].is_last
+    assert [c.sentence_index for c in chunks] == sorted(c.sentence_index for c in chunks)
+    (a, cut), (cut2, end) = chunks[0].span, chunks[-1].span
+    assert a == 0 and cut == cut2 and 16000 <= cut <= 24000 and cut % (16000 // nano.token_rate) == 0
+    starts = [i for i, c in enumerate(chunks) if i == 0 or c.sentence_index != chunks[i - 1].sentence_index]
+    assert [i for i, c in enumerate(chunks) if c.stages.tokenize_ms > 0] == starts
+    assert [e.stage for e in events if e.phase == "end"].count("tokenize") == 2
+    streamed = np.concatenate([c.samples for c in chunks])
+    whole = nano.revoice(x, sr, seed=3)
+    assert streamed.size == whole.size and abs(whole.size / nano.sample_rate - x.size / sr) < 0.05
+    assert len(nano.revoice_tokens(x, sr)) == 1  # revoice's own segments: one pass
+    assert np.isfinite(streamed).all() and np.sqrt(np.mean(streamed[: nano.sample_rate] ** 2)) > 1e-3
+
+
 def test_stream_cancel_ends_quietly(nano, sources):
     x, sr = sources["hts1a-8k-wav-3s"]
     stream = nano.revoice_stream(x, sr, seed=3)
@@ -206,6 +229,22 @@ def test_long_sources_are_cut_in_the_quietest_stretch_between_10_and_30_s(nano):
     speech = 10 * np.log10(np.mean(wav.astype(np.float64) ** 2))
     assert level(cut) < speech - 15, (level(cut), speech)  # a pause, well below the speech's level
     assert revoice.segments(wav[: 30 * 16000], config) == [(0, 30 * 16000)]
+
+    # A stream's first segment ends within FIRST_SEGMENT_SECONDS, in the quietest 200 ms there;
+    # the rest is cut as a whole conversion cuts a source (here 33-38 s: once more, 10-30 s on).
+    lo, hi = revoice.FIRST_SEGMENT_SECONDS
+    short = revoice.segments(wav, config, first_short=True)
+    assert short[0][0] == 0 and short[-1][1] == wav.size and len(short) == 3
+    assert all(e == s for (_, e), (s, _) in zip(short, short[1:]))
+    first = short[0][1]
+    assert first % hop == 0 and lo * 16000 <= first <= hi * 16000
+    quietest = min(level(i) for i in range(lo * 16000, hi * 16000 + 1, hop))
+    assert level(first) <= quietest + 1.0, (level(first), quietest)  # the window's own quietest 200 ms
+    assert all(10 * 16000 <= e - s <= 30 * 16000 for s, e in short[1:-1])
+    # A source no longer than the two bounds together is one segment, streamed or not.
+    n = (lo + hi) * 16000
+    assert revoice.segments(wav[:n], config, first_short=True) == [(0, n)]
+    assert len(revoice.segments(wav[: n + 16000], config, first_short=True)) == 2
 
 
 def test_bad_sources_get_one_clear_error(nano, sources):

@@ -119,8 +119,10 @@ def vc_generate_stage(snapshot: Path, inputs: Inputs) -> Inputs:
 def vc_bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
     """wav, sr, variant, threads, repeat -> ms (the best of `repeat` calls of
     `ChatterboxVC.generate` on the source written as a WAV, the snapshot's built-in voice
-    (conds.pt's gen) as the target, the watermark left out as in vc_generate) and the
-    process's peak RSS in bytes. torch.set_num_threads(threads)."""
+    (conds.pt's gen) as the target, the watermark left out as in vc_generate), that call's
+    stages (tokenize_ms: s3gen.tokenizer; encoder_ms and cfm_ms: the flow's encoder and
+    decoder; hift_ms: hift_inference) and the process's peak RSS in bytes.
+    torch.set_num_threads(threads)."""
     import resource
     import time
 
@@ -137,12 +139,33 @@ def vc_bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
         from .stages import load_conds
     vc = ChatterboxVC(s3, "cpu", ref_dict=load_conds(snapshot).gen)
     vc.watermarker.apply_watermark = lambda wav, sample_rate: wav
-    best = float("inf")
+    stage_ms: dict[str, float] = {}
+
+    def timed(obj, name: str, stage: str) -> None:  # an instance attribute over the method
+        method = getattr(obj, name)
+
+        def run(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return method(*a, **k)
+            finally:
+                stage_ms[stage] = stage_ms.get(stage, 0.0) + (time.perf_counter() - t0) * 1e3
+        setattr(obj, name, run)
+
+    timed(s3.tokenizer, "forward", "tokenize")
+    timed(s3.flow.encoder, "forward", "encoder")
+    timed(s3.flow.decoder, "forward", "cfm")
+    timed(s3, "hift_inference", "hift")
+    best, best_stages = float("inf"), {}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "source.wav"
         sf.write(str(path), np.asarray(inputs["wav"], np.float32), int(np.asarray(inputs["sr"])), subtype="FLOAT")
         for _ in range(int(np.asarray(inputs["repeat"]))):
+            stage_ms.clear()
             t0 = time.perf_counter()
             vc.generate(str(path))
-            best = min(best, time.perf_counter() - t0)
-    return {"ms": np.asarray(best * 1e3), "peak_rss": np.asarray(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)}
+            ms = (time.perf_counter() - t0) * 1e3
+            if ms < best:
+                best, best_stages = ms, dict(stage_ms)
+    return {"ms": np.asarray(best), "peak_rss": np.asarray(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),
+            **{f"{k}_ms": np.asarray(v) for k, v in best_stages.items()}}

@@ -79,7 +79,8 @@ static void amx_weight_matmul(ggml_tensor* dst);
 // multiplies every row of b by them. Converting costs M*K per product against sgemm's M*K*N,
 // and the activations stay f32 (ggml's own kernel rounds them to 8 bits). Faster than ggml's
 // Q4_0 kernel and nearly as fast as f32 weights, without the memory of dequantising at load.
-// On AMX (userdata set) any 2-D weight, f32 too, goes to amx_weight_matmul below.
+// An f32 weight comes here in exact mode where it has more rows than b (matmul); on AMX
+// (userdata set) any 2-D weight, f32 too, goes to amx_weight_matmul below.
 static void weight_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
     if (amx) return amx_weight_matmul(dst);
     openblas_one_thread();
@@ -224,10 +225,16 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
     const bool blas = how.blas();
     const bool weight_like = ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && b->type == GGML_TYPE_F32 &&
                              b->nb[0] == sizeof(float) && b->ne[1] >= 16 && a->ne[1] >= 16 && a->ne[0] == b->ne[0];
+    // Exact products of an f32 weight with more rows than b has (the S3Tokenizer's 1280 x 5120
+    // matrices over a few hundred frames): split by the weight's rows too, so that each thread
+    // packs only its share of the weight, where blas_matmul's split of b's rows has every
+    // thread pack all of it. The same sgemm on the same rows: the same numbers.
+    const bool wide_f32_weight = how.kind == CpuProducts::exact && a->type == GGML_TYPE_F32 &&
+                                 a->ne[1] > b->ne[1] * b->ne[2] * b->ne[3];
     // Quantised or f16 weights; with AMX any 2-D weight (split by its rows: each thread packs its own).
     if (blas && weight_like && ((a->type != GGML_TYPE_F32 && ggml_get_type_traits(a->type)->to_float &&
                                  blas_quant_enabled()) ||
-                                (a->type == GGML_TYPE_F32 && amx_tag(how)))) {
+                                (a->type == GGML_TYPE_F32 && (amx_tag(how) || wide_f32_weight)))) {
         if (vnni_weight(a, how)) {
             const int64_t bytes = kSplitHeader + static_cast<int64_t>(I16Rows::bytes(b->ne[1], b->ne[0])) *
                                                      b->ne[2] * b->ne[3];

@@ -52,7 +52,8 @@ def _check(fast, exact, ref, what, int16=0.0):
 
 @pytest.mark.parametrize("m,k,n,wtype", [(256, 512, 1000, "f32"), (80, 256, 37, "f32"), (1024, 256, 17, "q4_0"),
                                          (33, 49, 300, "f32"), (300, 992, 130, "f16"), (17, 96, 1, "f32"),
-                                         (83, 96, 301, "q4_0"), (300, 992, 130, "q4_0")])
+                                         (83, 96, 301, "q4_0"), (300, 992, 130, "q4_0"),
+                                         (1280, 1280, 75, "f32"), (5120, 1280, 250, "f32")])  # S3Tokenizer's
 def test_linear_product(m, k, n, wtype):
     rng = np.random.default_rng(m + k + n)
     w = (rng.standard_normal((m, k)) * 0.05).astype(np.float32)
