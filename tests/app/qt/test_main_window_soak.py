@@ -58,6 +58,9 @@ BASELINE_AFTER = 50
 # CBS_SOAK_TRACE=<file>: write the stacks of all threads there whenever the GUI thread stalls
 TRACE_STALLS = open(os.environ["CBS_SOAK_TRACE"], "w") if os.environ.get("CBS_SOAK_TRACE") else None
 PROFILE_ACTION = int(os.environ.get("CBS_SOAK_PROFILE", "0"))
+# CBS_SOAK_MEMTRACE=1: at the baseline start tracemalloc and, at every 25-action reading, print what
+# grew since the baseline (Python allocations by traceback, objects by type, Qt objects)
+MEMTRACE = os.environ.get("CBS_SOAK_MEMTRACE") == "1"
 # CBS_SOAK_TRACE_MS: how late a tick must be for that dump (default: 1.2 x the stall limit)
 TRACE_AFTER_S = float(os.environ.get("CBS_SOAK_TRACE_MS", STALL_LIMIT_S * 1200)) / 1000
 
@@ -428,6 +431,49 @@ class Soak:
         self.counts[name] = self.counts.get(name, 0) + 1
 
 
+class MemTrace:
+    """CBS_SOAK_MEMTRACE's readings: growth since `start` of Python's allocations (tracemalloc, by
+    traceback), live objects by type, allocated blocks and Qt objects (widgets, the window's
+    descendants)."""
+
+    def __init__(self, window):
+        self.w = window
+
+    def counts(self) -> tuple[dict[str, int], int, int, int]:
+        from PySide6.QtCore import QObject
+
+        gc.collect()
+        types: dict[str, int] = {}
+        for o in gc.get_objects():
+            t = type(o).__qualname__
+            types[t] = types.get(t, 0) + 1
+        return (types, sys.getallocatedblocks(), len(QApplication.allWidgets()),
+                len(self.w.findChildren(QObject)))
+
+    def start(self) -> None:
+        import tracemalloc
+
+        tracemalloc.start(12)
+        self.snap = tracemalloc.take_snapshot()
+        self.base = self.counts()
+
+    def report(self, top: int = 8) -> None:
+        import tracemalloc
+
+        types, blocks, widgets, children = self.counts()
+        types0, blocks0, widgets0, children0 = self.base
+        print(f"  memtrace: blocks {blocks - blocks0:+d}, widgets {widgets - widgets0:+d} ({widgets}), "
+              f"window descendants {children - children0:+d} ({children}), tracemalloc "
+              f"{tracemalloc.get_traced_memory()[0] / 2**20:.1f} MB")
+        grown = sorted(((n - types0.get(t, 0), t) for t, n in types.items()), reverse=True)[:top]
+        print("  memtrace: objects " + ", ".join(f"{t} {d:+d}" for d, t in grown if d))
+        snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+        for st in snap.compare_to(self.snap, "traceback")[:top]:
+            print(f"  memtrace: {st.size_diff / 1024:+.0f} KiB in {st.count_diff:+d} blocks at")
+            for line in st.traceback.format(limit=6, most_recent_first=True):
+                print("     " + line)
+
+
 # --- the session -------------------------------------------------------------------------------------
 
 
@@ -544,11 +590,16 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
                     with soak.probe.paused():
                         rss0 = rss_mb()
                         rss0_trim = rss_mb(trim=True)
+                    if MEMTRACE:
+                        memtrace = MemTrace(w)
+                        memtrace.start()
                 if i % 25 == 0:
                     with soak.probe.paused():
                         print(f"\n  {i} actions, {time.perf_counter() - t_warm:.0f} s, worst stall "
                               f"{soak.probe.worst * 1000:.0f} ms, RSS {rss_mb():.1f} MB, trimmed "
                               f"{rss_mb(trim=True):.1f} MB", flush=True)
+                        if MEMTRACE and i > BASELINE_AFTER:
+                            memtrace.report()
 
             # the end: the same state as at the baseline (the model, nothing running)
             soak.probe.action = "end"
