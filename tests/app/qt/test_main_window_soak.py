@@ -17,7 +17,8 @@ Measured and asserted over the whole session:
   every kind of action run once; then BASELINE_AFTER scripted actions) to the end
   (gc.collect() before each reading, the same model loaded).
 Token budgets are small (max_tokens 20) so the session fits in a few minutes on two cores.
-Set CBS_SOAK_ACTIONS to run a longer or shorter session.
+Set CBS_SOAK_ACTIONS to run a longer or shorter session; CBS_SOAK_MEMTRACE=1 prints, at each
+25-action reading, what grew since the baseline (tracemalloc by traceback, objects by type, Qt objects).
 """
 
 from __future__ import annotations
