@@ -60,7 +60,8 @@ BASELINE_AFTER = 50
 TRACE_STALLS = open(os.environ["CBS_SOAK_TRACE"], "w") if os.environ.get("CBS_SOAK_TRACE") else None
 PROFILE_ACTION = int(os.environ.get("CBS_SOAK_PROFILE", "0"))
 # CBS_SOAK_MEMTRACE=1: at the baseline start tracemalloc and, at every 25-action reading, print what
-# grew since the baseline (Python allocations by traceback, objects by type, Qt objects)
+# grew since the baseline (Python allocations by traceback, objects by type, Qt objects); tracemalloc
+# slows the GUI thread, so its stall figures (and the stall check) mean nothing then
 MEMTRACE = os.environ.get("CBS_SOAK_MEMTRACE") == "1"
 # CBS_SOAK_TRACE_MS: how late a tick must be for that dump (default: 1.2 x the stall limit)
 TRACE_AFTER_S = float(os.environ.get("CBS_SOAK_TRACE_MS", STALL_LIMIT_S * 1200)) / 1000
