@@ -42,3 +42,33 @@ def _alive(widget) -> bool:
 
     QApplication.sendPostedEvents(None, 0)  # runs the deferred delete (event type 0: all posted events)
     return shiboken6.isValid(widget)
+
+
+def test_a_finished_op_and_its_data_are_freed(qtbot):
+    """Nothing keeps a finished op: neither Qt's side of its signals nor the pool's (a long session
+    runs thousands: exports, library reads, each closure holding its audio or file)."""
+    import gc
+    import weakref
+
+    class Data:  # what an op's closure holds (an export's samples, say)
+        pass
+
+    progress, failures, refs = [], [], []
+    for i in range(4):
+        data = Data()
+        fails = i % 2 == 1
+
+        def work(report, data=data, fails=fails):
+            report(id(data))
+            if fails:
+                raise ValueError("bad file")
+            return "ok"
+
+        op = BackgroundOp(work, success=lambda _r: None, failure=lambda e: failures.append(str(e)), progress=progress.append).start()
+        refs += [weakref.ref(op), weakref.ref(data)]
+        del op, data, work
+    qtbot.waitUntil(lambda: all(r() is None or not r().running for r in refs[::2]), timeout=10_000)
+    QApplication.processEvents()
+    gc.collect()
+    assert len(progress) == 4 and failures == ["bad file", "bad file"]
+    assert [r() for r in refs] == [None] * len(refs)

@@ -17,7 +17,8 @@ Measured and asserted over the whole session:
   every kind of action run once; then BASELINE_AFTER scripted actions) to the end
   (gc.collect() before each reading, the same model loaded).
 Token budgets are small (max_tokens 20) so the session fits in a few minutes on two cores.
-Set CBS_SOAK_ACTIONS to run a longer or shorter session.
+Set CBS_SOAK_ACTIONS to run a longer or shorter session; CBS_SOAK_MEMTRACE=1 prints, at each
+25-action reading, what grew since the baseline (tracemalloc by traceback, objects by type, Qt objects).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from tests.helpers import audio_fixtures  # noqa: E402
 
 from app.qt.gui import qt_problem  # noqa: E402
 from tests.helpers.main_window import STALL_LIMIT_S, TimerProbe, drop_file  # noqa: E402
+from tests.helpers.memtrace import MemTrace  # noqa: E402
 
 if qt_problem():
     pytest.fail(qt_problem(), pytrace=False)
@@ -58,6 +60,10 @@ BASELINE_AFTER = 50
 # CBS_SOAK_TRACE=<file>: write the stacks of all threads there whenever the GUI thread stalls
 TRACE_STALLS = open(os.environ["CBS_SOAK_TRACE"], "w") if os.environ.get("CBS_SOAK_TRACE") else None
 PROFILE_ACTION = int(os.environ.get("CBS_SOAK_PROFILE", "0"))
+# CBS_SOAK_MEMTRACE=1: at the baseline start tracemalloc and, at every 25-action reading, print what
+# grew since the baseline (Python allocations by traceback, objects by type, Qt objects); tracemalloc
+# slows the GUI thread, so its stall figures (and the stall check) mean nothing then
+MEMTRACE = os.environ.get("CBS_SOAK_MEMTRACE") == "1"
 # CBS_SOAK_TRACE_MS: how late a tick must be for that dump (default: 1.2 x the stall limit)
 TRACE_AFTER_S = float(os.environ.get("CBS_SOAK_TRACE_MS", STALL_LIMIT_S * 1200)) / 1000
 
@@ -544,11 +550,14 @@ def test_gui_soak(qapp, qtbot, models, recording, tmp_path):
                     with soak.probe.paused():
                         rss0 = rss_mb()
                         rss0_trim = rss_mb(trim=True)
+                    memtrace = MemTrace(w).start() if MEMTRACE else None
                 if i % 25 == 0:
                     with soak.probe.paused():
                         print(f"\n  {i} actions, {time.perf_counter() - t_warm:.0f} s, worst stall "
                               f"{soak.probe.worst * 1000:.0f} ms, RSS {rss_mb():.1f} MB, trimmed "
                               f"{rss_mb(trim=True):.1f} MB", flush=True)
+                        if MEMTRACE and i > BASELINE_AFTER:
+                            memtrace.report()
 
             # the end: the same state as at the baseline (the model, nothing running)
             soak.probe.action = "end"
