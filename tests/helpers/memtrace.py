@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 import sys
 
 from PySide6.QtWidgets import QApplication
@@ -51,3 +53,17 @@ class MemTrace:
             print(f"  memtrace: {st.size_diff / 1024:+.0f} KiB in {st.count_diff:+d} blocks at")
             for line in st.traceback.format(limit=6, most_recent_first=True):
                 print("     " + line)
+
+
+def rss_mb(trim: bool = False) -> float:
+    """Resident memory after gc.collect(); with `trim`, after glibc's malloc_trim(0) too, which
+    hands back the free memory the allocator's per-thread arenas keep (not live memory)."""
+    gc.collect()
+    if trim:
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
