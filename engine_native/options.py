@@ -141,5 +141,6 @@ def derived_seed(seed: int, offset: int) -> int:
     """The seed of a take's part (a sentence: + its index; a retry, a best-of candidate, a
     chapter: + their strides): `seed + offset`, wrapped into the seed option's range, so every
     documented seed works for a text of any length (a part's seed may then repeat another
-    take's, which only makes two takes share a draw)."""
-    return (seed + offset) % (option("seed").max + 1)
+    take's, which only makes two takes share a draw). `seed` itself must be a valid seed
+    (ParameterError otherwise: a part never turns an invalid seed into a valid one)."""
+    return (check("seed", seed) + offset) % (option("seed").max + 1)
