@@ -173,11 +173,12 @@ def chunks(stages, wav16: np.ndarray, voice, seed: int, p: dict, plan, cancel, w
         cuts = segments(wav16, stages.config, first_short=not plan.whole)
     index = 0
     for si, (a, b) in enumerate(cuts):
-        spent = StageTimes(seed=seed + si)
+        segment_seed = derived_seed(seed, si)
+        spent = StageTimes(seed=segment_seed)
         tokens = tokenize(stages, wav16[a:b], cancel, spent)
         if tokens is None or cancel.is_set():
             return
-        for wav, final, times, marked in segment_chunks(stages, tokens, voice, derived_seed(seed, si), p, plan, cancel,
+        for wav, final, times, marked in segment_chunks(stages, tokens, voice, segment_seed, p, plan, cancel,
                                                         watermark, spent):
             if cancel.is_set():
                 return
