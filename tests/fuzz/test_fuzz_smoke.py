@@ -1,6 +1,7 @@
 """CI's short run of every fuzz target (docs/FUZZING.md): each native libFuzzer target for a
-few seconds on its corpus (where the sanitizer build exists), each Python target for a few
-hundred atheris inputs. A finding fails the test with the fuzzer's report. The campaigns
+few seconds on its corpus (where the sanitizer build exists), each native target's entry
+points on the regular engine with mutated seeds (everywhere: CI has no clang), each Python
+target for a few hundred atheris inputs. A finding fails the test with the fuzzer's report. The campaigns
 themselves are `bash scripts/fuzz.sh TARGET SECONDS`."""
 
 from __future__ import annotations
@@ -63,6 +64,79 @@ def test_native_target_finds_nothing_in_a_short_run(target, request, tmp_path):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-6000:]
     assert executed(out) > 0, out[-2000:]
+
+
+# Each native target's entry points on the regular engine (what its fuzz_*.cpp calls), in a
+# child process so that a crash fails the test; argv: target, data folder, seed files...
+_REGULAR = r"""
+import random, sys, tempfile
+from pathlib import Path
+from engine_native import _core
+from engine_native.errors import EngineError
+from tests.fuzz.tiny_model import load_all
+
+target, data = sys.argv[1], Path(sys.argv[2])
+seeds = [Path(p).read_bytes() for p in sys.argv[3:]]
+rng = random.Random(1)
+if target == "bpe":
+    tok = _core.Gpt2Tokenizer(str(data / "bpe.gguf"))
+elif target == "grapheme":
+    tok = _core.GraphemeTokenizer(str(data / "grapheme.gguf"))
+    langs = ["", "en", "fr", "ja", "zh", "zZ"]
+scratch = Path(tempfile.mkdtemp()) / "input.gguf"
+
+def mutate(b):
+    b = bytearray(b)
+    for _ in range(rng.randint(1, 4)):
+        k = rng.randrange(3)
+        if k == 0 and b:
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        elif k == 1 and b:
+            del b[rng.randrange(len(b)):]
+        else:
+            i = rng.randrange(len(b) + 1)
+            b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+    return bytes(b)
+
+n = 0
+for i in range(RUNS):
+    data_in = seeds[i % len(seeds)] if i < len(seeds) else mutate(rng.choice(seeds))
+    text = data_in.decode("utf-8", "replace")  # the engine passes these functions Python text
+    if target == "model_file":
+        scratch.write_bytes(data_in)
+        try:
+            load_all(scratch)
+        except EngineError:
+            pass
+    elif target == "punc_norm":
+        _core.punc_norm(text); _core.punc_norm_mtl(text)
+    elif target == "bpe":
+        ids = tok.encode(text)
+        tok.decode(ids)
+    else:
+        try:
+            lang = langs[i % len(langs)]
+            tok.encode(tok.normalize(text, lang), lang)
+        except EngineError:
+            pass
+    n += 1
+print("executed", n)
+"""
+REGULAR_RUNS = {"model_file": 60, "punc_norm": 2000, "bpe": 2000, "grapheme": 2000}
+
+
+@pytest.mark.parametrize("target", NATIVE)
+def test_native_target_entry_points_survive_mutated_seeds_on_the_regular_engine(target, fuzz_data):
+    seeds = sorted(p for p in (ROOT / "tests" / "fuzz" / "corpus" / target).glob("*") if p.is_file())
+    if target == "model_file":
+        seeds += sorted(fuzz_data["model_file"].glob("*.gguf"))
+    assert seeds, target
+    data = fuzz_data["bpe"].parent
+    code = _REGULAR.replace("RUNS", str(REGULAR_RUNS[target]))
+    res = subprocess.run([sys.executable, "-c", code, target, str(data), *map(str, seeds)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert f"executed {REGULAR_RUNS[target]}" in res.stdout, res.stdout[-2000:]
 
 
 @pytest.mark.parametrize("target", PYTHON)

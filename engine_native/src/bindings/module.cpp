@@ -1,4 +1,6 @@
 // pybind11 module engine_native._core: the only bridge between Python and the engine.
+#include <cstring>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -19,12 +21,17 @@ namespace {
 
 // Raises engine_native.errors.<name>(message); the class is looked up when the error
 // happens (errors.py does not import this module, so there is no import cycle).
+// The message as text: a name or value quoted from a file may hold bytes that are not UTF-8,
+// which PyErr_SetString would fail to decode (the caller then got a UnicodeDecodeError, not
+// the engine's error).
 void raise_engine_error(const char* name, const char* message) {
+    py::object text = py::reinterpret_steal<py::object>(
+        PyUnicode_DecodeUTF8(message, static_cast<Py_ssize_t>(std::strlen(message)), "backslashreplace"));
     try {
         py::object cls = py::module_::import("engine_native.errors").attr(name);
-        PyErr_SetString(cls.ptr(), message);
+        PyErr_SetObject(cls.ptr(), text.ptr());
     } catch (py::error_already_set& e) {
-        PyErr_SetString(PyExc_RuntimeError, message);  // engine_native.errors itself is broken
+        PyErr_SetObject(PyExc_RuntimeError, text.ptr());  // engine_native.errors itself is broken
     }
 }
 
