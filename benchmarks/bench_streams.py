@@ -1,14 +1,16 @@
 """Many concurrent streams of one model on one device: throughput and latency.
 
     .venv/bin/python benchmarks/bench_streams.py -m MODEL.gguf [--device cuda:0] [--streams 1,4,16,32]
-                                                 [--max-tokens 250] [--batch auto|on|off] [--json out.json]
+                                                 [--max-tokens 250] [--batch auto|on|off] [--replicas K]
+                                                 [--json out.json]
     .venv/bin/python benchmarks/bench_streams.py -m MODEL.gguf --server --parallel 16 --clients 16 [...]
 
 In-process (default): for each N of --streams, N streams of one sentence each are submitted at
 once to the server's EngineWorker (app/server/worker.py) with `parallel` N, as the server runs
 them: one thread advances every active stream a chunk at a time, and where batching is on
 (--batch auto: t3_batch.batching_pays, a GPU; on / off force it through CBS_T3_BATCH) their T3
-steps are taken together (T3Sessions.batch_streams). Random weights never draw the stop
+steps are taken together (T3Sessions.batch_streams); --replicas K loads the model K times and spreads
+the streams over K such workers (the server's --replicas). Random weights never draw the stop
 token, so every stream runs to --max-tokens (250 tokens: 10 s of audio).
 
 --server: starts `chatterbox-studio serve --parallel N` as its own process on a free port and
@@ -60,11 +62,11 @@ def show(r: dict, label: str) -> None:
                                                   if r.get("rounds") is not None else ""), flush=True)
 
 
-def run_in_process(engine, n: int, options: dict) -> dict:
-    from app.server.worker import EngineWorker, Job
+def run_in_process(engines: list, n: int, options: dict) -> dict:
+    from app.server.worker import Job, WorkerPool
 
-    worker = EngineWorker(engine, queue_size=n, parallel=n)
-    rate = engine.sample_rate
+    pool = WorkerPool(engines, queue_size=n, parallel=n)
+    rate = engines[0].sample_rate
     lock = threading.Lock()
     first, audio, ends = [None] * n, [0.0] * n, [None] * n
     errors = []
@@ -84,17 +86,19 @@ def run_in_process(engine, n: int, options: dict) -> dict:
             errors.append(e)
             ends[i] = time.perf_counter()
 
-        job = Job(engine.stream(TEXT, seed=i, **options), on_chunk, on_end, on_error, label=str(i))
+        worker = pool.pick()
+        job = Job(worker.engine.stream(TEXT, seed=i, **options), on_chunk, on_end, on_error, label=str(i))
         job.submitted = time.perf_counter()
         jobs.append(job)
-        worker.submit(job)
+        pool.submit(worker, job)
     for job in jobs:
         job.done.wait()
     wall = time.perf_counter() - t0
-    batcher = engine.stages.t3.batcher
-    extra = {"rounds": batcher.rounds if batcher else None, "largest": batcher.largest if batcher else None,
-             "batched": worker.batching}
-    worker.stop()
+    batchers = [e.stages.t3.batcher for e in engines if e.stages.t3.batcher]
+    extra = {"rounds": sum(b.rounds for b in batchers) if batchers else None,
+             "largest": max(b.largest for b in batchers) if batchers else None,
+             "batched": pool.batching, "replicas": len(engines)}
+    pool.stop()
     if errors:
         raise RuntimeError(f"{len(errors)} stream(s) failed: {errors[0]!r}")
     return summary(n, wall, audio, [e - j.submitted for e, j in zip(ends, jobs)],
@@ -107,12 +111,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_server(model: str, device: str, parallel: int, clients: int, options: dict, log_path: str) -> dict:
+def run_server(model: str, device: str, parallel: int, replicas: int, clients: int, options: dict,
+               log_path: str) -> dict:
     import openai
 
     port = _free_port()
     cli = [sys.executable, "-c", "import sys; from app.cli.main import main; sys.exit(main(sys.argv[1:]))"]
     cmd = cli + ["serve", "-m", model, "--device", device, "--port", str(port), "--parallel", str(parallel),
+                 "--replicas", str(replicas),
                  "--queue", str(max(clients, 4)), "--api-key", KEY, "--max-client-requests", str(clients + 1)]
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -154,7 +160,7 @@ def run_server(model: str, device: str, parallel: int, clients: int, options: di
         wall = time.perf_counter() - t0
         health = client.get("/health", cast_to=object) if hasattr(client, "get") else {}
         return summary(clients, wall, [r[2] for r in results], [r[1] for r in results], [r[0] for r in results],
-                       {"parallel": parallel, "health": health})
+                       {"parallel": parallel, "replicas": replicas, "health": health})
     finally:
         proc.terminate()
         try:
@@ -174,6 +180,8 @@ def main() -> int:
                     help="batch the streams' T3 steps (auto: on a GPU)")
     ap.add_argument("--server", action="store_true", help="drive `chatterbox-studio serve` with openai clients")
     ap.add_argument("--parallel", type=int, default=16, help="--server: the server's --parallel")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="copies of the model, each with its own worker thread (the server's --replicas)")
     ap.add_argument("--clients", type=int, default=16, help="--server: concurrent clients")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
@@ -185,19 +193,20 @@ def main() -> int:
     options = {"max_tokens": args.max_tokens}
     results = []
     if args.server:
-        r = run_server(args.model, args.device, args.parallel, args.clients, options,
+        r = run_server(args.model, args.device, args.parallel, args.replicas, args.clients, options,
                        os.environ.get("BENCH_SERVER_LOG", "/tmp/bench_streams_server.log"))
-        show(r, f"server --parallel {args.parallel}, clients")
+        show(r, f"server --parallel {args.parallel} --replicas {args.replicas}, clients")
         print(f"server /health after the run: {r['health']}", flush=True)
         results.append(r)
     else:
         from engine_native import Engine
 
-        engine = Engine(args.model, device=args.device)
-        print(f"model {Path(args.model).name} on {engine.device}; batch {args.batch}", flush=True)
-        run_in_process(engine, 1, options)  # warm-up: graphs built, caches allocated
+        engines = [Engine(args.model, device=args.device) for _ in range(max(1, args.replicas))]
+        print(f"model {Path(args.model).name} on {engines[0].device}; batch {args.batch}; replicas {len(engines)}",
+              flush=True)
+        run_in_process(engines, len(engines), options)  # warm-up: each replica's graphs built, caches allocated
         for n in [int(x) for x in args.streams.split(",")]:
-            r = run_in_process(engine, n, options)
+            r = run_in_process(engines, n, options)
             show(r, "in-process")
             results.append(r)
     if args.json:

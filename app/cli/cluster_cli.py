@@ -15,9 +15,7 @@ def add_cluster_arguments(p, *, serve: bool = False) -> None:
                    help="run on the Ray cluster at ADDRESS (HEAD:6379 from a node of the cluster, "
                    "ray://HEAD:10001 from outside it, 'local' for Ray on this machine alone)")
     if serve:
-        g.add_argument("--replicas", type=int, default=2, metavar="N",
-                       help="with --cluster: N copies of the server, each with its own engine (default 2)")
-        return
+        return  # serve's --replicas: with --cluster, servers on the cluster
     g.add_argument("--workers", type=int, default=None, metavar="N",
                    help="with --cluster: N workers, each holding a loaded engine (default: the cluster's CPUs / "
                    "--threads)")

@@ -42,6 +42,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not 1 <= args.parallel <= 64:
         log(f"chatterbox-studio: error: --parallel must be 1-64; got {args.parallel}")
         return 1
+    if args.replicas is not None and not 1 <= args.replicas <= 16:
+        log(f"chatterbox-studio: error: --replicas must be 1-16; got {args.replicas}")
+        return 1
     if args.queue < 1:
         log(f"chatterbox-studio: error: --queue must be at least 1; got {args.queue}")
         return 1
@@ -65,7 +68,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get("CHATTERBOX_API_KEY") or None
     config = ServerConfig(model=args.model, host=args.host, port=args.port, api_key=api_key,
                           voices_dir=args.voices or library_dir(), threads=args.threads, device=args.device, queue=args.queue,
-                          parallel=args.parallel, max_input_chars=args.max_input_chars,
+                          parallel=args.parallel, replicas=args.replicas or 1, max_input_chars=args.max_input_chars,
                           max_body_bytes=args.max_body_bytes, max_audio_seconds=args.max_audio_seconds,
                           max_upload_bytes=args.max_upload_bytes, max_source_seconds=args.max_source_seconds,
                           max_client_requests=args.max_client_requests, allowed_hosts=list(args.allowed_hosts),
@@ -112,17 +115,15 @@ def _serve_on_cluster(args, config) -> int:
     from app.cluster import ClusterError
     from app.cluster.serve import serve_on_cluster
 
-    if args.replicas < 1:
-        log(f"chatterbox-studio: error: --replicas must be at least 1; got {args.replicas}")
-        return 1
+    replicas = args.replicas or 2
 
     def ready(cfg) -> None:
-        log(f"cluster   {args.cluster}: {args.replicas} replicas of {cfg.model}, each with its own engine")
+        log(f"cluster   {args.cluster}: {replicas} replicas of {cfg.model}, each with its own engine")
         log(f"serving   {cfg.url}  (Ray Serve's proxy; POST /audio/speech, GET /models, GET /audio/voices; "
             "Ctrl-C stops and removes the replicas)")
 
     try:
-        serve_on_cluster(config, args.cluster, replicas=args.replicas, threads=args.threads or 1, on_ready=ready)
+        serve_on_cluster(config, args.cluster, replicas=replicas, threads=args.threads or 1, on_ready=ready)
     except ClusterError as e:
         log(f"chatterbox-studio: error: {e}")
         return 1
@@ -153,6 +154,11 @@ def add_parser(sub) -> None:
     p.add_argument("--parallel", type=int, default=1, metavar="N",
                    help="generate up to N requests at once, a chunk of each in turn, so every client hears "
                    "audio early (default 1: one request at a time, first come first served)")
+    p.add_argument("--replicas", type=int, default=None, metavar="K",
+                   help="K copies of the model, each with its own engine: on this machine, one server whose "
+                   "--parallel requests are spread over them (for a GPU serving many clients: one copy's passes "
+                   "run one at a time; each copy costs the model's memory again; default 1); with --cluster, "
+                   "K servers on the cluster (default 2)")
     p.add_argument("--allowed-host", dest="allowed_hosts", action="append", default=[], metavar="NAME[:PORT]",
                    help="a host name requests may be addressed to besides localhost and IP addresses, e.g. "
                    "host.docker.internal or this machine's name (repeat for more); others get 403 (DNS rebinding)")

@@ -41,7 +41,7 @@ from app.server.encode import FORMATS, MEDIA_TYPES, EncoderError, ffmpeg_availab
 from app.server.errors import error_response
 from app.server.security import AudioCap, RequestGuard
 from app.server.voices import VoiceCatalog
-from app.server.worker import Busy, EngineWorker, Job
+from app.server.worker import Busy, Job, WorkerPool
 from engine_native.options import random_seed
 
 log = logging.getLogger("chatterbox.server")
@@ -99,13 +99,13 @@ def refusals(voice_name: str):
 
 
 class SpeechService:
-    """The engine, its worker and the voice catalog behind the routes."""
+    """The engine (and its replicas), their workers and the voice catalog behind the routes."""
 
-    def __init__(self, engine, config: ServerConfig):
+    def __init__(self, engine, config: ServerConfig, replicas=()):
         self.engine, self.config = engine, config
         self.presets = engine.presets
         self.catalog = VoiceCatalog(config.voices_dir, config.exposed_voices, config.expose_builtin)
-        self.worker = EngineWorker(engine, config.queue, parallel=config.parallel)
+        self.worker = WorkerPool([engine, *replicas], config.queue, parallel=config.parallel)
         self.model_id = f"chatterbox-{engine.variant}"
         self.created = int(os.path.getmtime(engine.path)) if os.path.exists(engine.path) else int(time.time())
         self._ids = itertools.count(1)
@@ -190,26 +190,33 @@ class SpeechService:
         return info
 
     def open_stream(self, req: dict):
-        """Voice lookup and the engine's own validation: (Stream, voice info); ApiError on bad input."""
+        """Voice lookup and the engine's own validation: (Stream, voice info, the worker it is
+        for); ApiError on bad input."""
         info = self.find_voice(req["voice"])
-        with refusals(req["voice"]):
-            voice = self.catalog.load(info)
-            stream = self.engine.stream(req["text"], voice, seed=req["seed"], **req["options"])
-        return stream, info
+        worker = self.worker.pick()
+        try:
+            with refusals(req["voice"]):
+                voice = self.catalog.load(info)
+                stream = worker.engine.stream(req["text"], voice, seed=req["seed"], **req["options"])
+        except BaseException:
+            self.worker.abandon(worker)
+            raise
+        return stream, info, worker
 
     async def speech(self, body) -> StreamingResponse:
         req = self.parse(body)
-        stream, info = await asyncio.to_thread(self.open_stream, req)  # file reads, text splitting
+        stream, info, worker = await asyncio.to_thread(self.open_stream, req)  # file reads, text splitting
         headers = {"X-Chatterbox-Seed": str(req["seed"]), "X-Chatterbox-Voice": info.id}
-        return self.respond(stream, req["format"], req["speed"], req["stream_format"], headers=headers,
+        return self.respond(stream, worker, req["format"], req["speed"], req["stream_format"], headers=headers,
                             input_tokens=len(req["text"]), voice_name=info.name,
                             describe=f"{len(req['text'])} characters, voice {info.id}, {req['format']}"
                                      f"{' (sse)' if req['stream_format'] == 'sse' else ''}, seed {req['seed']}")
 
-    def respond(self, stream, fmt: str, speed: float, stream_format: str, *, headers: dict, input_tokens: int,
-                describe: str, voice_name: str) -> StreamingResponse:
-        """A Stream of Chunks as a streamed response (audio, or SSE events) through the engine's
-        worker queue (503 when full), cut at max_audio_seconds; `describe` goes to the log."""
+    def respond(self, stream, worker, fmt: str, speed: float, stream_format: str, *, headers: dict,
+                input_tokens: int, describe: str, voice_name: str) -> StreamingResponse:
+        """A Stream of Chunks (opened on `worker`'s engine, from `self.worker.pick()`) as a streamed
+        response (audio, or SSE events) through that worker's queue (503 when full), cut at
+        max_audio_seconds; `describe` goes to the log."""
         loop = asyncio.get_running_loop()
         inbox: asyncio.Queue = asyncio.Queue()
 
@@ -224,6 +231,7 @@ class SpeechService:
             encoder = make_encoder(fmt, emit, speed, tags)
         except EncoderError as e:
             stream.close()
+            self.worker.abandon(worker)
             raise ApiError(400, str(e), param="response_format") from None
         tokens: dict[int, int] = {}
         cap = AudioCap(self.config.max_audio_seconds, self.engine.sample_rate, stream.cancel)
@@ -239,7 +247,7 @@ class SpeechService:
         label = f"#{next(self._ids)}"
         job = Job(stream, on_chunk, encoder.end, on_error, label=label)
         try:
-            self.worker.submit(job)
+            self.worker.submit(worker, job)
         except Busy as e:
             stream.close()
             encoder.close()
@@ -353,6 +361,6 @@ def create_app(service: SpeechService) -> FastAPI:
     async def health():
         w = service.worker
         return {"status": "ok", "model": service.model_id, "busy": w.busy, "active": w.active, "waiting": w.waiting,
-                "parallel": w.parallel, "batched": w.batching, "served": w.served, "cancelled": w.cancelled}
+                "parallel": w.parallel, "replicas": w.replicas, "batched": w.batching, "served": w.served, "cancelled": w.cancelled}
 
     return app

@@ -36,6 +36,7 @@ class ServerConfig:
     device: str = "auto"                # the engine's device ("auto" = the fastest present, "cpu", "cuda:0", ...)
     queue: int = DEFAULT_QUEUE
     parallel: int = 1                   # generations advanced in turn (round robin); 1: one at a time
+    replicas: int = 1                   # copies of the model, each with its own worker thread (a GPU's use)
     max_input_chars: int = MAX_INPUT_CHARS
     max_body_bytes: int = MAX_BODY_BYTES
     max_upload_bytes: int = MAX_UPLOAD_BYTES

@@ -71,7 +71,7 @@ async def parse(service, request) -> dict:
 
 def open_stream(service, req: dict):
     """Decode the upload, look the voice up, let the engine check everything: (Stream, voice
-    info, seconds of source); ApiError on bad input. Runs off the event loop."""
+    info, seconds of source, the worker it is for); ApiError on bad input. Runs off the event loop."""
     from voice_lab import VoiceLabError
     from voice_lab.decode import decode_bytes
 
@@ -85,17 +85,22 @@ def open_stream(service, req: dict):
     if seconds > limit:
         raise ApiError(413, f"the recording is longer than this server's limit of {limit:g} s; send it in parts",
                        param="file", code="source_too_long")
-    with refusals(req["voice"]):
-        voice = service.catalog.load(info)
-        stream = service.engine.revoice_stream(samples, rate, voice, **req["options"])
-    return stream, info, seconds
+    worker = service.worker.pick()
+    try:
+        with refusals(req["voice"]):
+            voice = service.catalog.load(info)
+            stream = worker.engine.revoice_stream(samples, rate, voice, **req["options"])
+    except BaseException:
+        service.worker.abandon(worker)
+        raise
+    return stream, info, seconds, worker
 
 
 async def voice_conversion(service, request):
     req = await parse(service, request)
-    stream, info, seconds = await asyncio.to_thread(open_stream, service, req)
+    stream, info, seconds, worker = await asyncio.to_thread(open_stream, service, req)
     seed = req["options"]["seed"]
     headers = {"X-Chatterbox-Seed": str(seed), "X-Chatterbox-Voice": info.id}
-    return service.respond(stream, req["format"], 1.0, "audio", headers=headers, input_tokens=0, voice_name=info.name,
+    return service.respond(stream, worker, req["format"], 1.0, "audio", headers=headers, input_tokens=0, voice_name=info.name,
                            describe=f"re-voice {seconds:.1f} s ({req['name']!r}), voice {info.id}, {req['format']}, "
                                     f"seed {seed}")

@@ -37,6 +37,11 @@ def load_engine(config: ServerConfig):
     return Engine(config.model, threads=config.threads, device=config.device, watermark=config.watermark)
 
 
+def load_replicas(config: ServerConfig) -> list:
+    """The engines beside the first one that `config.replicas` asks for (api.WorkerPool)."""
+    return [load_engine(config) for _ in range(max(1, config.replicas) - 1)]
+
+
 def _uvicorn_server(app, config: ServerConfig):
     import uvicorn
 
@@ -52,7 +57,7 @@ def serve_forever(config: ServerConfig, engine=None, on_ready=None) -> None:
     engine = engine or load_engine(config)
     sock = bind(config.host, config.port)
     config.port = sock.getsockname()[1]
-    service = SpeechService(engine, config)
+    service = SpeechService(engine, config, replicas=load_replicas(config))
     try:
         server = _uvicorn_server(create_app(service), config)
         if on_ready:
@@ -124,7 +129,7 @@ class ServerHandle:
                 return
             sock = bind(self.config.host, self.config.port)
             self.config.port = sock.getsockname()[1]
-            self.service = SpeechService(engine, self.config)
+            self.service = SpeechService(engine, self.config, replicas=load_replicas(self.config))
             self._server = _uvicorn_server(create_app(self.service), self.config)
             loop = asyncio.new_event_loop()
             asyncio.set_event_loop(loop)

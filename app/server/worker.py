@@ -1,4 +1,5 @@
-"""One engine, one thread driving it, a bounded queue of jobs in front of it.
+"""One engine, one thread driving it, a bounded queue of jobs in front of it; or several
+such engines (replicas of one model) behind one `WorkerPool`.
 
 A job is a validated `Stream` plus where its audio goes (`on_chunk`, `on_end`, `on_error`,
 called from the worker thread; they must not block). `Job.cancel()` (any thread) drops a
@@ -162,3 +163,72 @@ class EngineWorker:
         self._thread.join(timeout)
         if self.batching and not self._thread.is_alive():
             self.engine.stages.t3.batch_streams(False)
+
+
+class WorkerPool:
+    """The server's engines (one, or replicas of one model: `serve --replicas K`), each with its
+    own EngineWorker. On a GPU one worker thread runs its streams' S3Gen / HiFT passes in turn
+    and the device idles between its small kernels (docs/GPU.md); replicas, each with its own
+    copy of the weights, backend and thread, run several passes at once. A request goes to the
+    replica with the fewest requests (running, waiting or being opened): `pick()`, then the
+    stream is opened on `worker.engine` and handed to `submit(worker, job)` (or `abandon(worker)`
+    when it could not be opened). Reads as one worker (`served`, `active`, `stop()`...)."""
+
+    def __init__(self, engines, queue_size: int, parallel: int = 1):
+        each = max(1, -(-int(parallel) // len(engines)))  # `parallel` in all, spread over the replicas
+        self.workers = [EngineWorker(e, queue_size, parallel=each) for e in engines]
+        self._opening = [0] * len(self.workers)
+        self._lock = threading.Lock()
+
+    def pick(self) -> EngineWorker:
+        with self._lock:
+            i = min(range(len(self.workers)),
+                    key=lambda k: (self.workers[k].active + self.workers[k].waiting + self._opening[k], k))
+            self._opening[i] += 1
+            return self.workers[i]
+
+    def abandon(self, worker: EngineWorker) -> None:
+        with self._lock:
+            self._opening[self.workers.index(worker)] -= 1
+
+    def submit(self, worker: EngineWorker, job: Job) -> None:
+        try:
+            worker.submit(job)
+        finally:
+            self.abandon(worker)
+
+    @property
+    def replicas(self) -> int:
+        return len(self.workers)
+
+    @property
+    def parallel(self) -> int:
+        return sum(w.parallel for w in self.workers)
+
+    @property
+    def batching(self) -> bool:
+        return any(w.batching for w in self.workers)
+
+    @property
+    def waiting(self) -> int:
+        return sum(w.waiting for w in self.workers)
+
+    @property
+    def active(self) -> int:
+        return sum(w.active for w in self.workers)
+
+    @property
+    def busy(self) -> bool:
+        return any(w.busy for w in self.workers)
+
+    @property
+    def served(self) -> int:
+        return sum(w.served for w in self.workers)
+
+    @property
+    def cancelled(self) -> int:
+        return sum(w.cancelled for w in self.workers)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for w in self.workers:
+            w.stop(timeout)

@@ -274,12 +274,14 @@ def test_disconnect_mid_stream_frees_the_engine(client):
     assert after - t_close < 3 * lone + 5
 
 
-@pytest.fixture(params=[(1, "0"), (4, "0"), (4, "1")], ids=["one-at-a-time", "parallel-4", "parallel-4-batched"])
+@pytest.fixture(params=[(1, "0", 1), (4, "0", 1), (4, "1", 1), (4, "1", 2)],
+                ids=["one-at-a-time", "parallel-4", "parallel-4-batched", "parallel-4-batched-replicas-2"])
 def any_client(request, server, client, monkeypatch):
     """The module's server (one generation at a time), and a second one on the same engine that
     advances up to 4 generations in turn (round robin), their T3 steps also taken together
-    (CBS_T3_BATCH=1, as on a GPU) or not."""
-    parallel, batch = request.param
+    (CBS_T3_BATCH=1, as on a GPU) or not; or spread over two replicas of the model (the second
+    loaded by the server, as `serve --replicas 2` does), two generations each."""
+    parallel, batch, replicas = request.param
     if parallel == 1:
         yield client
         return
@@ -287,11 +289,14 @@ def any_client(request, server, client, monkeypatch):
 
     monkeypatch.setenv("CBS_T3_BATCH", batch)
     handle = ServerHandle(ServerConfig(model=server.config.model, port=0, api_key=KEY,
-                                       voices_dir=server.config.voices_dir, parallel=parallel),
+                                       voices_dir=server.config.voices_dir, parallel=parallel, replicas=replicas),
                           engine=server.engine).start()
     assert handle.wait_ready(60), handle.error
-    assert health(openai.OpenAI(base_url=handle.url, api_key=KEY))["batched"] == (batch == "1")
+    state = health(openai.OpenAI(base_url=handle.url, api_key=KEY))
+    assert state["batched"] == (batch == "1") and state["replicas"] == replicas and state["parallel"] == parallel
     yield openai.OpenAI(base_url=handle.url, api_key=KEY, max_retries=0, timeout=600)
+    if replicas > 1:  # every replica served some of the eight clients
+        assert all(w.served > 0 for w in handle.service.worker.workers), [w.served for w in handle.service.worker.workers]
     handle.stop()
 
 
