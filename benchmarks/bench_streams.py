@@ -150,7 +150,11 @@ def run_server(model: str, device: str, parallel: int, replicas: int, clients: i
                     n += len(piece)
             results[i] = (first or 0.0, time.perf_counter() - s, n / 2 / 24000)
 
-        one(0)  # warm-up: the first request pays the graphs' first builds
+        warm = [threading.Thread(target=one, args=(i,)) for i in range(min(replicas, clients))]
+        for t in warm:  # warm-up, one request a replica at once: the first request pays the graphs' first builds
+            t.start()
+        for t in warm:
+            t.join()
         threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
         t0 = time.perf_counter()
         for t in threads:

@@ -24,6 +24,8 @@
 # (patches/ touch them and every patch must apply, also for a CPU-only build). ggml/ must be
 # a real folder, not a symbolic link (cmake copies it to patch it, and copies a link as a link).
 # BENCH pairs are device/quant[/tokens].
+# mtl.skel.gguf.xz: a Multilingual skeleton, unpacked to $M/mtl-f32.gguf (CBS_TEST_MTL_MODEL for the tests).
+# STREAMS_REPLICAS: the replica counts bench_streams runs (default 1); SERVER_REPLICAS the server's.
 # STAGES (default "build tests bench"; also "streams": benchmarks/bench_streams.py, after bench; also "probe": benchmarks/gpu_probe.py for PROBE's
 # device/quant pairs, then the same with --profile and CBS_PROFILE_OPS=1: time by operation
 # kind, profile.txt) picks what runs, BENCH the device/quant pairs,
@@ -74,6 +76,12 @@ elif [ ! -s $M/$V-f32.gguf ] && [ "$V" = turbo ]; then
   (python3 src/benchmarks/model_skeleton.py unpack turbo.skel.gguf $M/turbo-f32.gguf >> "$OUT/steps.log" 2>&1) &
   model_pid=$!
 fi
+if [ -f mtl.skel.gguf.xz ] && [ ! -s $M/mtl-f32.gguf ]; then
+  # A Multilingual skeleton (e.g. the small test model's) for test_t3_batch.py's llama step there.
+  (xz -dc mtl.skel.gguf.xz > mtl.skel.gguf && python3 src/benchmarks/model_skeleton.py unpack mtl.skel.gguf \
+     $M/mtl-f32.gguf >> "$OUT/steps.log" 2>&1) &
+  mtl_pid=$!
+fi
 
 gpu=${BUILD_GPU:-cuda}  # what this machine builds (none: only the carried modules' GPUs)
 ls cuda/cuda.xz.* > /dev/null 2>&1 && gpu=none
@@ -110,6 +118,7 @@ if [ ! -s "$OUT/info.txt" ]; then  # once per call, also when the script runs ag
   log "info: $(grep -c '^device' "$OUT/info.txt") device lines"
 fi
 [ -n "${model_pid:-}" ] && wait $model_pid
+[ -n "${mtl_pid:-}" ] && wait $mtl_pid
 if [ -n "${snap_pid:-}" ]; then
   wait $snap_pid; log "reference snapshot: exit $?"
 fi
@@ -196,19 +205,22 @@ if [[ " $stages " == *" streams "* ]]; then
     if [ $(( $(date +%s) - ${T0:-0} )) -gt ${DEADLINE:-100000000000} ]; then log "streams $dq: skipped (past ${DEADLINE} s)"; continue; fi
     for i in $(seq 90); do [ -s $M/$V-$q.gguf ] && break; sleep 2; done
     for batch in ${STREAMS_BATCH:-auto}; do  # auto (batched on a GPU), off (round robin alone)
-      log "streams $dq: N = ${STREAMS_N:-1,4,16,32}, batch $batch"
-      echo "== streams $dq batch $batch" >> "$OUT/streams.txt"
-      timeout ${STREAMS_TIMEOUT:-240} python3 benchmarks/bench_streams.py -m $M/$V-$q.gguf --device $d --batch $batch \
-        --streams ${STREAMS_N:-1,4,16,32} ${STREAMS_ARGS:-} >> "$OUT/streams.txt" 2>&1
-      log "streams $dq batch $batch: exit $?"
+      for k in ${STREAMS_REPLICAS:-1}; do  # copies of the model, each with its own worker thread
+        log "streams $dq: N = ${STREAMS_N:-1,4,16,32}, batch $batch, replicas $k"
+        echo "== streams $dq batch $batch replicas $k" >> "$OUT/streams.txt"
+        timeout ${STREAMS_TIMEOUT:-240} python3 benchmarks/bench_streams.py -m $M/$V-$q.gguf --device $d --batch $batch \
+          --streams ${STREAMS_N:-1,4,16,32} --replicas $k ${STREAMS_ARGS:-} >> "$OUT/streams.txt" 2>&1
+        log "streams $dq batch $batch replicas $k: exit $?"
+      done
     done
-    if [ "${SERVER_CLIENTS:-16}" -gt 0 ] && [ $(( $(date +%s) - ${T0:-0} )) -le ${DEADLINE:-100000000000} ]; then
-      log "streams $dq: server --parallel ${SERVER_CLIENTS:-16}, ${SERVER_CLIENTS:-16} clients"
+    for k in ${SERVER_REPLICAS:-1}; do
+      [ "${SERVER_CLIENTS:-16}" -gt 0 ] && [ $(( $(date +%s) - ${T0:-0} )) -le ${DEADLINE:-100000000000} ] || continue
+      log "streams $dq: server --parallel ${SERVER_CLIENTS:-16} --replicas $k, ${SERVER_CLIENTS:-16} clients"
       BENCH_SERVER_LOG=/tmp/serve.log timeout ${STREAMS_TIMEOUT:-240} python3 benchmarks/bench_streams.py -m $M/$V-$q.gguf \
-        --device $d --server --parallel ${SERVER_CLIENTS:-16} --clients ${SERVER_CLIENTS:-16} ${STREAMS_ARGS:-} \
-        >> "$OUT/streams.txt" 2>&1
-      log "streams $dq server: exit $?"; tail -20 /tmp/serve.log >> "$OUT/streams.txt" 2>/dev/null
-    fi
+        --device $d --server --parallel ${SERVER_CLIENTS:-16} --clients ${SERVER_CLIENTS:-16} --replicas $k \
+        ${STREAMS_ARGS:-} >> "$OUT/streams.txt" 2>&1
+      log "streams $dq server replicas $k: exit $?"; tail -20 /tmp/serve.log >> "$OUT/streams.txt" 2>/dev/null
+    done
   done
 fi
 [ -n "$requant_pids" ] && wait $requant_pids  # a later run on the same machine finds them
