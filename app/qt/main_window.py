@@ -181,6 +181,8 @@ class MainWindow(QMainWindow):
         c.error.connect(self.show_error)
         tb.preset_combo.setCurrentText(self.settings.preset if self.settings.preset in PRESETS else "Custom")
         tb.preset_combo.currentTextChanged.connect(self.sampling_panel.apply_preset)
+        # A preset's CFM steps and voice prompt are the readied voice's key: ready it again.
+        tb.preset_combo.currentTextChanged.connect(lambda _name: self.voices.prepare_stream())
         self.sampling_panel.presetChanged.connect(self._preset_shown)
         tb.sampling_button.setChecked(self.settings.sampling_panel_open)
         tb.sampling_button.toggled.connect(self._toggle_sampling)

@@ -33,6 +33,7 @@ class RevoiceDialog(QDialog):
         for i in range(combo.count()):
             self.voice_combo.addItem(combo.itemIcon(i), combo.itemText(i), combo.itemData(i))
         self.voice_combo.setCurrentIndex(combo.currentIndex())
+        self.voice_combo.currentIndexChanged.connect(self._ready_voice)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.status = QLabel("")
@@ -118,6 +119,12 @@ class RevoiceDialog(QDialog):
         return self.take is not None and c.take is self.take and not self.take.complete and bool(c.jobs) \
             and not all(j.cancelled for j in c.jobs)
 
+    def _ready_voice(self, _index: int = -1) -> None:
+        """The voice picked here readied for streaming in the background, as the toolbar's is
+        (Engine.prepare_stream): its conversion's first audio comes as soon as later ones do."""
+        if self.w.client.info is not None:
+            self.w.client.prepare_stream(self.voice_combo.currentData(), self.w.params())
+
     def _enable(self) -> None:
         ready = self.samples is not None and self.w.client.info is not None
         running = self.running
@@ -127,6 +134,8 @@ class RevoiceDialog(QDialog):
         self.export.setEnabled(self.take is not None and self.take.frames > 0)
 
     def closeEvent(self, e):
+        if self.voice_combo.currentData() != self.w.toolbar.voice_combo.currentData():
+            self.w.voices.prepare_stream()  # the engine keeps one readied voice: the toolbar's again
         for signal, slot in ((self.w.controller.takeChanged, self._changed),
                              (self.w.controller.takeFinished, self._changed),
                              (self.w.controller.error, self.status.setText),

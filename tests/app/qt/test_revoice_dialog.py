@@ -102,3 +102,30 @@ def test_the_voice_lab_offers_re_voice(studio, qtbot):
           "the recording to be read and analysed")
     dialogs[-1].close()
     w.show_studio()
+
+
+def test_a_voice_picked_in_the_dialog_is_readied_and_the_toolbars_again_on_close(studio, qtbot):
+    """The engine keeps one voice readied for streaming (its cached stream prefix): the dialog
+    readies the voice picked in it, so that conversion's first audio does not pay for the prefix,
+    and on close readies the toolbar's voice again for the next Play."""
+    w = studio
+    engine = w.client.worker.engine
+    v = engine.builtin_voice
+    other = type(v)(speaker_emb=v.speaker_emb, cond_prompt_speech_tokens=v.cond_prompt_speech_tokens,
+                    embedding=v.embedding, prompt_token=v.prompt_token[:-10], prompt_feat=v.prompt_feat[:-20],
+                    variant=v.variant, meta={})  # a shorter prompt: another voice as the prefix cache sees it
+    path = w.store.add(other, "Shorter prompt")
+    w.library.reload()
+    _wait(qtbot, lambda: not w.library.busy and w.toolbar.voice_combo.findData(path) >= 0, 60, "the library read")
+    flow = engine.stages.flow
+
+    def readied():  # the engine's background jobs done: the one cached prefix
+        return not (w.client.waiting or w.client.pending) and len(flow.cached_prefixes) == 1
+
+    _wait(qtbot, readied, 120, "the toolbar's voice readied")
+    toolbar_key = next(iter(flow.cached_prefixes))
+    d = w.revoice_recording(_recording("wav/hts1a.wav"))
+    d.voice_combo.setCurrentIndex(d.voice_combo.findData(path))
+    _wait(qtbot, lambda: readied() and toolbar_key not in flow.cached_prefixes, 120, "the dialog's voice readied")
+    d.close()
+    _wait(qtbot, lambda: readied() and toolbar_key in flow.cached_prefixes, 120, "the toolbar's voice readied again")
