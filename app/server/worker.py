@@ -165,6 +165,11 @@ class EngineWorker:
             self.engine.stages.t3.batch_streams(False)
 
 
+def _total(name: str) -> property:
+    """The sum of every worker's `name`."""
+    return property(lambda self: sum(getattr(w, name) for w in self.workers))
+
+
 class WorkerPool:
     """The server's engines (one, or replicas of one model: `serve --replicas K`), each with its
     own EngineWorker. On a GPU one worker thread runs its streams' S3Gen / HiFT passes in turn
@@ -201,33 +206,19 @@ class WorkerPool:
     def replicas(self) -> int:
         return len(self.workers)
 
-    @property
-    def parallel(self) -> int:
-        return sum(w.parallel for w in self.workers)
+    parallel = _total("parallel")
+    waiting = _total("waiting")
+    active = _total("active")
+    served = _total("served")
+    cancelled = _total("cancelled")
 
     @property
     def batching(self) -> bool:
         return any(w.batching for w in self.workers)
 
     @property
-    def waiting(self) -> int:
-        return sum(w.waiting for w in self.workers)
-
-    @property
-    def active(self) -> int:
-        return sum(w.active for w in self.workers)
-
-    @property
     def busy(self) -> bool:
         return any(w.busy for w in self.workers)
-
-    @property
-    def served(self) -> int:
-        return sum(w.served for w in self.workers)
-
-    @property
-    def cancelled(self) -> int:
-        return sum(w.cancelled for w in self.workers)
 
     def stop(self, timeout: float = 10.0) -> None:
         for w in self.workers:
