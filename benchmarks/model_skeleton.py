@@ -9,7 +9,7 @@ draws with those statistics (seeded). It is a different random model than the so
 the same scale: what speed and device-against-CPU parity need, not parity with the
 reference (that stays the CPU tests' job).
 
-    python benchmarks/model_skeleton.py pack turbo-f32.gguf turbo.skel.gguf
+    python benchmarks/model_skeleton.py pack turbo-f32.gguf turbo.skel.gguf [--big 2048]
     python benchmarks/model_skeleton.py unpack turbo.skel.gguf turbo-f32.gguf
     chatterbox-studio requantize turbo-f32.gguf -o turbo-q4_0.gguf --quant q4_0
 """
@@ -56,12 +56,12 @@ def _write(out: Path, reader: GGUFReader, tensors, extra=None) -> None:
     w.close()
 
 
-def pack(src: Path, out: Path) -> None:
+def pack(src: Path, out: Path, big: int = BIG) -> None:
     reader = GGUFReader(str(src))
     order, kept = [], []
     for t in reader.tensors:
         a = _array(t)
-        if a.dtype.kind == "f" and a.size >= BIG:
+        if a.dtype.kind == "f" and a.size >= big:
             d = a.astype(np.float64)
             order.append([t.name, list(a.shape), float(d.mean()), float(d.std())])
         else:
@@ -96,13 +96,16 @@ def main(argv=None) -> int:
     a = sub.add_parser("pack")
     a.add_argument("src", type=Path)
     a.add_argument("out", type=Path)
+    a.add_argument("--big", type=int, default=BIG, metavar="N",
+                   help=f"regenerate float tensors of N values or more (default {BIG}; 2048 packs a full-size "
+                   "model into 2-5 MB)")
     a = sub.add_parser("unpack")
     a.add_argument("skel", type=Path)
     a.add_argument("out", type=Path)
     a.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.cmd == "pack":
-        pack(args.src, args.out)
+        pack(args.src, args.out, args.big)
     else:
         unpack(args.skel, args.out, args.seed)
     return 0
