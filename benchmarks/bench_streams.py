@@ -90,7 +90,7 @@ def run_in_process(engines: list, n: int, options: dict) -> dict:
         job = Job(worker.engine.stream(TEXT, seed=i, **options), on_chunk, on_end, on_error, label=str(i))
         job.submitted = time.perf_counter()
         jobs.append(job)
-        pool.submit(worker, job)
+        worker.submit(job)
     for job in jobs:
         job.done.wait()
     wall = time.perf_counter() - t0

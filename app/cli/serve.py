@@ -157,8 +157,8 @@ def add_parser(sub) -> None:
     p.add_argument("--replicas", type=int, default=None, metavar="K",
                    help="K copies of the model, each with its own engine: on this machine, one server whose "
                    "--parallel requests are spread over them (for a GPU serving many clients: one copy's passes "
-                   "run one at a time, so 4-8 copies serve 16-32 clients about 2.5-3.3x faster on an H100: docs/GPU.md; "
-                   "each copy costs the model's memory again; default 1); with --cluster, "
+                   "run one at a time, K copies run K at once: docs/GPU.md has figures; each copy costs the "
+                   "model's memory again; default 1); with --cluster, "
                    "K servers on the cluster (default 2)")
     p.add_argument("--allowed-host", dest="allowed_hosts", action="append", default=[], metavar="NAME[:PORT]",
                    help="a host name requests may be addressed to besides localhost and IP addresses, e.g. "

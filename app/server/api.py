@@ -194,13 +194,9 @@ class SpeechService:
         for); ApiError on bad input."""
         info = self.find_voice(req["voice"])
         worker = self.worker.pick()
-        try:
-            with refusals(req["voice"]):
-                voice = self.catalog.load(info)
-                stream = worker.engine.stream(req["text"], voice, seed=req["seed"], **req["options"])
-        except BaseException:
-            self.worker.abandon(worker)
-            raise
+        with refusals(req["voice"]):
+            voice = self.catalog.load(info)
+            stream = worker.engine.stream(req["text"], voice, seed=req["seed"], **req["options"])
         return stream, info, worker
 
     async def speech(self, body) -> StreamingResponse:
@@ -214,7 +210,7 @@ class SpeechService:
 
     def respond(self, stream, worker, fmt: str, speed: float, stream_format: str, *, headers: dict,
                 input_tokens: int, describe: str, voice_name: str) -> StreamingResponse:
-        """A Stream of Chunks (opened on `worker`'s engine, from `self.worker.pick()`) as a streamed
+        """A Stream of Chunks (opened on `worker`'s engine: `self.worker.pick()`) as a streamed
         response (audio, or SSE events) through that worker's queue (503 when full), cut at
         max_audio_seconds; `describe` goes to the log."""
         loop = asyncio.get_running_loop()
@@ -231,7 +227,6 @@ class SpeechService:
             encoder = make_encoder(fmt, emit, speed, tags)
         except EncoderError as e:
             stream.close()
-            self.worker.abandon(worker)
             raise ApiError(400, str(e), param="response_format") from None
         tokens: dict[int, int] = {}
         cap = AudioCap(self.config.max_audio_seconds, self.engine.sample_rate, stream.cancel)
@@ -247,7 +242,7 @@ class SpeechService:
         label = f"#{next(self._ids)}"
         job = Job(stream, on_chunk, encoder.end, on_error, label=label)
         try:
-            self.worker.submit(worker, job)
+            worker.submit(job)
         except Busy as e:
             stream.close()
             encoder.close()
@@ -361,6 +356,7 @@ def create_app(service: SpeechService) -> FastAPI:
     async def health():
         w = service.worker
         return {"status": "ok", "model": service.model_id, "busy": w.busy, "active": w.active, "waiting": w.waiting,
-                "parallel": w.parallel, "replicas": w.replicas, "batched": w.batching, "served": w.served, "cancelled": w.cancelled}
+                "parallel": w.parallel, "replicas": w.replicas, "batched": w.batching, "served": w.served,
+                "cancelled": w.cancelled}
 
     return app

@@ -86,13 +86,9 @@ def open_stream(service, req: dict):
         raise ApiError(413, f"the recording is longer than this server's limit of {limit:g} s; send it in parts",
                        param="file", code="source_too_long")
     worker = service.worker.pick()
-    try:
-        with refusals(req["voice"]):
-            voice = service.catalog.load(info)
-            stream = worker.engine.revoice_stream(samples, rate, voice, **req["options"])
-    except BaseException:
-        service.worker.abandon(worker)
-        raise
+    with refusals(req["voice"]):
+        voice = service.catalog.load(info)
+        stream = worker.engine.revoice_stream(samples, rate, voice, **req["options"])
     return stream, info, seconds, worker
 
 
@@ -101,6 +97,7 @@ async def voice_conversion(service, request):
     stream, info, seconds, worker = await asyncio.to_thread(open_stream, service, req)
     seed = req["options"]["seed"]
     headers = {"X-Chatterbox-Seed": str(seed), "X-Chatterbox-Voice": info.id}
-    return service.respond(stream, worker, req["format"], 1.0, "audio", headers=headers, input_tokens=0, voice_name=info.name,
+    return service.respond(stream, worker, req["format"], 1.0, "audio", headers=headers, input_tokens=0,
+                           voice_name=info.name,
                            describe=f"re-voice {seconds:.1f} s ({req['name']!r}), voice {info.id}, {req['format']}, "
                                     f"seed {seed}")

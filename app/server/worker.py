@@ -9,6 +9,7 @@ One job runs at a time, so requests never share a generation and their audio nev
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -174,33 +175,21 @@ class WorkerPool:
     """The server's engines (one, or replicas of one model: `serve --replicas K`), each with its
     own EngineWorker. On a GPU one worker thread runs its streams' S3Gen / HiFT passes in turn
     and the device idles between its small kernels (docs/GPU.md); replicas, each with its own
-    copy of the weights, backend and thread, run several passes at once. A request goes to the
-    replica with the fewest requests (running, waiting or being opened): `pick()`, then the
-    stream is opened on `worker.engine` and handed to `submit(worker, job)` (or `abandon(worker)`
-    when it could not be opened). Reads as one worker (`served`, `active`, `stop()`...)."""
+    copy of the weights, backend and thread, run several passes at once. A request's stream is
+    opened on `pick().engine` and submitted to that worker. Reads as one worker (`served`,
+    `active`, `stop()`...)."""
 
     def __init__(self, engines, queue_size: int, parallel: int = 1):
         each = max(1, -(-int(parallel) // len(engines)))  # `parallel` in all, spread over the replicas
         self.workers = [EngineWorker(e, queue_size, parallel=each) for e in engines]
-        self._opening = [0] * len(self.workers)
-        self._lock = threading.Lock()
+        self._turn = itertools.count()
 
     def pick(self) -> EngineWorker:
-        with self._lock:
-            i = min(range(len(self.workers)),
-                    key=lambda k: (self.workers[k].active + self.workers[k].waiting + self._opening[k], k))
-            self._opening[i] += 1
-            return self.workers[i]
-
-    def abandon(self, worker: EngineWorker) -> None:
-        with self._lock:
-            self._opening[self.workers.index(worker)] -= 1
-
-    def submit(self, worker: EngineWorker, job: Job) -> None:
-        try:
-            worker.submit(job)
-        finally:
-            self.abandon(worker)
+        """The replica with the fewest requests (running or waiting); among equals, the next in
+        turn, so requests opened at the same moment (none submitted yet) spread over them."""
+        n = len(self.workers)
+        start = next(self._turn) % n
+        return min(self.workers[start:] + self.workers[:start], key=lambda w: w.active + w.waiting)
 
     @property
     def replicas(self) -> int:
