@@ -15,7 +15,7 @@ from pathlib import Path
 # forced to its Haswell variant where the build has variants (CBS_CPU_ALL_VARIANTS=ON, the
 # wheel's default); a native build keeps its own, which the report says. The reference is
 # held to AVX2 too (PyTorch's ATen kernels, oneDNN, MKL).
-AVX2_ENV = {"CBS_Q4_KERNEL": "avx2", "CBS_AMX": "0", "CBS_VNNI": "0", "CBS_HIFT_AVX512": "0",
+AVX2_ENV = {"CBS_Q4_KERNEL": "avx2", "CBS_AMX": "0", "CBS_VNNI": "avx2", "CBS_HIFT_AVX512": "0",
             "CBS_OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_CORETYPE": "Haswell",
             "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 FORCED_MARK = "CBS_BENCH_CPU"
@@ -44,7 +44,7 @@ def _kernels_line() -> str:
     return (f"  CPU {s['devices'][0]['description']}: {' '.join(s['cpu_features'])}\n"
             f"  kernels{forced}: ggml CPU module {variant}; T3 Q4_0 {s.get('q4_kernel_isa', '-')}; "
             f"S3Gen f32 products OpenBLAS {s.get('blas_core', '-')}; AMX {'on' if s.get('amx') else 'off'}; "
-            f"int16 VNNI products {'on' if s.get('vnni_products') else 'off'}")
+            f"S3Gen int16 products {s.get('int16_products') or 'off'}")
 
 
 class ReferenceUnavailable(Exception):

@@ -38,7 +38,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     kernels = [name for name, on in ((blas, info.get("blas")),
                                      (f"T3 Q4_0 kernel ({q4_isa})", info.get("q4_kernel") and q4_isa),
                                      ("AMX products for quantised models", info.get("amx")),
-                                     ("S3Gen Q4_0 products in int16 (AVX-512 VNNI)", info.get("vnni_products")))
+                                     (f"S3Gen Q4_0 products in int16 ({info.get('int16_products')})", info.get("int16_products")))
                if on]
     print(f"cpu kernels       {', '.join(kernels) or '(ggml only)'}")
     print(f"default threads   {info['default_threads']}")

@@ -71,10 +71,10 @@ def test_t3_worker_samples_beside_s3gen_and_leaves_the_audio_unchanged(engine, m
         t3.beside_s3gen = True
     assert t3.workers_started == started + 1
     assert len(overlapped) == len(serial) > 2
-    if _core.amx_available() or _core.vnni_available():
+    if _core.amx_available() or _core.int16_products_available():
         assert all(np.array_equal(a, b) for a, b in zip(overlapped, serial))
     else:
-        # S3Gen beside the worker has one thread fewer, and without AMX or VNNI its products are
+        # S3Gen beside the worker has one thread fewer, and without AMX or int16 its products are
         # OpenBLAS's sgemm split by thread, whose sums depend on an output's place in a call
         # (tests/engine_native/src/core/test_ggml_ops.py): the same tokens and chunk sizes, samples within rounding
         # (seen rel 1.2e-7 on an AVX2 Zen 3 host).

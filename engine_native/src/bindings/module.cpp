@@ -207,12 +207,13 @@ PYBIND11_MODULE(_core, m) {
         d["q4_kernel"] = cbs::q4_packed_available();
         d["q4_kernel_isa"] = std::string(cbs::q4_kernel_isa());
         d["amx"] = cbs::amx_available();
-        d["vnni_products"] = cbs::vnni_available() && !cbs::amx_available();
+        d["int16_products"] = cbs::amx_available() ? std::string() : std::string(cbs::int16_products_isa());
         return d;
     }, "ggml version, CPU features and variant, loaded backends and devices, default thread count, whether the "
        "CPU's f32 matrix products use OpenBLAS (and its kernels, blas_core), whether T3's Q4_0 products on the CPU use the engine's own kernel (and its instruction set, q4_kernel_isa: "
        "'AVX-512 VNNI', 'AVX2' or ''), whether a quantised model's S3Gen products "
-       "run on AMX tiles (amx) or, without AMX, its Q4_0 products in int16 on AVX512-VNNI (vnni_products).");
+       "run on AMX tiles (amx) or, without AMX, its Q4_0 products in int16 (int16_products: 'AVX-512 VNNI', "
+       "'AVX2' or '').");
 
     m.def("devices", [] { return devices_list(cbs::list_devices()); },
           "Every device present, the fastest first: [{id, name, backend, description, type, memory_free, "

@@ -156,7 +156,7 @@ ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_t
 #ifdef CBS_HAVE_BLAS
     if (on_cpu) {
         void* amx = amx_tag(how);
-        const bool vnni = !amx && how.kind == CpuProducts::fast && vnni_available() && q->ne[0] % 32 == 0;
+        const bool vnni = !amx && how.kind == CpuProducts::fast && int16_products_available() && q->ne[0] % 32 == 0;
         ggml_tensor* args[4] = {q, k, v, amx ? work_counter(ctx) : nullptr};
         return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0], q->ne[2], q->ne[1], q->ne[3], args, amx ? 4 : 3,
                               blas_attention, GGML_N_TASKS_MAX, amx ? amx : vnni ? &vnni_attention_tag : nullptr);

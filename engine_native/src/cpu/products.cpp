@@ -206,7 +206,7 @@ static void vnni_weight_matmul(ggml_tensor* dst, int, int, void*) {
 
 // Whether a's products with b go to vnni_weight_matmul.
 static bool vnni_weight(const ggml_tensor* a, CpuProducts how) {
-    return how.kind == CpuProducts::fast && !amx_available() && vnni_available() && a->type == GGML_TYPE_Q4_0 &&
+    return how.kind == CpuProducts::fast && !amx_available() && int16_products_available() && a->type == GGML_TYPE_Q4_0 &&
            !q4_is_packed(a) && a->ne[0] % 32 == 0;
 }
 #endif
@@ -270,7 +270,13 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
 }
 
 ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x) {
-    return q4_is_packed(w) ? matmul(ctx, w, x, false) : ggml_mul_mat(ctx, w, x);
+    if (q4_is_packed(w)) return matmul(ctx, w, x, false);
+    ggml_tensor* r = ggml_mul_mat(ctx, w, x);
+    // An f32 weight at f32, as matmul asks: on CUDA its product over 4 to 16 columns otherwise
+    // runs in TF32 tensor-core kernels and over 3 or fewer in f32, so a step of several
+    // streams (t3_llama_batch) would not give each stream its solo step's logits.
+    if (w->type == GGML_TYPE_F32) ggml_mul_mat_set_prec(r, GGML_PREC_F32);
+    return r;
 }
 
 }  // namespace cbs

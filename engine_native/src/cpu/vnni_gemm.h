@@ -1,11 +1,14 @@
-// Q4_0 weight products in 16-bit integers on AVX512-VNNI, the CPU's `fast` mode where it has
-// no AMX (AMD Zen 4 and Zen 5, Intel before Sapphire Rapids), for a quantised model's S3Gen.
+// Q4_0 weight products in 16-bit integers, the CPU's `fast` mode where it has no AMX, for a
+// quantised model's S3Gen: on AVX512-VNNI (AMD Zen 4 and Zen 5, Intel before Sapphire Rapids)
+// and, in the same layout with the same bits, on AVX2 (most desktop and laptop CPUs).
 //
 // A Q4_0 weight is d * q with q a small integer (-8..7) and d one fp16 scale per 32 values,
 // so its integer part is exact in int16. The activations are rounded to int16 per 32 values
 // (scale max|x| / 32767: ~2e-5 of each product, where bf16x3 on AMX keeps ~5e-6), and one
 // vpdpwssd multiplies 32 pairs: twice the multiply-adds per cycle of f32 FMAs on these CPUs
-// (both one 512-bit instruction per cycle on Zen 4). Each block's int32 sums (at most
+// (both one 512-bit instruction per cycle on Zen 4). On AVX2 a vpmaddwd and a vpaddd take its
+// place: 16 multiply-adds in two instructions that share three vector ports, against an f32
+// FMA's 8 in one of two. Each block's int32 sums (at most
 // 32 * 8 * 32767 < 2^24: exact in f32) are scaled by the two blocks' scales into f32 sums.
 // Attention's two products take the same path with both operands activations, rounded so
 // that no block's sum can overflow (kNormBound; ~3e-5 of each product).
@@ -13,7 +16,7 @@
 // C = A B^T with A [m x k] the activations (f32 rows, rounded once per product) and B [n x k]
 // the weight rows (ggml's block_q4_0, unpacked by the thread that multiplies them) or, for
 // attention, activations packed the same way; k must be a multiple of 32. CBS_VNNI=0 turns
-// it off.
+// it off, CBS_VNNI=avx2 takes the AVX2 form on a CPU that has AVX-512 too.
 #pragma once
 
 #include <cstddef>
@@ -24,8 +27,10 @@
 
 namespace cbs {
 
-// AVX-512 F/BW/VL/VNNI on this CPU and CBS_VNNI is not 0.
-bool vnni_available();
+// AVX-512 F/BW/VL/VNNI, or AVX2 and FMA, on this CPU, and CBS_VNNI is not 0.
+bool int16_products_available();
+// Which form runs: "AVX-512 VNNI", "AVX2" or "" (none).
+const char* int16_products_isa();
 
 // A's rows as int16 with a float scale per 32 values: row i's values at values(i) (each row
 // on a cache line), its k / 32 scales at scales(i). Over storage of bytes(m, k) (a graph tensor: one node rounds

@@ -2,9 +2,10 @@
 cpu/vnni_gemm.h).
 
 `exact` is OpenBLAS sgemm (f32). `fast` is, where the CPU has AMX-BF16, the AMX tiles in bf16x3
-(each f32 operand split into two bf16 parts, three tile products); without AMX, where it has
-AVX512-VNNI, a Q4_0 weight's products (the activations rounded to int16 per 32 values) and
-attention's two products in int16, the rest exact; elsewhere exact. All go through a real graph on the CPU backend with
+(each f32 operand split into two bf16 parts, three tile products); without AMX, on AVX512-VNNI
+or else AVX2, a Q4_0 weight's products (the activations rounded to int16 per 32 values) and
+attention's two products in int16, the rest exact; elsewhere exact. The int16 products' AVX2
+form gives the AVX-512 form's bits (CBS_VNNI=avx2 takes it on any host: the last tests). All go through a real graph on the CPU backend with
 the engine's thread split, on random shapes whose sizes are not multiples of the tiles (16 rows,
 32 values of k) and attention over several query blocks and heads split between threads.
 
@@ -31,7 +32,7 @@ from engine_native import _core, debug
 from tests.helpers.models import model_path
 
 AMX = _core.amx_available()
-VNNI = _core.vnni_available() and not AMX  # int16 products for Q4_0 weights only
+VNNI = _core.int16_products_available() and not AMX  # int16 products for Q4_0 weights only
 
 
 def _rel(a, b) -> float:
@@ -40,7 +41,8 @@ def _rel(a, b) -> float:
 
 def _check(fast, exact, ref, what, int16=0.0):
     """`int16`: the bound where fast runs the product in int16 (VNNI in use); 0: it does not."""
-    print(f"{what}: exact rel {_rel(exact, ref):.2e}, fast rel {_rel(fast, ref):.2e} (AMX: {AMX}, VNNI: {VNNI})")
+    print(f"{what}: exact rel {_rel(exact, ref):.2e}, fast rel {_rel(fast, ref):.2e} (AMX: {AMX}, int16: "
+          f"{_core.int16_products_isa() if VNNI else 'off'})")
     assert _rel(exact, ref) <= 1e-6
     if AMX:
         assert _rel(fast, ref) <= 2e-5
@@ -116,25 +118,30 @@ np.save(sys.argv[3], debug.s3gen_mel(sys.argv[1], speech, None, x0))
 """
 
 
-@pytest.mark.skipif(not (AMX or VNNI), reason="neither AMX-BF16 nor AVX512-VNNI here: a quantised model's S3Gen "
-                    "runs the exact products")
-def test_quantised_s3gen_fast_vs_exact(tmp_path):
-    """The same Q4_0 model's S3Gen mel with its fast products (AMX tiles, else int16 on VNNI) and
-    with CBS_AMX=0 CBS_VNNI=0 (OpenBLAS), each in a process of its own (the engine reads both once)."""
+@pytest.mark.parametrize("form", ["native", "avx2"])
+def test_quantised_s3gen_fast_vs_exact(tmp_path, form):
+    """The same Q4_0 model's S3Gen mel with its fast products (native: AMX tiles, else int16;
+    avx2: the int16 products' AVX2 form, CBS_AMX=0 CBS_VNNI=avx2) and with CBS_AMX=0 CBS_VNNI=0
+    (OpenBLAS), each in a process of its own (the engine reads both once)."""
+    if form == "native" and not (AMX or VNNI):
+        pytest.skip("neither AMX-BF16 nor the int16 products here: a quantised model's S3Gen runs the exact products")
+    if form == "avx2" and not _has("avx2", "fma"):
+        pytest.skip("no AVX2 and FMA on this CPU")
     path = model_path("turbo", "q4_0")
     n_prompt = int(debug._component(model_path("turbo"), "ModelFile").tensor_f32("voice.prompt_token").size)
     frames = str(2 * (n_prompt + 250))
+    fast = {"CBS_AMX": "1", "CBS_VNNI": "1"} if form == "native" else {"CBS_AMX": "0", "CBS_VNNI": "avx2"}
     mels = {}
-    for amx in ("1", "0"):
-        out = tmp_path / f"mel{amx}.npy"
-        env = dict(os.environ, CBS_AMX=amx, CBS_VNNI=amx)
-        res = subprocess.run([sys.executable, "-c", _MEL, str(path), frames, str(out)], env=env, capture_output=True,
-                             text=True, cwd=tmp_path)
+    for name, switches in (("fast", fast), ("exact", {"CBS_AMX": "0", "CBS_VNNI": "0"})):
+        out = tmp_path / f"mel-{name}.npy"
+        res = subprocess.run([sys.executable, "-c", _MEL, str(path), frames, str(out)], env=dict(os.environ, **switches),
+                             capture_output=True, text=True, cwd=tmp_path)
         assert res.returncode == 0, res.stderr
-        mels[amx] = np.load(out)
-    rel = _rel(mels["1"], mels["0"])
-    print(f"Q4_0 S3Gen mel, 250 tokens, {'AMX' if AMX else 'int16 VNNI'} vs OpenBLAS: rel {rel:.2e} max_abs "
-          f"{np.abs(mels['1'] - mels['0']).max():.2e} ({json.dumps(mels['1'].shape)})")
+        mels[name] = np.load(out)
+    rel = _rel(mels["fast"], mels["exact"])
+    kind = "int16 AVX2" if form == "avx2" else "AMX" if AMX else f"int16 {_core.int16_products_isa()}"
+    print(f"Q4_0 S3Gen mel, 250 tokens, {kind} vs OpenBLAS: rel {rel:.2e} max_abs "
+          f"{np.abs(mels['fast'] - mels['exact']).max():.2e} ({json.dumps(mels['fast'].shape)})")
     assert 0 < rel <= 1e-4
 
 
@@ -158,3 +165,84 @@ def test_fast_products_do_not_depend_on_the_threads():
         print(f"f16 weight through sgemm, 2 and 3 threads vs 1: rel {rels[0]:.1e}, {rels[1]:.1e}")
         assert max(rels) <= 1e-6
     assert all(np.array_equal(att[0], o) for o in att[1:])
+
+
+_INT16 = """
+import sys, numpy as np
+from engine_native import _core
+assert not _core.amx_available(), "CBS_AMX=0 not honoured"
+out = {"isa": np.array(_core.int16_products_isa())}
+for i, (m, k, n) in enumerate([(1024, 256, 17), (83, 96, 301), (300, 992, 130), (40, 128, 40)]):
+    rng = np.random.default_rng(m + k + n)
+    w = (rng.standard_normal((m, k)) * 0.05).astype(np.float32)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    x[3] = 0.0
+    x[5, :32] *= 1e4
+    out[f"lin{i}"] = _core.linear_product(w, x, "q4_0", "fast")
+    out[f"lin{i}_w"] = _core.linear_product(w, np.eye(k, dtype=np.float32), "q4_0", "exact").T
+    out[f"lin{i}_x"] = x
+for i, (h, tq, tk, d) in enumerate([(3, 300, 77, 64), (2, 17, 500, 32)]):
+    rng = np.random.default_rng(h + tq + tk)
+    q, k, v = (rng.standard_normal((h, t, d)).astype(np.float32) for t in (tq, tk, tk))
+    out[f"att{i}"] = _core.attention_product(q, k, v, "fast")
+    out[f"att{i}_ref"] = _core.attention_product(q, k, v, "exact")
+np.savez(sys.argv[1], **out)
+"""
+
+
+def _int16_products(tmp_path, vnni: str) -> dict:
+    """Fast products in a process with CBS_AMX=0 and CBS_VNNI=`vnni` (read once per process)."""
+    out = tmp_path / f"int16-{vnni or 'default'}.npz"
+    env = dict(os.environ, CBS_AMX="0", CBS_VNNI=vnni)
+    res = subprocess.run([sys.executable, "-c", _INT16, str(out)], env=env, capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    return dict(np.load(out))
+
+
+def _has(*flags: str) -> bool:
+    try:
+        words = next(ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return False
+    return all(f in words for f in flags)
+
+
+_FORMS = {"avx2": ("AVX2", ("avx2", "fma")), "avxvnni": ("AVX-VNNI", ("avx2", "fma", "avx_vnni"))}
+
+
+@pytest.mark.parametrize("form", sorted(_FORMS))
+def test_int16_products_avx2_forms(tmp_path, form):
+    """The int16 products' AVX2 forms (what a CPU without AVX-512 runs for a quantised model's
+    S3Gen: vpmaddwd + vpaddd, or AVX-VNNI's vpdpwssd), taken on this host whatever else it has:
+    within the int16 bounds of float64, zero rows exact."""
+    name, flags = _FORMS[form]
+    if not _has(*flags):
+        pytest.skip(f"no {' '.join(flags)} on this CPU")
+    got = _int16_products(tmp_path, form)
+    assert str(got["isa"]) == name
+    for i in range(4):
+        ref = got[f"lin{i}_x"].astype(np.float64) @ got[f"lin{i}_w"].astype(np.float64).T
+        fast = got[f"lin{i}"]
+        print(f"{name} int16 linear {i}: rel {_rel(fast, ref):.2e}")
+        assert np.isfinite(fast).all() and not fast[3].any()
+        assert _rel(fast, ref) <= 5e-5
+    for i in range(2):
+        rel = _rel(got[f"att{i}"], got[f"att{i}_ref"])
+        print(f"{name} int16 attention {i}: rel {rel:.2e} against exact")
+        assert 0 < rel <= 1.5e-4
+
+
+@pytest.mark.skipif(not _has("avx512f", "avx512bw", "avx512vl", "avx512_vnni"), reason="no AVX512-VNNI to compare with")
+def test_int16_products_avx2_forms_give_the_avx512_bits(tmp_path):
+    """The same int32 sums (vpmaddwd + vpaddd and vpdpwssd wrap alike) and the same f32 steps in
+    the same order (the block norm's sum too): every form agrees bit for bit."""
+    avx512 = _int16_products(tmp_path, "")
+    assert str(avx512["isa"]) == "AVX-512 VNNI"
+    for form, (name, flags) in _FORMS.items():
+        if not _has(*flags):
+            continue
+        got = _int16_products(tmp_path, form)
+        assert str(got["isa"]) == name
+        for key in [f"lin{i}" for i in range(4)] + ["att0", "att1"]:
+            assert np.array_equal(got[key], avx512[key]), (form, key)
