@@ -200,14 +200,21 @@ ggml_status GraphRunner::profiled_compute(const GraphInputs& in) {
 }
 
 std::vector<float> GraphRunner::rerun(ggml_tensor* out, const GraphInputs& in) {
+    return std::move(rerun(std::vector<ggml_tensor*>{out}, in)[0]);
+}
+
+std::vector<std::vector<float>> GraphRunner::rerun(const std::vector<ggml_tensor*>& outs, const GraphInputs& in) {
     in.upload();
     const ggml_status status =
         sched_ ? ggml_backend_sched_graph_compute(sched_, graph_) : ggml_backend_graph_compute(backend_, graph_);
     if (status == GGML_STATUS_ABORTED) throw CancelledError("cancelled");
     if (status != GGML_STATUS_SUCCESS) throw EngineError(std::string("graph computation failed on ") + ggml_backend_name(backend_));
-    std::vector<float> result(ggml_nelements(out));
-    ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
-    return result;
+    std::vector<std::vector<float>> results;
+    for (ggml_tensor* out : outs) {
+        results.emplace_back(ggml_nelements(out));
+        ggml_backend_tensor_get(out, results.back().data(), 0, ggml_nbytes(out));
+    }
+    return results;
 }
 
 std::vector<float> GraphRunner::compute(ggml_tensor* out, const GraphInputs& in) {

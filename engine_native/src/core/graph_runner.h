@@ -52,6 +52,7 @@ public:
     // a device replays it as it stands), with new values for its inputs `in`, and reads
     // `out` back. Only while generation() is unchanged since that graph was computed.
     std::vector<float> rerun(ggml_tensor* out, const GraphInputs& in);
+    std::vector<std::vector<float>> rerun(const std::vector<ggml_tensor*>& outs, const GraphInputs& in);
     // Counts begin() calls: a graph kept for rerun() is stale once this has moved on.
     uint64_t generation() const { return generation_; }
     ggml_backend_t backend() const { return backend_; }

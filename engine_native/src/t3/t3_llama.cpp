@@ -203,27 +203,41 @@ ggml_tensor* T3Llama::rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, 
     return ggml_add(ctx, ggml_mul(ctx, x, cos), ggml_mul(ctx, ggml_concat(ctx, x2, x1, 0), sin));
 }
 
-// Llama blocks over x [E, n_new * rows] at positions cache.n_past .. + n_new - 1 of each
-// row. all_seqs: one row whose keys and values go to every row of the cache (the shared
-// conditioning prefix).
-ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInputs& in, T3Cache& cache, ggml_tensor* x,
-                                  int n_new, int rows, bool all_seqs, ggml_tensor* mask, TapSpec* taps) {
-    const int E = hp_.n_embd, H = hp_.n_head, D = hp_.head_dim();
-    const int n_kv = cache.n_past + n_new;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-
-    // cos / sin of float32(inv_freq * position), as HF's rotary embedding computes them.
-    std::vector<float> cos(static_cast<size_t>(D) * n_new), sin(cos.size());
-    for (int p = 0; p < n_new; ++p)
+void T3Llama::rope_tables(int first, int n, std::vector<float>& cos, std::vector<float>& sin) const {
+    const int D = hp_.head_dim();
+    cos.assign(static_cast<size_t>(D) * n, 0.0f);
+    sin.assign(cos.size(), 0.0f);
+    for (int p = 0; p < n; ++p)
         for (int i = 0; i < D / 2; ++i) {
-            const float a = inv_freq_[i] * static_cast<float>(cache.n_past + p);
+            const float a = inv_freq_[i] * static_cast<float>(first + p);
             const float c = std::cos(a), s = std::sin(a);
             cos[p * D + i] = cos[p * D + i + D / 2] = c;
             sin[p * D + i] = -s;
             sin[p * D + i + D / 2] = s;
         }
-    ggml_tensor* rc = ggml_reshape_4d(ctx, in.f32(ctx, std::move(cos), D, n_new), D, 1, n_new, 1);
-    ggml_tensor* rs = ggml_reshape_4d(ctx, in.f32(ctx, std::move(sin), D, n_new), D, 1, n_new, 1);
+}
+
+// Llama blocks over x [E, n_new * rows] at positions cache.n_past .. + n_new - 1 of each
+// row. all_seqs: one row whose keys and values go to every row of the cache (the shared
+// conditioning prefix). `step` (one new position): its row, RoPE and padded length come in
+// as inputs, so the graph can be replayed for the next token.
+ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInputs& in, T3Cache& cache, ggml_tensor* x,
+                                  int n_new, int rows, bool all_seqs, ggml_tensor* mask, TapSpec* taps,
+                                  const StepInputs* step) {
+    const int E = hp_.n_embd, H = hp_.n_head, D = hp_.head_dim();
+    const int n_kv = step ? step->n_kv : cache.n_past + n_new;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+
+    ggml_tensor *rc, *rs;
+    if (step) {
+        rc = ggml_reshape_4d(ctx, step->cos, D, 1, 1, 1);
+        rs = ggml_reshape_4d(ctx, step->sin, D, 1, 1, 1);
+    } else {
+        std::vector<float> cos, sin;
+        rope_tables(cache.n_past, n_new, cos, sin);
+        rc = ggml_reshape_4d(ctx, in.f32(ctx, std::move(cos), D, n_new), D, 1, n_new, 1);
+        rs = ggml_reshape_4d(ctx, in.f32(ctx, std::move(sin), D, n_new), D, 1, n_new, 1);
+    }
 
     auto cache_view = [&](ggml_tensor* c, int first, int n, int seq0, int n_seq) {
         return ggml_view_4d(ctx, c, D, n, H, n_seq, c->nb[1], c->nb[2], c->nb[3], first * c->nb[1] + seq0 * c->nb[3]);
@@ -239,7 +253,11 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         // the cache through views, after these copies in graph order).
         ggml_tensor* k_new = ggml_permute(ctx, k, 0, 2, 1, 3);  // [D, n_new, H, rows]
         ggml_tensor* v_new = ggml_permute(ctx, v, 0, 2, 1, 3);
-        const int n_dst = all_seqs ? cache.n_seq() : 1;
+        if (step) {
+            ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache_view(cache.k(il), 0, cache.size(), 0, rows), k_new, step->kv_row));
+            ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache_view(cache.v(il), 0, cache.size(), 0, rows), v_new, step->kv_row));
+        }
+        const int n_dst = step ? 0 : all_seqs ? cache.n_seq() : 1;
         for (int s = 0; s < n_dst; ++s) {
             ggml_build_forward_expand(gf, ggml_cpy(ctx, k_new, cache_view(cache.k(il), cache.n_past, n_new, s, rows)));
             ggml_build_forward_expand(gf, ggml_cpy(ctx, v_new, cache_view(cache.v(il), cache.n_past, n_new, s, rows)));
@@ -297,10 +315,14 @@ std::vector<float> T3Llama::finish(T3Cache& cache, ggml_tensor* logits, TapSpec&
     std::vector<ggml_tensor*> outs{logits};
     outs.insert(outs.end(), taps.out.begin(), taps.out.end());
     std::vector<std::vector<float>> r = runner_.compute(outs, in);
-    cache.align.clear();
-    for (size_t a = 1; a < r.size(); ++a) cache.align.insert(cache.align.end(), r[a].begin(), r[a].end());
-    cache.align_rows = taps.n_rows;
+    keep_taps(cache, r, taps.n_rows);
     return std::move(r[0]);
+}
+
+void T3Llama::keep_taps(T3Cache& cache, std::vector<std::vector<float>>& outs, int n_rows) {
+    cache.align.clear();
+    for (size_t a = 1; a < outs.size(); ++a) cache.align.insert(cache.align.end(), outs[a].begin(), outs[a].end());
+    cache.align_rows = n_rows;
 }
 
 std::vector<float> T3Llama::prompt(T3Cache& cache, const T3Conditioning& cond, const std::vector<int32_t>& text,
@@ -340,13 +362,49 @@ std::vector<float> T3Llama::step(T3Cache& cache, int32_t speech_token) {
     if (cache.n_speech >= speech_pos_len_)
         throw EngineError("T3's speech position table is full (" + std::to_string(speech_pos_len_) + " tokens)");
     const int rows = cache.n_rows;
-    ggml_context* ctx = runner_.begin();
-    ggml_cgraph* gf = runner_.graph();
-    GraphInputs in;
-    ggml_tensor* x = build_inputs(ctx, in, {}, {speech_token}, cache.n_speech, rows);
-    TapSpec taps{0, 1, cache.align_col0, cache.align_cols, std::vector<ggml_tensor*>(align_.size())};
-    x = transformer(ctx, gf, in, cache, x, 1, rows, false, nullptr, &taps);  // one new token sees every cached one
-    std::vector<float> out = finish(cache, head(ctx, x, 1, rows, 1), taps, in);
+    // The new token sees every cached position and itself; the attention reads a view padded
+    // to kStepKvPad positions (masked), the same graph for that many tokens.
+    const int n_kv = std::min(cache.size(), GGML_PAD(cache.n_past + 1, kStepKvPad));
+    std::vector<ggml_fp16_t> mask(n_kv);
+    for (int j = 0; j < n_kv; ++j) mask[j] = ggml_fp32_to_fp16(j <= cache.n_past ? 0.0f : -INFINITY);
+    std::vector<float> cos, sin;
+    rope_tables(cache.n_past, 1, cos, sin);
+    std::vector<float> out;
+    const StepGraph& g = step_;
+    if (g.outs.size() && g.generation == runner_.generation() && g.cache_serial == cache.serial() && g.n_kv == n_kv &&
+        g.rows == rows && g.align_col0 == cache.align_col0 && g.align_cols == cache.align_cols) {
+        GraphInputs in;
+        in.ints.emplace_back(g.token, std::vector<int32_t>{speech_token});
+        in.ints.emplace_back(g.speech_pos, std::vector<int32_t>{cache.n_speech});
+        in.ints.emplace_back(g.kv_row, std::vector<int32_t>{cache.n_past});
+        in.floats.emplace_back(g.cos, std::move(cos));
+        in.floats.emplace_back(g.sin, std::move(sin));
+        in.halves.emplace_back(g.mask, std::move(mask));
+        std::vector<std::vector<float>> r = runner_.rerun(g.outs, in);
+        keep_taps(cache, r, 1);
+        out = std::move(r[0]);
+    } else {
+        step_ = {};
+        ggml_context* ctx = runner_.begin();
+        ggml_cgraph* gf = runner_.graph();
+        GraphInputs in;
+        ggml_tensor* token = in.ids(ctx, {speech_token});
+        ggml_tensor* speech_pos = in.ids(ctx, {cache.n_speech});
+        ggml_tensor* x = ggml_add(ctx, ggml_get_rows(ctx, speech_emb_, token), ggml_get_rows(ctx, speech_pos_, speech_pos));
+        if (rows == 2) x = ggml_concat(ctx, x, x, 1);
+        const StepInputs step{in.ids(ctx, {cache.n_past}), in.f32(ctx, std::move(cos), hp_.head_dim()),
+                              in.f32(ctx, std::move(sin), hp_.head_dim()), n_kv};
+        ggml_tensor* mask_t = in.f16_mask(ctx, std::move(mask), n_kv, 1);
+        TapSpec taps{0, 1, cache.align_col0, cache.align_cols, std::vector<ggml_tensor*>(align_.size())};
+        x = transformer(ctx, gf, in, cache, x, 1, rows, false, mask_t, &taps, &step);
+        std::vector<ggml_tensor*> outs{head(ctx, x, 1, rows, 1)};
+        outs.insert(outs.end(), taps.out.begin(), taps.out.end());
+        std::vector<std::vector<float>> r = runner_.compute(outs, in);
+        keep_taps(cache, r, taps.n_rows);
+        out = std::move(r[0]);
+        step_ = {runner_.generation(), cache.serial(), n_kv, rows, cache.align_col0, cache.align_cols,
+                 token, speech_pos, step.kv_row, step.cos, step.sin, mask_t, std::move(outs)};
+    }
     cache.n_past += 1;
     cache.n_speech += 1;
     return out;

@@ -62,6 +62,13 @@ private:
         int row0 = 0, n_rows = 0, col0 = 0, n_cols = 0;
         std::vector<ggml_tensor*> out;  // one [n_cols, n_rows] per alignment head
     };
+    // A step's inputs that change from token to token (step()): the cache row its keys and
+    // values go to, RoPE's cos / sin [D] at its position, and the padded length its
+    // attention reads (masked past the token).
+    struct StepInputs {
+        ggml_tensor *kv_row, *cos, *sin;
+        int n_kv;
+    };
 
     void validate(const T3Conditioning& cond, const std::vector<int32_t>& text,
                   const std::vector<int32_t>& speech) const;
@@ -71,10 +78,18 @@ private:
                               const std::vector<int32_t>& speech, int first_speech_pos, int rows);
     ggml_tensor* rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin);
     ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInputs& in, T3Cache& cache, ggml_tensor* x,
-                             int n_new, int rows, bool all_seqs, ggml_tensor* mask, TapSpec* taps);
+                             int n_new, int rows, bool all_seqs, ggml_tensor* mask, TapSpec* taps,
+                             const StepInputs* step = nullptr);
+    // cos / sin of float32(inv_freq * position) [D each] for positions first .. first + n - 1.
+    void rope_tables(int first, int n, std::vector<float>& cos, std::vector<float>& sin) const;
     ggml_tensor* head(ggml_context* ctx, ggml_tensor* x, int n_new, int rows, int n_out);
     void run_prefix(T3Cache& cache, const T3Conditioning& cond);
     std::vector<float> finish(T3Cache& cache, ggml_tensor* logits, TapSpec& taps, const GraphInputs& in);
+    // The alignment taps' rows of the last computation (outs after the logits) into the cache.
+    static void keep_taps(T3Cache& cache, std::vector<std::vector<float>>& outs, int n_rows);
+    // A step's attention reads a multiple of this many cache positions (the rest masked), so
+    // its graph is the same for that many tokens (t3_gpt2.h).
+    static constexpr int kStepKvPad = 256;
 
     T3Hparams hp_;
     ggml_backend_t backend_;
@@ -89,6 +104,17 @@ private:
     std::vector<Layer> layers_;
     ggml_type cache_type_ = GGML_TYPE_F32;  // F32 weights: F32 cache (parity); else F16
     GraphRunner runner_;
+    // The last step's graph, replayed while it fits (same cache buffer and rows, same padded
+    // n_kv and text columns, nothing else built on runner_ since): only its inputs change.
+    // Rebuilding it cost a GPU step more than its kernels (3.3 ms a token on an H200 for the
+    // small test model, whose kernels take a fraction of that).
+    struct StepGraph {
+        uint64_t generation = 0, cache_serial = 0;
+        int n_kv = 0, rows = 0, align_col0 = 0, align_cols = 0;
+        ggml_tensor *token = nullptr, *speech_pos = nullptr, *kv_row = nullptr, *cos = nullptr, *sin = nullptr,
+                    *mask = nullptr;
+        std::vector<ggml_tensor*> outs;  // the logits, then the alignment taps
+    } step_;
     // The batched step's runner, its node room grown with the batch (a graph per step, as step()'s).
     std::unique_ptr<GraphRunner> batch_runner_;
     size_t batch_nodes_ = 0;
