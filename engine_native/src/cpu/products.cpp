@@ -272,10 +272,10 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
 ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x) {
     if (q4_is_packed(w)) return matmul(ctx, w, x, false);
     ggml_tensor* r = ggml_mul_mat(ctx, w, x);
-    // An f32 weight at f32, as matmul asks: on CUDA its product over 4 to 16 columns otherwise
-    // runs in TF32 tensor-core kernels and over 3 or fewer in f32, so a step of several
-    // streams (t3_llama_batch) would not give each stream its solo step's logits.
-    if (w->type == GGML_TYPE_F32) ggml_mul_mat_set_prec(r, GGML_PREC_F32);
+    // An f32 weight over more than 3 columns (a prompt) at f32, as matmul asks: ggml-cuda
+    // otherwise runs it in TF32 (~1e-3). Up to 3 columns (a step) it is f32 arithmetic in the
+    // vector kernel already, which the f32 path (cuBLAS) would replace by other sums.
+    if (w->type == GGML_TYPE_F32 && x->ne[1] > 3) ggml_mul_mat_set_prec(r, GGML_PREC_F32);
     return r;
 }
 

@@ -40,8 +40,9 @@ CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight);
 // in int16 (b's rows rounded once per product, a's rows unpacked by pieces).
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts blas);
 
-// ggml_mul_mat(w, x) for a model weight w (at f32 for an f32 w, ggml's default precision
-// otherwise); matmul's path for T3's packed Q4_0 weights on the CPU (cpu/q4_matmul.h).
+// ggml_mul_mat(w, x) for a model weight w (at f32 for an f32 w over more than 3 columns,
+// ggml's default precision otherwise); matmul's path for T3's packed Q4_0 weights on the CPU
+// (cpu/q4_matmul.h).
 ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);
 
 }  // namespace cbs

@@ -4,18 +4,27 @@
 // columns of x [n_embd, sum of rows]; the RMSNorms, every product (q, k, v, o, gate, up,
 // down, head) and RoPE (each column at its own session's position) run over all columns at
 // once. Each session's attention runs alone over its own two-row cache, as its solo step()
-// does, and its alignment heads (row 0) are left in its cache for its analyzer. What differs
-// from B solo steps is only the products' kernels over more columns (rounding), as in
-// t3_gpt2_batch.cpp.
+// does (the same padded, masked view), and its alignment heads (row 0) are left in its cache
+// for its analyzer. What differs from B solo steps is only the products' kernels over more
+// columns (rounding; on a GPU an f32 weight's products run in groups of at most
+// kVectorColumns columns: below), as in t3_gpt2_batch.cpp.
 #include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "core/backend.h"
 #include "core/graph_helpers.h"
 #include "cpu/products.h"
 #include "t3/t3_llama.h"
 
 namespace cbs {
+
+// On a GPU an f32 weight multiplies the batch's columns in groups of this many (the groups a
+// third dimension of one product): ggml-cuda takes at most 3 columns by an f32 weight in its
+// f32 vector kernel, each column as a solo step's one or two are (on Ampere and later; more on
+// older GPUs), and 4 to 16 in TF32 tensor-core kernels, whose rounding (~1e-3) would make a
+// stream stepped beside others another take of its seed (docs/GPU.md).
+static constexpr int64_t kVectorColumns = 3;
 
 std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>& caches,
                                                     const std::vector<int32_t>& tokens) {
@@ -66,6 +75,25 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
     ggml_tensor* rc = ggml_reshape_3d(ctx, in.f32(ctx, std::move(cos), D, cols), D, 1, cols);
     ggml_tensor* rs = ggml_reshape_3d(ctx, in.f32(ctx, std::move(sin), D, cols), D, 1, cols);
 
+    // Each session's attention mask over its padded view (as step() reads it).
+    std::vector<ggml_tensor*> masks(B);
+    std::vector<int> n_kvs(B);
+    for (size_t b = 0; b < B; ++b) {
+        const T3Cache& cache = *caches[b];
+        n_kvs[b] = std::min(cache.size(), GGML_PAD(cache.n_past + 1, kStepKvPad));
+        std::vector<ggml_fp16_t> mask(n_kvs[b]);
+        for (int j = 0; j < n_kvs[b]; ++j) mask[j] = ggml_fp32_to_fp16(j <= cache.n_past ? 0.0f : -INFINITY);
+        masks[b] = in.f16_mask(ctx, std::move(mask), n_kvs[b], 1);
+    }
+    const bool grouped = !backend_is_cpu(backend_);
+    auto product = [&](ggml_tensor* w, ggml_tensor* a) -> ggml_tensor* {
+        const int64_t n = a->ne[1];
+        if (!grouped || w->type != GGML_TYPE_F32 || n <= kVectorColumns) return mul_mat_weight(ctx, w, a);
+        const int64_t groups = (n + kVectorColumns - 1) / kVectorColumns;
+        ggml_tensor* padded = ggml_pad(ctx, a, 0, static_cast<int>(groups * kVectorColumns - n), 0, 0);
+        ggml_tensor* y = mul_mat_weight(ctx, w, ggml_reshape_3d(ctx, padded, a->ne[0], kVectorColumns, groups));
+        return ggml_view_2d(ctx, y, w->ne[1], n, y->nb[1], 0);  // [M, 3 x groups] -> the first n columns
+    };
     std::vector<std::vector<ggml_tensor*>> taps(B, std::vector<ggml_tensor*>(align_.size()));
     auto cache_view = [&](ggml_tensor* c, int from, int n, int n_seq) {
         return ggml_view_4d(ctx, c, D, n, H, n_seq, c->nb[1], c->nb[2], c->nb[3], from * c->nb[1]);
@@ -73,13 +101,13 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
         ggml_tensor* h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm);
-        ggml_tensor* q = rope(ctx, ggml_reshape_3d(ctx, mul_mat_weight(ctx, L.wq, h), D, H, cols), rc, rs);
-        ggml_tensor* k = rope(ctx, ggml_reshape_3d(ctx, mul_mat_weight(ctx, L.wk, h), D, H, cols), rc, rs);
-        ggml_tensor* v = ggml_reshape_3d(ctx, mul_mat_weight(ctx, L.wv, h), D, H, cols);
+        ggml_tensor* q = rope(ctx, ggml_reshape_3d(ctx, product(L.wq, h), D, H, cols), rc, rs);
+        ggml_tensor* k = rope(ctx, ggml_reshape_3d(ctx, product(L.wk, h), D, H, cols), rc, rs);
+        ggml_tensor* v = ggml_reshape_3d(ctx, product(L.wv, h), D, H, cols);
         std::vector<ggml_tensor*> att(B);
         for (size_t b = 0; b < B; ++b) {
             T3Cache& cache = *caches[b];
-            const int rows = cache.n_rows, n_kv = cache.n_past + 1;
+            const int rows = cache.n_rows, n_kv = n_kvs[b];
             // This session's columns as [D, H, 1, rows], then [D, 1, H, rows] for the cache.
             auto mine = [&](ggml_tensor* t) {
                 return ggml_view_4d(ctx, t, D, H, 1, rows, t->nb[1], t->nb[2], t->nb[2], first[b] * t->nb[2]);
@@ -91,7 +119,7 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
                                                    cache_view(cache.v(il), cache.n_past, 1, rows)));
             ggml_tensor* a = ggml_flash_attn_ext(ctx, ggml_permute(ctx, qb, 0, 2, 1, 3),
                                                  cache_view(cache.k(il), 0, n_kv, rows),
-                                                 cache_view(cache.v(il), 0, n_kv, rows), nullptr, scale, 0.0f, 0.0f);
+                                                 cache_view(cache.v(il), 0, n_kv, rows), masks[b], scale, 0.0f, 0.0f);
             ggml_flash_attn_ext_set_prec(a, GGML_PREC_F32);
             att[b] = ggml_reshape_2d(ctx, a, E, rows);
             // Row 0's alignment heads over the text (the eager attention the analyzer reads).
@@ -100,17 +128,17 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
                 const int hd = align_[ah].head;
                 ggml_tensor* qh = ggml_view_2d(ctx, q, D, 1, q->nb[2], hd * q->nb[1] + first[b] * q->nb[2]);
                 ggml_tensor* kh = ggml_view_2d(ctx, cache.k(il), D, n_kv, cache.k(il)->nb[1], hd * cache.k(il)->nb[2]);
-                ggml_tensor* p = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, kh, qh), nullptr, scale, 0.0f);
+                ggml_tensor* p = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, kh, qh), masks[b], scale, 0.0f);
                 p = ggml_view_2d(ctx, p, cache.align_cols, 1, p->nb[1], cache.align_col0 * p->nb[0]);
                 taps[b][ah] = ggml_cont(ctx, p);
             }
         }
-        x = ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, concat_columns(ctx, att)));
+        x = ggml_add(ctx, x, product(L.wo, concat_columns(ctx, att)));
         h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
-        h = ggml_swiglu_split(ctx, mul_mat_weight(ctx, L.gate, h), mul_mat_weight(ctx, L.up, h));
-        x = ggml_add(ctx, x, mul_mat_weight(ctx, L.down, h));
+        h = ggml_swiglu_split(ctx, product(L.gate, h), product(L.up, h));
+        x = ggml_add(ctx, x, product(L.down, h));
     }
-    ggml_tensor* logits = mul_mat_weight(ctx, head_w_, ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), norm_));
+    ggml_tensor* logits = product(head_w_, ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), norm_));
     std::vector<ggml_tensor*> outs{logits};
     for (size_t b = 0; b < B; ++b) outs.insert(outs.end(), taps[b].begin(), taps[b].end());
     std::vector<std::vector<float>> r = batch_runner_->compute(outs, in);
