@@ -229,8 +229,9 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
     // matrices over a few hundred frames): split by the weight's rows too, so that each thread
     // packs only its share of the weight, where blas_matmul's split of b's rows has every
     // thread pack all of it. The same sgemm on the same rows: the same numbers.
-    const bool wide_f32_weight = how.kind == CpuProducts::exact && a->type == GGML_TYPE_F32 &&
-                                 a->ne[1] > b->ne[1] * b->ne[2] * b->ne[3];
+    // `fast` without AMX is exact for an f32 weight: the same split, so the same sums.
+    const bool wide_f32_weight = (how.kind == CpuProducts::exact || (how.kind == CpuProducts::fast && !amx_tag(how))) &&
+                                 a->type == GGML_TYPE_F32 && a->ne[1] > b->ne[1] * b->ne[2] * b->ne[3];
     // Quantised or f16 weights; with AMX any 2-D weight (split by its rows: each thread packs its own).
     if (blas && weight_like && ((a->type != GGML_TYPE_F32 && ggml_get_type_traits(a->type)->to_float &&
                                  blas_quant_enabled()) ||
