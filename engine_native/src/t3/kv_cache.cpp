@@ -1,7 +1,8 @@
 #include "t3/kv_cache.h"
 
-#include <cstdint>
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <new>
 #include <string>
 
@@ -23,6 +24,12 @@ bool T3Cache::holds_prefix(const T3Conditioning& cond) const {
 
 void T3Cache::acquire() {
     if (held_.exchange(true)) throw BusyError("the cache is in use by another stream");
+}
+
+std::vector<ggml_fp16_t> T3Cache::step_mask(int n_kv) const {
+    std::vector<ggml_fp16_t> mask(n_kv);
+    for (int j = 0; j < n_kv; ++j) mask[j] = ggml_fp32_to_fp16(j <= n_past ? 0.0f : -INFINITY);
+    return mask;
 }
 
 void T3Cache::reserve(int n_tokens) {

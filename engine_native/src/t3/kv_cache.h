@@ -9,6 +9,7 @@
 // growing the cache keeps them.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -38,6 +39,11 @@ public:
 
     // Positions written so far (the next token goes at n_past).
     int n_past = 0;
+    // A step's attention view: the first positions up to a multiple of `pad` past n_past
+    // (within the cache), so one graph serves `pad` tokens; and its mask (0 up to n_past, the
+    // new token's place, -inf after).
+    int step_view(int pad) const { return std::min(n_cache_, GGML_PAD(n_past + 1, pad)); }
+    std::vector<ggml_fp16_t> step_mask(int n_kv) const;
     // Rows the last prompt ran (1, or 2 with guidance); step() runs as many.
     int n_rows = 1;
     // Speech tokens fed so far: the learned speech position of the next one (llama).

@@ -160,9 +160,8 @@ std::vector<float> T3Gpt2::step(T3Cache& cache, int32_t speech_token) {
         throw EngineError("T3 context is full (" + std::to_string(cache.size()) + " positions)");
     // The new token sees every cached one and itself; the view it reads is padded to
     // kStepKvPad positions (masked) so the graph is the same for that many tokens.
-    const int n_kv = std::min(cache.size(), GGML_PAD(cache.n_past + 1, kStepKvPad));
-    std::vector<ggml_fp16_t> mask(n_kv);
-    for (int j = 0; j < n_kv; ++j) mask[j] = ggml_fp32_to_fp16(j <= cache.n_past ? 0.0f : -INFINITY);
+    const int n_kv = cache.step_view(kStepKvPad);
+    std::vector<ggml_fp16_t> mask = cache.step_mask(n_kv);
     std::vector<float> out;
     if (step_.logits && step_.generation == runner_.generation() && step_.cache_serial == cache.serial() &&
         step_.n_kv == n_kv) {

@@ -364,9 +364,8 @@ std::vector<float> T3Llama::step(T3Cache& cache, int32_t speech_token) {
     const int rows = cache.n_rows;
     // The new token sees every cached position and itself; the attention reads a view padded
     // to kStepKvPad positions (masked), the same graph for that many tokens.
-    const int n_kv = std::min(cache.size(), GGML_PAD(cache.n_past + 1, kStepKvPad));
-    std::vector<ggml_fp16_t> mask(n_kv);
-    for (int j = 0; j < n_kv; ++j) mask[j] = ggml_fp32_to_fp16(j <= cache.n_past ? 0.0f : -INFINITY);
+    const int n_kv = cache.step_view(kStepKvPad);
+    std::vector<ggml_fp16_t> mask = cache.step_mask(n_kv);
     std::vector<float> cos, sin;
     rope_tables(cache.n_past, 1, cos, sin);
     std::vector<float> out;

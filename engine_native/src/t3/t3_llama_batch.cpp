@@ -80,10 +80,8 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
     std::vector<int> n_kvs(B);
     for (size_t b = 0; b < B; ++b) {
         const T3Cache& cache = *caches[b];
-        n_kvs[b] = std::min(cache.size(), GGML_PAD(cache.n_past + 1, kStepKvPad));
-        std::vector<ggml_fp16_t> mask(n_kvs[b]);
-        for (int j = 0; j < n_kvs[b]; ++j) mask[j] = ggml_fp32_to_fp16(j <= cache.n_past ? 0.0f : -INFINITY);
-        masks[b] = in.f16_mask(ctx, std::move(mask), n_kvs[b], 1);
+        n_kvs[b] = cache.step_view(kStepKvPad);
+        masks[b] = in.f16_mask(ctx, cache.step_mask(n_kvs[b]), n_kvs[b], 1);
     }
     const bool grouped = !backend_is_cpu(backend_);
     auto product = [&](ggml_tensor* w, ggml_tensor* a) -> ggml_tensor* {
