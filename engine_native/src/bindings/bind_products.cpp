@@ -93,7 +93,8 @@ void bind_products(py::module_& m) {
           "Whether this CPU can run the fast products in int16 (AVX-512 F/BW/VL/VNNI, or AVX2 and FMA, present; "
           "CBS_VNNI not 0); they do where amx_available() is false.");
     m.def("int16_products_isa", [] { return std::string(int16_products_isa()); },
-          "The int16 products' form here: 'AVX-512 VNNI', 'AVX2' (CBS_VNNI=avx2 forces it) or ''.");
+          "The int16 products' form here: 'AVX-512 VNNI', 'AVX-VNNI', 'AVX2' (CBS_VNNI=avxvnni or avx2 forces "
+          "one) or ''.");
     m.def("linear_product", &linear_product, py::arg("w"), py::arg("x"), py::arg("type") = "f32",
           py::arg("products") = "exact", py::arg("threads") = 2,
           "x [N, K] times w [M, K] stored as `type` (f32, f16, q4_0) through the engine's CPU product in mode "

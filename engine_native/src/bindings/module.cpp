@@ -213,7 +213,7 @@ PYBIND11_MODULE(_core, m) {
        "CPU's f32 matrix products use OpenBLAS (and its kernels, blas_core), whether T3's Q4_0 products on the CPU use the engine's own kernel (and its instruction set, q4_kernel_isa: "
        "'AVX-512 VNNI', 'AVX2' or ''), whether a quantised model's S3Gen products "
        "run on AMX tiles (amx) or, without AMX, its Q4_0 products in int16 (int16_products: 'AVX-512 VNNI', "
-       "'AVX2' or '').");
+       "'AVX-VNNI', 'AVX2' or '').");
 
     m.def("devices", [] { return devices_list(cbs::list_devices()); },
           "Every device present, the fastest first: [{id, name, backend, description, type, memory_free, "

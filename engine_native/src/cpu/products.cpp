@@ -273,10 +273,10 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
 ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x) {
     if (q4_is_packed(w)) return matmul(ctx, w, x, false);
     ggml_tensor* r = ggml_mul_mat(ctx, w, x);
-    // An f32 weight over more than 3 columns (a prompt) at f32, as matmul asks: ggml-cuda
-    // otherwise runs it in TF32 (~1e-3). Up to 3 columns (a step) it is f32 arithmetic in the
-    // vector kernel already, which the f32 path (cuBLAS) would replace by other sums.
-    if (w->type == GGML_TYPE_F32 && x->ne[1] > 3) ggml_mul_mat_set_prec(r, GGML_PREC_F32);
+    // An f32 weight over more columns than the vector kernel takes (a prompt) at f32, as matmul
+    // asks, not TF32; a step's few columns are f32 arithmetic there already, which the f32 path
+    // (cuBLAS) would replace by other sums.
+    if (w->type == GGML_TYPE_F32 && x->ne[1] > kGpuF32VectorColumns) ggml_mul_mat_set_prec(r, GGML_PREC_F32);
     return r;
 }
 

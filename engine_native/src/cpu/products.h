@@ -40,7 +40,13 @@ CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight);
 // in int16 (b's rows rounded once per product, a's rows unpacked by pieces).
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts blas);
 
-// ggml_mul_mat(w, x) for a model weight w (at f32 for an f32 w over more than 3 columns,
+// The most columns ggml-cuda multiplies by an f32 weight in its f32 vector kernel, each column
+// as alone (Ampere and later; more on older GPUs): over 4 to 16 it takes TF32 tensor-core
+// kernels (~1e-3), unless the product asks for f32 (patches/0002: cuBLAS, other sums).
+constexpr int64_t kGpuF32VectorColumns = 3;
+
+// ggml_mul_mat(w, x) for a model weight w (at f32 for an f32 w over more than
+// kGpuF32VectorColumns columns,
 // ggml's default precision otherwise); matmul's path for T3's packed Q4_0 weights on the CPU
 // (cpu/q4_matmul.h).
 ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);

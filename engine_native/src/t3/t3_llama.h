@@ -106,8 +106,7 @@ private:
     GraphRunner runner_;
     // The last step's graph, replayed while it fits (same cache buffer and rows, same padded
     // n_kv and text columns, nothing else built on runner_ since): only its inputs change.
-    // Rebuilding it cost a GPU step more than its kernels (3.3 ms a token on an H200 for the
-    // small test model, whose kernels take a fraction of that).
+    // Building a graph per token costs a GPU step more host time than its kernels take.
     struct StepGraph {
         uint64_t generation = 0, cache_serial = 0;
         int n_kv = 0, rows = 0, align_col0 = 0, align_cols = 0;

@@ -6,8 +6,8 @@
 // once. Each session's attention runs alone over its own two-row cache, as its solo step()
 // does (the same padded, masked view), and its alignment heads (row 0) are left in its cache
 // for its analyzer. What differs from B solo steps is only the products' kernels over more
-// columns (rounding; on a GPU an f32 weight's products run in groups of at most
-// kVectorColumns columns: below), as in t3_gpt2_batch.cpp.
+// columns (rounding; on a GPU an f32 weight's products run in groups of
+// kGpuF32VectorColumns, each column as in a solo step: below), as in t3_gpt2_batch.cpp.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -18,13 +18,6 @@
 #include "t3/t3_llama.h"
 
 namespace cbs {
-
-// On a GPU an f32 weight multiplies the batch's columns in groups of this many (the groups a
-// third dimension of one product): ggml-cuda takes at most 3 columns by an f32 weight in its
-// f32 vector kernel, each column as a solo step's one or two are (on Ampere and later; more on
-// older GPUs), and 4 to 16 in TF32 tensor-core kernels, whose rounding (~1e-3) would make a
-// stream stepped beside others another take of its seed (docs/GPU.md).
-static constexpr int64_t kVectorColumns = 3;
 
 std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>& caches,
                                                     const std::vector<int32_t>& tokens) {
@@ -57,19 +50,17 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
     // Inputs: each column's speech token and learned speech position; RoPE's cos / sin at
     // its session's KV position.
     std::vector<int32_t> ids(cols), spos(cols);
-    std::vector<float> cos(static_cast<size_t>(D) * cols), sin(cos.size());
-    for (size_t b = 0; b < B; ++b)
+    std::vector<float> cos, sin, session_cos, session_sin;
+    for (size_t b = 0; b < B; ++b) {
+        rope_tables(caches[b]->n_past, 1, session_cos, session_sin);
         for (int r = 0; r < caches[b]->n_rows; ++r) {
             const int c = first[b] + r;
             ids[c] = tokens[b];
             spos[c] = caches[b]->n_speech;
-            for (int i = 0; i < D / 2; ++i) {
-                const float a = inv_freq_[i] * static_cast<float>(caches[b]->n_past);
-                cos[c * D + i] = cos[c * D + i + D / 2] = std::cos(a);
-                sin[c * D + i] = -std::sin(a);
-                sin[c * D + i + D / 2] = std::sin(a);
-            }
+            cos.insert(cos.end(), session_cos.begin(), session_cos.end());
+            sin.insert(sin.end(), session_sin.begin(), session_sin.end());
         }
+    }
     ggml_tensor* x = ggml_add(ctx, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, ids)),
                               ggml_get_rows(ctx, speech_pos_, in.ids(ctx, spos)));
     ggml_tensor* rc = ggml_reshape_3d(ctx, in.f32(ctx, std::move(cos), D, cols), D, 1, cols);
@@ -86,10 +77,10 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
     const bool grouped = !backend_is_cpu(backend_);
     auto product = [&](ggml_tensor* w, ggml_tensor* a) -> ggml_tensor* {
         const int64_t n = a->ne[1];
-        if (!grouped || w->type != GGML_TYPE_F32 || n <= kVectorColumns) return mul_mat_weight(ctx, w, a);
-        const int64_t groups = (n + kVectorColumns - 1) / kVectorColumns;
-        ggml_tensor* padded = ggml_pad(ctx, a, 0, static_cast<int>(groups * kVectorColumns - n), 0, 0);
-        ggml_tensor* y = mul_mat_weight(ctx, w, ggml_reshape_3d(ctx, padded, a->ne[0], kVectorColumns, groups));
+        if (!grouped || w->type != GGML_TYPE_F32 || n <= kGpuF32VectorColumns) return mul_mat_weight(ctx, w, a);
+        const int64_t groups = (n + kGpuF32VectorColumns - 1) / kGpuF32VectorColumns;
+        ggml_tensor* padded = ggml_pad(ctx, a, 0, static_cast<int>(groups * kGpuF32VectorColumns - n), 0, 0);
+        ggml_tensor* y = mul_mat_weight(ctx, w, ggml_reshape_3d(ctx, padded, a->ne[0], kGpuF32VectorColumns, groups));
         return ggml_view_2d(ctx, y, w->ne[1], n, y->nb[1], 0);  // [M, 3 x groups] -> the first n columns
     };
     std::vector<std::vector<ggml_tensor*>> taps(B, std::vector<ggml_tensor*>(align_.size()));
