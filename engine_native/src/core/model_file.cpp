@@ -103,6 +103,9 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_
             (b ? extra[b] : plain).push_back(i);
         }
         if (!map_tensors(tables, file_size)) plain.insert(plain.end(), tables.begin(), tables.end());
+        std::stable_sort(plain.begin(), plain.end(), [&](int64_t a, int64_t b) {
+            return allocation_key(gguf_get_tensor_name(gguf_, a)) < allocation_key(gguf_get_tensor_name(gguf_, b));
+        });
         buffer_ = load_tensors(plain, ggml_backend_get_default_buffer_type(backend_));
         for (auto& [b, ids] : extra) {
             extra_buffers_.push_back(load_tensors(ids, b));
@@ -117,6 +120,54 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_
         ggml_free(ctx_);
         throw;
     }
+}
+
+// The order in which the plain buffer holds the tensors: by name, except that a Llama
+// layer's q, k and v projections come one after another in that order (joined()).
+std::string ModelFile::allocation_key(const char* name) {
+    std::string key = name;
+    static const std::pair<const char*, const char*> kJoinOrder[] = {
+        {".q_proj.", ".qkv_0."}, {".k_proj.", ".qkv_1."}, {".v_proj.", ".qkv_2."}};
+    for (const auto& [part, place] : kJoinOrder)
+        if (const size_t at = key.find(part); at != std::string::npos) key.replace(at, std::strlen(part), place);
+    return key;
+}
+
+ggml_tensor* ModelFile::joined(const std::vector<ggml_tensor*>& parts) const {
+    if (parts.size() < 2 || !parts[0] || !buffer_) return nullptr;
+    const ggml_tensor* first = parts[0];
+    const bool packed = q4_is_packed(first);
+    ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(buffer_);
+    const char* next = static_cast<const char*>(first->data);
+    int64_t rows = 0;
+    for (const ggml_tensor* p : parts) {
+        // Packed rows go in groups of 8 (cpu/q4_matmul.h): whole groups only, so that the
+        // joined weight's groups are its parts' groups.
+        if (!p || p->buffer != buffer_ || p->view_src || p->type != first->type || p->ne[0] != first->ne[0] ||
+            p->ne[2] != 1 || p->ne[3] != 1 || !ggml_is_contiguous(p) || q4_is_packed(p) != packed ||
+            (packed && p->ne[1] % 8 != 0) || static_cast<const char*>(p->data) != next ||
+            ggml_backend_buft_get_alloc_size(buft, p) != ggml_nbytes(p))
+            return nullptr;
+        next += ggml_nbytes(p);
+        rows += p->ne[1];
+    }
+    std::lock_guard<std::mutex> lock(joined_mutex_);
+    if (!joined_ctx_) {
+        joined_left_ = gguf_get_n_tensors(gguf_);  // every join takes two tensors or more
+        joined_ctx_ = ggml_init({ggml_tensor_overhead() * static_cast<size_t>(joined_left_), nullptr, true});
+    }
+    if (!joined_ctx_ || joined_left_ == 0) return nullptr;
+    ggml_tensor* t = ggml_new_tensor_2d(joined_ctx_, first->type, first->ne[0], rows);
+    --joined_left_;
+    ggml_format_name(t, "%s (joined)", ggml_get_name(first));
+    if (ggml_backend_buft_get_alloc_size(buft, t) != ggml_nbytes(t) ||
+        ggml_backend_tensor_alloc(buffer_, t, first->data) != GGML_STATUS_SUCCESS)
+        return nullptr;
+    if (packed) {
+        q4_mark_packed(t, true);
+        joined_packed_.push_back(t);
+    }
+    return t;
 }
 
 bool ModelFile::packs(const ggml_tensor* t) const {
@@ -296,11 +347,13 @@ ModelFile::~ModelFile() {
     for (LazyGroup& g : lazy_)
         if (g.buffer) ggml_backend_buffer_free(g.buffer);
     for (const ggml_tensor* t : packed_) q4_mark_packed(t, false);
+    for (const ggml_tensor* t : joined_packed_) q4_mark_packed(t, false);
     for (ggml_backend_buffer_t b : extra_buffers_) ggml_backend_buffer_free(b);
     if (buffer_) ggml_backend_buffer_free(buffer_);
     unmap();
     if (gguf_) gguf_free(gguf_);
     if (ctx_) ggml_free(ctx_);
+    if (joined_ctx_) ggml_free(joined_ctx_);
 }
 
 int64_t ModelFile::key_id(const std::string& key) const {

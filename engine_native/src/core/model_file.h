@@ -70,6 +70,13 @@ public:
     // The same check on a tensor at hand (nullptr is allowed and passes).
     void check_shape(const ggml_tensor* t, const std::vector<int64_t>& ne) const;
     ggml_tensor* find_tensor(const std::string& name) const;  // nullptr when absent
+    // Weights of one type and row length that lie one after another in the model's buffer
+    // (no padding between them), as one weight whose rows are theirs in order: a component
+    // multiplies them as one product (a Llama layer's q, k and v projections; its gate and
+    // up), one kernel launch instead of several. nullptr where they do not lie so (another
+    // buffer, a gap, padded rows); the parts stay valid either way. The load allocates a
+    // layer's q, k and v projections in that order for this.
+    ggml_tensor* joined(const std::vector<ggml_tensor*>& parts) const;
     // Every tensor's metadata; a lazy group's data may not be loaded yet (use tensor()).
     const std::map<std::string, ggml_tensor*>& tensors() const { return tensors_; }
     // Bytes of tensor data held in backend buffers now (lazy groups once loaded).
@@ -98,6 +105,7 @@ private:
     // where the platform or backend cannot.
     bool map_tensors(const std::vector<int64_t>& ids, size_t file_size);
     static bool is_lookup_table(const char* name);
+    static std::string allocation_key(const char* name);
     // Whether `t` is stored in cpu/q4_matmul's packed layout (T3's Q4_0 matrices on a CPU
     // that runs the kernel).
     bool packs(const ggml_tensor* t) const;
@@ -123,6 +131,10 @@ private:
     ggml_backend_buffer_t mapped_buffer_ = nullptr;     // a CPU buffer over map_'s data section
     std::map<const ggml_tensor*, int64_t> in_extra_;    // tensors not in the file's layout, with their gguf index
     std::set<const ggml_tensor*> packed_;               // those in cpu/q4_matmul's layout
+    mutable std::mutex joined_mutex_;
+    mutable ggml_context* joined_ctx_ = nullptr;        // joined()'s tensors (views of buffer_'s data)
+    mutable int64_t joined_left_ = 0;                   // room left in joined_ctx_
+    mutable std::vector<const ggml_tensor*> joined_packed_;
     std::map<std::string, ggml_tensor*> tensors_;
 };
 

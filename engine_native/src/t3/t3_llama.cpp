@@ -98,6 +98,9 @@ T3Llama::T3Llama(const ModelFile& mf, ggml_backend_t backend)
                            t(b + "self_attn.o_proj.weight", {E, E}), t(b + "post_attention_layernorm.weight", {E}),
                            t(b + "mlp.gate_proj.weight", {E, F}), t(b + "mlp.up_proj.weight", {E, F}),
                            t(b + "mlp.down_proj.weight", {F, E})});
+        Layer& L = layers_.back();
+        L.wqkv = mf.joined({L.wq, L.wk, L.wv});
+        L.gate_up = mf.joined({L.gate, L.up});
     }
     cache_type_ = layers_[0].wq->type == GGML_TYPE_F32 ? GGML_TYPE_F32 : GGML_TYPE_F16;
 }
@@ -203,6 +206,34 @@ ggml_tensor* T3Llama::rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, 
     return ggml_add(ctx, ggml_mul(ctx, x, cos), ggml_mul(ctx, ggml_concat(ctx, x2, x1, 0), sin));
 }
 
+void T3Llama::attention_inputs(ggml_context* ctx, const Layer& L, ggml_tensor* h, int n, int rows, ggml_tensor* cos,
+                               ggml_tensor* sin, const Product& product, ggml_tensor** q, ggml_tensor** k,
+                               ggml_tensor** v) {
+    const int H = hp_.n_head, D = hp_.head_dim();
+    if (!L.wqkv) {
+        *q = rope(ctx, ggml_reshape_4d(ctx, product(L.wq, h), D, H, n, rows), cos, sin);
+        *k = rope(ctx, ggml_reshape_4d(ctx, product(L.wk, h), D, H, n, rows), cos, sin);
+        *v = ggml_reshape_4d(ctx, product(L.wv, h), D, H, n, rows);
+        return;
+    }
+    // q, k and v as one product [3E, n * rows]; RoPE once over q's and k's heads side by side
+    // (per value the same arithmetic as over each alone).
+    ggml_tensor* qkv = product(L.wqkv, h);
+    const size_t es = ggml_element_size(qkv), col = qkv->nb[1];
+    auto heads = [&](int n_heads, int first) {
+        return ggml_view_4d(ctx, qkv, D, n_heads, n, rows, D * es, col, col * n, first * D * es);
+    };
+    ggml_tensor* qk = rope(ctx, heads(2 * H, 0), cos, sin);
+    *q = ggml_view_4d(ctx, qk, D, H, n, rows, qk->nb[1], qk->nb[2], qk->nb[3], 0);
+    *k = ggml_view_4d(ctx, qk, D, H, n, rows, qk->nb[1], qk->nb[2], qk->nb[3], H * qk->nb[1]);
+    *v = heads(H, 2 * H);
+}
+
+ggml_tensor* T3Llama::ffn_hidden(ggml_context* ctx, const Layer& L, ggml_tensor* h, const Product& product) {
+    if (L.gate_up) return ggml_swiglu(ctx, product(L.gate_up, h));  // silu(its gate rows) x its up rows
+    return ggml_swiglu_split(ctx, product(L.gate, h), product(L.up, h));
+}
+
 void T3Llama::rope_tables(int first, int n, std::vector<float>& cos, std::vector<float>& sin) const {
     const int D = hp_.head_dim();
     cos.assign(static_cast<size_t>(D) * n, 0.0f);
@@ -242,12 +273,12 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
     auto cache_view = [&](ggml_tensor* c, int first, int n, int seq0, int n_seq) {
         return ggml_view_4d(ctx, c, D, n, H, n_seq, c->nb[1], c->nb[2], c->nb[3], first * c->nb[1] + seq0 * c->nb[3]);
     };
+    const Product product = [ctx](ggml_tensor* w, ggml_tensor* a) { return mul_mat_weight(ctx, w, a); };
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
         ggml_tensor* h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm);
-        ggml_tensor* q = rope(ctx, ggml_reshape_4d(ctx, mul_mat_weight(ctx, L.wq, h), D, H, n_new, rows), rc, rs);
-        ggml_tensor* k = rope(ctx, ggml_reshape_4d(ctx, mul_mat_weight(ctx, L.wk, h), D, H, n_new, rows), rc, rs);
-        ggml_tensor* v = ggml_reshape_4d(ctx, mul_mat_weight(ctx, L.wv, h), D, H, n_new, rows);
+        ggml_tensor *q, *k, *v;
+        attention_inputs(ctx, L, h, n_new, rows, rc, rs, product, &q, &k, &v);
 
         // Append this call's keys and values (expanded first: the attention below reads
         // the cache through views, after these copies in graph order).
@@ -269,7 +300,7 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         x = ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, ggml_reshape_2d(ctx, att, E, n_new * rows)));
 
         h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
-        h = ggml_swiglu_split(ctx, mul_mat_weight(ctx, L.gate, h), mul_mat_weight(ctx, L.up, h));
+        h = ffn_hidden(ctx, L, h, product);
         x = ggml_add(ctx, x, mul_mat_weight(ctx, L.down, h));
 
         // The alignment heads of row 0: softmax(q K^T * scale + mask) over every key (the

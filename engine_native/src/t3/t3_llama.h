@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -52,6 +53,9 @@ public:
 private:
     struct Layer {
         ggml_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *gate, *up, *down;
+        // q, k, v and gate, up as one weight each where the model's buffer holds them so
+        // (ModelFile::joined; nullptr where not): fewer launches a step on a GPU.
+        ggml_tensor *wqkv = nullptr, *gate_up = nullptr;
     };
     struct AlignHead {
         int layer, head;
@@ -77,6 +81,13 @@ private:
     ggml_tensor* build_inputs(ggml_context* ctx, GraphInputs& in, const std::vector<int32_t>& text,
                               const std::vector<int32_t>& speech, int first_speech_pos, int rows);
     ggml_tensor* rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin);
+    // A layer's products of h [E, n * rows] through `product` (mul_mat_weight, or the batched
+    // step's grouped form): q and k with RoPE and v, each [D, H, n, rows]; the FFN's
+    // silu(gate) x up. One product where the layer's weights are joined (Layer::wqkv, gate_up).
+    using Product = std::function<ggml_tensor*(ggml_tensor* w, ggml_tensor* x)>;
+    void attention_inputs(ggml_context* ctx, const Layer& L, ggml_tensor* h, int n, int rows, ggml_tensor* cos,
+                          ggml_tensor* sin, const Product& product, ggml_tensor** q, ggml_tensor** k, ggml_tensor** v);
+    ggml_tensor* ffn_hidden(ggml_context* ctx, const Layer& L, ggml_tensor* h, const Product& product);
     ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInputs& in, T3Cache& cache, ggml_tensor* x,
                              int n_new, int rows, bool all_seqs, ggml_tensor* mask, TapSpec* taps,
                              const StepInputs* step = nullptr);

@@ -63,8 +63,8 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
     }
     ggml_tensor* x = ggml_add(ctx, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, ids)),
                               ggml_get_rows(ctx, speech_pos_, in.ids(ctx, spos)));
-    ggml_tensor* rc = ggml_reshape_3d(ctx, in.f32(ctx, std::move(cos), D, cols), D, 1, cols);
-    ggml_tensor* rs = ggml_reshape_3d(ctx, in.f32(ctx, std::move(sin), D, cols), D, 1, cols);
+    ggml_tensor* rc = ggml_reshape_4d(ctx, in.f32(ctx, std::move(cos), D, cols), D, 1, cols, 1);
+    ggml_tensor* rs = ggml_reshape_4d(ctx, in.f32(ctx, std::move(sin), D, cols), D, 1, cols, 1);
 
     // Each session's attention mask over its padded view (as step() reads it).
     std::vector<ggml_tensor*> masks(B);
@@ -90,9 +90,8 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
         ggml_tensor* h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm);
-        ggml_tensor* q = rope(ctx, ggml_reshape_3d(ctx, product(L.wq, h), D, H, cols), rc, rs);
-        ggml_tensor* k = rope(ctx, ggml_reshape_3d(ctx, product(L.wk, h), D, H, cols), rc, rs);
-        ggml_tensor* v = ggml_reshape_3d(ctx, product(L.wv, h), D, H, cols);
+        ggml_tensor *q, *k, *v;  // [D, H, cols, 1]
+        attention_inputs(ctx, L, h, cols, 1, rc, rs, product, &q, &k, &v);
         std::vector<ggml_tensor*> att(B);
         for (size_t b = 0; b < B; ++b) {
             T3Cache& cache = *caches[b];
@@ -124,7 +123,7 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
         }
         x = ggml_add(ctx, x, product(L.wo, concat_columns(ctx, att)));
         h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
-        h = ggml_swiglu_split(ctx, product(L.gate, h), product(L.up, h));
+        h = ffn_hidden(ctx, L, h, product);
         x = ggml_add(ctx, x, product(L.down, h));
     }
     ggml_tensor* logits = product(head_w_, ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), norm_));
