@@ -207,10 +207,10 @@ ggml_tensor* T3Llama::rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, 
 }
 
 void T3Llama::attention_inputs(ggml_context* ctx, const Layer& L, ggml_tensor* h, int n, int rows, ggml_tensor* cos,
-                               ggml_tensor* sin, const Product& product, ggml_tensor** q, ggml_tensor** k,
-                               ggml_tensor** v) {
+                               ggml_tensor* sin, const Product& product, bool join, ggml_tensor** q,
+                               ggml_tensor** k, ggml_tensor** v) {
     const int H = hp_.n_head, D = hp_.head_dim();
-    if (!L.wqkv) {
+    if (!join || !L.wqkv) {
         *q = rope(ctx, ggml_reshape_4d(ctx, product(L.wq, h), D, H, n, rows), cos, sin);
         *k = rope(ctx, ggml_reshape_4d(ctx, product(L.wk, h), D, H, n, rows), cos, sin);
         *v = ggml_reshape_4d(ctx, product(L.wv, h), D, H, n, rows);
@@ -229,8 +229,9 @@ void T3Llama::attention_inputs(ggml_context* ctx, const Layer& L, ggml_tensor* h
     *v = heads(H, 2 * H);
 }
 
-ggml_tensor* T3Llama::ffn_hidden(ggml_context* ctx, const Layer& L, ggml_tensor* h, const Product& product) {
-    if (L.gate_up) return ggml_swiglu(ctx, product(L.gate_up, h));  // silu(its gate rows) x its up rows
+ggml_tensor* T3Llama::ffn_hidden(ggml_context* ctx, const Layer& L, ggml_tensor* h, const Product& product,
+                                 bool join) {
+    if (join && L.gate_up) return ggml_swiglu(ctx, product(L.gate_up, h));  // silu(its gate rows) x its up rows
     return ggml_swiglu_split(ctx, product(L.gate, h), product(L.up, h));
 }
 
@@ -278,7 +279,7 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         const Layer& L = layers_[il];
         ggml_tensor* h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm);
         ggml_tensor *q, *k, *v;
-        attention_inputs(ctx, L, h, n_new, rows, rc, rs, product, &q, &k, &v);
+        attention_inputs(ctx, L, h, n_new, rows, rc, rs, product, step != nullptr, &q, &k, &v);
 
         // Append this call's keys and values (expanded first: the attention below reads
         // the cache through views, after these copies in graph order).
@@ -300,7 +301,7 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         x = ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, ggml_reshape_2d(ctx, att, E, n_new * rows)));
 
         h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
-        h = ffn_hidden(ctx, L, h, product);
+        h = ffn_hidden(ctx, L, h, product, step != nullptr);
         x = ggml_add(ctx, x, mul_mat_weight(ctx, L.down, h));
 
         // The alignment heads of row 0: softmax(q K^T * scale + mask) over every key (the

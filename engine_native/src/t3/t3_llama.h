@@ -83,11 +83,15 @@ private:
     ggml_tensor* rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin);
     // A layer's products of h [E, n * rows] through `product` (mul_mat_weight, or the batched
     // step's grouped form): q and k with RoPE and v, each [D, H, n, rows]; the FFN's
-    // silu(gate) x up. One product where the layer's weights are joined (Layer::wqkv, gate_up).
+    // silu(gate) x up. `join`: one product where the layer's weights are joined (Layer::wqkv,
+    // gate_up). Steps join (a few columns: each row's sum on its own, whatever the weight's
+    // rows); a prompt does not (a GEMM over many columns, whose sums a GPU library may order
+    // by the weight's shape: the prompt's values stay those of the separate weights).
     using Product = std::function<ggml_tensor*(ggml_tensor* w, ggml_tensor* x)>;
     void attention_inputs(ggml_context* ctx, const Layer& L, ggml_tensor* h, int n, int rows, ggml_tensor* cos,
-                          ggml_tensor* sin, const Product& product, ggml_tensor** q, ggml_tensor** k, ggml_tensor** v);
-    ggml_tensor* ffn_hidden(ggml_context* ctx, const Layer& L, ggml_tensor* h, const Product& product);
+                          ggml_tensor* sin, const Product& product, bool join, ggml_tensor** q, ggml_tensor** k,
+                          ggml_tensor** v);
+    ggml_tensor* ffn_hidden(ggml_context* ctx, const Layer& L, ggml_tensor* h, const Product& product, bool join);
     ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInputs& in, T3Cache& cache, ggml_tensor* x,
                              int n_new, int rows, bool all_seqs, ggml_tensor* mask, TapSpec* taps,
                              const StepInputs* step = nullptr);

@@ -91,7 +91,7 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
         const Layer& L = layers_[il];
         ggml_tensor* h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm);
         ggml_tensor *q, *k, *v;  // [D, H, cols, 1]
-        attention_inputs(ctx, L, h, cols, 1, rc, rs, product, &q, &k, &v);
+        attention_inputs(ctx, L, h, cols, 1, rc, rs, product, true, &q, &k, &v);
         std::vector<ggml_tensor*> att(B);
         for (size_t b = 0; b < B; ++b) {
             T3Cache& cache = *caches[b];
@@ -123,7 +123,7 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
         }
         x = ggml_add(ctx, x, product(L.wo, concat_columns(ctx, att)));
         h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
-        h = ffn_hidden(ctx, L, h, product);
+        h = ffn_hidden(ctx, L, h, product, true);
         x = ggml_add(ctx, x, product(L.down, h));
     }
     ggml_tensor* logits = product(head_w_, ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), norm_));
