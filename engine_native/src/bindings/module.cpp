@@ -161,6 +161,11 @@ PYBIND11_MODULE(_core, m) {
             std::copy(data.begin(), data.end(), out.mutable_data());
             return out;
         }, "A tensor's values as float32 (dequantised), numpy shape = reversed ne.")
+        .def("joins", [](const Model& m, const std::vector<std::string>& names) {
+            std::vector<ggml_tensor*> parts;
+            for (const std::string& n : names) parts.push_back(m.file->tensor(n));
+            return m.file->joined(parts) != nullptr;
+        }, py::arg("names"), "Whether these weights lie side by side as one (ModelFile::joined; tests).")
         .def("get_int", [](const Model& m, const std::string& k) { return m.file->get_int(k); })
         .def("get_float", [](const Model& m, const std::string& k) { return m.file->get_float(k); })
         .def("get_bool", [](const Model& m, const std::string& k) { return m.file->get_bool(k); })

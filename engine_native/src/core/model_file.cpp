@@ -134,7 +134,8 @@ std::string ModelFile::allocation_key(const char* name) {
 }
 
 ggml_tensor* ModelFile::joined(const std::vector<ggml_tensor*>& parts) const {
-    if (parts.size() < 2 || !parts[0] || !buffer_) return nullptr;
+    const char* off = std::getenv("CBS_JOIN_WEIGHTS");  // "0": never (a comparison, tests)
+    if ((off && std::strcmp(off, "0") == 0) || parts.size() < 2 || !parts[0] || !buffer_) return nullptr;
     const ggml_tensor* first = parts[0];
     const bool packed = q4_is_packed(first);
     ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(buffer_);

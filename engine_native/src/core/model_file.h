@@ -75,7 +75,7 @@ public:
     // multiplies them as one product (a Llama layer's q, k and v projections; its gate and
     // up), one kernel launch instead of several. nullptr where they do not lie so (another
     // buffer, a gap, padded rows); the parts stay valid either way. The load allocates a
-    // layer's q, k and v projections in that order for this.
+    // layer's q, k and v projections in that order for this. CBS_JOIN_WEIGHTS=0: never.
     ggml_tensor* joined(const std::vector<ggml_tensor*>& parts) const;
     // Every tensor's metadata; a lazy group's data may not be loaded yet (use tensor()).
     const std::map<std::string, ggml_tensor*>& tensors() const { return tensors_; }

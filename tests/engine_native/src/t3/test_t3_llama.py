@@ -272,3 +272,31 @@ def test_bad_inputs_raise_engine_errors(model):
         debug.t3_mtl_cond(model, None, exaggeration=float("nan"))
     with pytest.raises(engine_native.EngineError, match="cfg_weight"):
         debug.t3_generate(model, TEXT_B, n=2, cfg_weight=float("inf"))
+
+
+@pytest.mark.parametrize("quant", ["f32", "q4_0"])
+def test_step_with_joined_weights_gives_the_separate_products(monkeypatch, quant):
+    """A step's q, k, v and gate, up products as one weight each (ModelFile.joins: they lie
+    side by side) give the separate products' logits bit for bit on the CPU: each row's sum is
+    its own, and RoPE over q's and k's heads together is the same arithmetic per value."""
+    from engine_native import _core
+    if quant == "q4_0" and not _core.system_info()["q4_kernel"]:
+        pytest.skip("T3's Q4_0 weights go to ggml's repack buffer on this CPU: nothing joins there")
+    path = str(model_path("mtl", size=SIZE, quant=quant))
+    blk = "t3.blk.1."
+    speech = [START, 17, 4000, 250, 3, 3, 5000]
+
+    def logits():
+        mf = _core.ModelFile(path, "cpu", 2)
+        joined = (mf.joins([blk + f"self_attn.{p}_proj.weight" for p in "qkv"]),
+                  mf.joins([blk + "mlp.gate_proj.weight", blk + "mlp.up_proj.weight"]))
+        return joined, _core.T3(mf).step_logits(TEXT_A.tolist(), speech, **VOICE_ARGS)
+
+    joined, together = logits()
+    monkeypatch.setenv("CBS_JOIN_WEIGHTS", "0")
+    apart_flags, apart = logits()
+    assert joined == (True, True) and apart_flags == (False, False)
+    assert together.shape == apart.shape and np.array_equal(together, apart)
+
+
+VOICE_ARGS = {"speaker_emb": VOICE["speaker_emb"], "prompt_tokens": VOICE["cond_prompt_speech_tokens"]}
