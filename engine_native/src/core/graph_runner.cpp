@@ -77,6 +77,7 @@ void GraphRunner::release_large_buffer() {
 }
 
 ggml_context* GraphRunner::begin() {
+    begun_ = std::chrono::steady_clock::now();
     if (ctx_) ggml_free(ctx_);
     ++generation_;
     ctx_ = ggml_init({meta_.size(), meta_.data(), /*no_alloc=*/true});
@@ -159,15 +160,37 @@ size_t GraphRunner::reserve(ggml_tensor* out) {
     return ggml_backend_sched_get_buffer_size(sched_, backend_);
 }
 
+// CBS_PROFILE_GRAPH=1 (a diagnostic, device graphs only): each graph's host time by phase on
+// stderr: building it (from begin()), the scheduler's split and allocation, the inputs' upload,
+// the computation (waited for).
+static bool profile_graph() {
+    static const bool on = [] {
+        const char* e = std::getenv("CBS_PROFILE_GRAPH");
+        return e && *e && std::string(e) != "0";
+    }();
+    return on;
+}
+
 void GraphRunner::run(const GraphInputs& in) {
     ggml_status status;
     if (sched_) {
+        using clock = std::chrono::steady_clock;
+        const auto t0 = clock::now();
         ggml_backend_sched_reset(sched_);
         assign_lacking_ops();
         if (!ggml_backend_sched_alloc_graph(sched_, graph_))
             throw EngineError(std::string("not enough memory for the computation on ") + ggml_backend_name(backend_));
+        const auto t1 = clock::now();
         in.upload();
+        const auto t2 = clock::now();
         status = profile_ops() ? profiled_compute(in) : ggml_backend_sched_graph_compute(sched_, graph_);
+        if (profile_graph()) {
+            ggml_backend_sched_synchronize(sched_);
+            auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+            std::fprintf(stderr, "[graph] %d nodes, %d splits: build %.2f ms, split + alloc %.2f ms, upload %.2f ms, compute %.2f ms\n",
+                         ggml_graph_n_nodes(graph_), ggml_backend_sched_get_n_splits(sched_), ms(begun_, t0), ms(t0, t1),
+                         ms(t1, t2), ms(t2, clock::now()));
+        }
     } else {
         if (!ggml_gallocr_alloc_graph(alloc_, graph_)) throw EngineError("not enough memory for the computation");
         in.upload();

@@ -2,6 +2,8 @@
 // the runner that allocates, uploads, computes and reads back (GraphRunner).
 #pragma once
 
+#include <chrono>
+
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -74,6 +76,7 @@ private:
     ggml_context* ctx_ = nullptr;
     ggml_cgraph* graph_ = nullptr;
     uint64_t generation_ = 0;
+    std::chrono::steady_clock::time_point begun_;  // begin()'s time (CBS_PROFILE_GRAPH)
 };
 
 }  // namespace cbs

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/backend.h"
 #include "core/errors.h"
 
 namespace cbs {
@@ -112,6 +113,7 @@ S3GenCfm::S3GenCfm(const ModelFile& mf, ggml_backend_t backend) : est_(mf, backe
     spk_out_ = static_cast<int>(w->ne[1]);
     spk_w_ = mf.read_f32(w);
     spk_b_ = mf.read_f32(mf.tensor("s3gen.flow.spk_embed_affine_layer.bias", {spk_out_}));
+    guidance_batched_ = !backend_is_cpu(backend);
 }
 
 std::vector<float> S3GenCfm::t_span(int n_steps) const {

@@ -48,8 +48,9 @@ public:
     bool guided() const { return !meanflow_; }
     double cfg_rate() const { return cfg_rate_; }
     // The standard CFM's guidance rows in one batch-of-two evaluation per step (true, as the
-    // reference) or two evaluations (false, the default). Same result; on the CPU the batch
-    // costs a little more time (docs/CPU.md); a GPU may favour it.
+    // reference) or two evaluations. Same result (within rounding). The default: two on the
+    // CPU (the batch costs a little more time there: docs/CPU.md), the batch on a GPU (half
+    // the graph's nodes, whose launches bound a step there: docs/GPU.md).
     bool guidance_batched() const { return guidance_batched_; }
     void set_guidance_batched(bool b) { guidance_batched_ = b; }
     // The Euler times for n_steps: torch.linspace(0, 1, n_steps + 1) in float32, then for the
