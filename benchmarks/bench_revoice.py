@@ -2,7 +2,7 @@
 same weights, first streamed audio, peak memory of a long source, and the joins between segments.
 
     .venv/bin/python benchmarks/bench_revoice.py [--variant turbo] [--quant f32] [--threads 2]
-        [--seconds 10] [--stream-seconds 60] [--long-seconds 600] [--join-seconds 45]
+        [--seconds 10] [--stream-seconds 60] [--long-seconds 600] [--join-seconds 45]  (0: skip that part)
         [--first-join-seconds 20] [--repeat 2]
 
 The source is real speech: codec2's 11 s reading, then pyannote's 30 s conversation, repeated
@@ -138,7 +138,7 @@ def main() -> int:
                                                    "(the model users run), f16, q5_0, q8_0")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--stream-seconds", type=float, default=60.0)
+    ap.add_argument("--stream-seconds", type=float, default=60.0, help="0 skips the first-audio measure")
     ap.add_argument("--long-seconds", type=float, default=600.0)
     ap.add_argument("--join-seconds", type=float, default=45.0)
     ap.add_argument("--first-join-seconds", type=float, default=20.0)
@@ -167,14 +167,15 @@ def main() -> int:
     print(f"  ours: {stages_line(ours_ms, ours * 1e3)}")
     print(f"  ChatterboxVC.generate: {stages_line(ref_ms, ref_s * 1e3, OUR_STAGES[:-1])}")
 
-    engine.watermark = True  # streams as the app's are: marked
-    long_src = speech(args.stream_seconds)
-    cuts = revoice.segments(long_src, engine.stages.config, first_short=True)
-    print(f"first streamed audio of a {args.stream_seconds:g} s source (segments ending at "
-          f"{', '.join(f'{b / RATE:.2f}' for _, b in cuts)} s):")
-    print(f"  the voice's first stream: {first_audio(engine, long_src, readied=False)}")
-    print(f"  the voice readied: {first_audio(engine, long_src, readied=True)}")
-    engine.watermark = False
+    if args.stream_seconds > 0:
+        engine.watermark = True  # streams as the app's are: marked
+        long_src = speech(args.stream_seconds)
+        cuts = revoice.segments(long_src, engine.stages.config, first_short=True)
+        print(f"first streamed audio of a {args.stream_seconds:g} s source (segments ending at "
+              f"{', '.join(f'{b / RATE:.2f}' for _, b in cuts)} s):")
+        print(f"  the voice's first stream: {first_audio(engine, long_src, readied=False)}")
+        print(f"  the voice readied: {first_audio(engine, long_src, readied=True)}")
+        engine.watermark = False
 
     if args.long_seconds > 0:
         import tempfile
