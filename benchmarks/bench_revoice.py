@@ -2,8 +2,8 @@
 same weights, first streamed audio, peak memory of a long source, and the joins between segments.
 
     .venv/bin/python benchmarks/bench_revoice.py [--variant turbo] [--quant f32] [--threads 2]
-        [--seconds 10] [--stream-seconds 60] [--long-seconds 600] [--join-seconds 45]  (0: skip that part)
-        [--first-join-seconds 20] [--repeat 2]
+        [--seconds 10] [--stream-seconds 60] [--long-seconds 600] [--join-seconds 45]
+        [--first-join-seconds 20] [--repeat 2]      (0 seconds: that part is skipped)
 
 The source is real speech: codec2's 11 s reading, then pyannote's 30 s conversation, repeated
 to the length asked (tests/helpers/real_speech.py). Prints, asserting nothing:
