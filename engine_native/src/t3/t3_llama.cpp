@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/backend.h"
 #include "core/graph_helpers.h"
 #include "ggml-cpu.h"
 
@@ -275,11 +276,14 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         return ggml_view_4d(ctx, c, D, n, H, n_seq, c->nb[1], c->nb[2], c->nb[3], first * c->nb[1] + seq0 * c->nb[3]);
     };
     const Product product = [ctx](ggml_tensor* w, ggml_tensor* a) { return mul_mat_weight(ctx, w, a); };
+    // Joined products (attention_inputs): a step's everywhere; a prompt's on the CPU, whose
+    // products sum each value alike whatever the weight's rows (test_t3_llama.py checks it).
+    const bool join = step != nullptr || backend_is_cpu(backend_);
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
         ggml_tensor* h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm);
         ggml_tensor *q, *k, *v;
-        attention_inputs(ctx, L, h, n_new, rows, rc, rs, product, step != nullptr, &q, &k, &v);
+        attention_inputs(ctx, L, h, n_new, rows, rc, rs, product, join, &q, &k, &v);
 
         // Append this call's keys and values (expanded first: the attention below reads
         // the cache through views, after these copies in graph order).
@@ -301,7 +305,7 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         x = ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, ggml_reshape_2d(ctx, att, E, n_new * rows)));
 
         h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
-        h = ffn_hidden(ctx, L, h, product, step != nullptr);
+        h = ffn_hidden(ctx, L, h, product, join);
         x = ggml_add(ctx, x, mul_mat_weight(ctx, L.down, h));
 
         // The alignment heads of row 0: softmax(q K^T * scale + mask) over every key (the

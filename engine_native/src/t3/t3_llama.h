@@ -85,8 +85,8 @@ private:
     // step's grouped form): q and k with RoPE and v, each [D, H, n, rows]; the FFN's
     // silu(gate) x up. `join`: one product where the layer's weights are joined (Layer::wqkv,
     // gate_up). Steps join (a few columns: each row's sum on its own, whatever the weight's
-    // rows); a prompt does not (a GEMM over many columns, whose sums a GPU library may order
-    // by the weight's shape: the prompt's values stay those of the separate weights).
+    // rows); a prompt on a GPU does not (a GEMM over many columns, whose sums the GPU library
+    // may order by the weight's shape: the prompt's values stay those of the separate weights).
     using Product = std::function<ggml_tensor*(ggml_tensor* w, ggml_tensor* x)>;
     void attention_inputs(ggml_context* ctx, const Layer& L, ggml_tensor* h, int n, int rows, ggml_tensor* cos,
                           ggml_tensor* sin, const Product& product, bool join, ggml_tensor** q, ggml_tensor** k,
