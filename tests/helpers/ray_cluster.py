@@ -32,6 +32,10 @@ LOOPBACK_NODE = (
 )
 
 
+class NodeExited(RuntimeError):
+    """A node of the cluster exited while it started."""
+
+
 def env() -> dict:
     """The environment of a process that joins the cluster (set before it imports ray)."""
     return dict(os.environ, **LOOPBACK_ENV)
@@ -64,18 +68,31 @@ class LocalRayCluster:
         self.procs.append(p)
         return p
 
-    def start(self, timeout: float = 180.0) -> "LocalRayCluster":
-        self._start("--head", f"--port={self.port}", "--num-cpus=0", "--include-dashboard=false",
-                    f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}",
-                    f"--temp-dir={self.temp}")
-        try:
-            self._wait_nodes(1, timeout)
-            for n in range(self.workers):   # one at a time: two raylets starting at once can race for a port
-                self.add_worker()
-                self._wait_nodes(2 + n, timeout)
-        except BaseException:
-            self.stop()
-            raise
+    def start(self, timeout: float = 180.0, attempts: int = 2) -> "LocalRayCluster":
+        """Starts the head, then the workers one at a time. A node that exits while the cluster
+        starts (a port that free_port() gave out was taken before the node bound it: seen once in
+        a whole-suite run) starts the cluster again on new ports, `attempts` times in all; the
+        error then quotes the failed node's log."""
+        for attempt in range(attempts):
+            self._start("--head", f"--port={self.port}", "--num-cpus=0", "--include-dashboard=false",
+                        f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}",
+                        f"--temp-dir={self.temp}")
+            try:
+                self._wait_nodes(1, timeout)
+                for n in range(self.workers):   # one at a time: two raylets starting at once can race for a port
+                    self.add_worker()
+                    self._wait_nodes(2 + n, timeout)
+                return self
+            except NodeExited as e:
+                self.stop()
+                if attempt + 1 == attempts:
+                    raise RuntimeError(str(e)) from None
+                self.port = free_port()
+                self.address = f"127.0.0.1:{self.port}"
+                self.temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+            except BaseException:
+                self.stop()
+                raise
         return self
 
     def add_worker(self) -> subprocess.Popen:
@@ -86,9 +103,11 @@ class LocalRayCluster:
                  "print(sum(x['Alive'] for x in ray.nodes()))")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for p in self.procs:
+            for i, p in enumerate(self.procs):
                 if p.poll() is not None:
-                    raise RuntimeError(f"a Ray node exited ({p.returncode}); see {self.temp}/node*.log")
+                    with open(os.path.join(self.temp, f"node{i}.log"), "rb") as f:
+                        tail = f.read()[-2000:].decode(errors="replace")
+                    raise NodeExited(f"a Ray node exited ({p.returncode}); the end of its log:\n{tail}")
             r = subprocess.run([sys.executable, "-c", probe, self.address], capture_output=True, text=True,
                                env=self.env, timeout=120)
             if r.returncode == 0 and r.stdout.strip().isdigit() and int(r.stdout.strip()) >= n:
