@@ -3,7 +3,6 @@
 #pragma once
 
 #include <chrono>
-
 #include <cstdint>
 #include <utility>
 #include <vector>

@@ -153,22 +153,18 @@ ggml_tensor* ModelFile::joined(const std::vector<ggml_tensor*>& parts) const {
         rows += p->ne[1];
     }
     std::lock_guard<std::mutex> lock(joined_mutex_);
-    if (!joined_ctx_) {
-        joined_left_ = gguf_get_n_tensors(gguf_);  // every join takes two tensors or more
-        joined_ctx_ = ggml_init({ggml_tensor_overhead() * static_cast<size_t>(joined_left_), nullptr, true});
-    }
-    if (!joined_ctx_ || joined_left_ == 0) return nullptr;
+    if (auto it = joined_.find(parts); it != joined_.end()) return it->second;
+    // Room for every join there can be: each takes two of the file's tensors or more.
+    if (!joined_ctx_) joined_ctx_ = ggml_init({ggml_tensor_overhead() * gguf_get_n_tensors(gguf_), nullptr, true});
+    if (!joined_ctx_) return nullptr;
     ggml_tensor* t = ggml_new_tensor_2d(joined_ctx_, first->type, first->ne[0], rows);
-    --joined_left_;
     ggml_format_name(t, "%s (joined)", ggml_get_name(first));
     if (ggml_backend_buft_get_alloc_size(buft, t) != ggml_nbytes(t) ||
         ggml_backend_tensor_alloc(buffer_, t, first->data) != GGML_STATUS_SUCCESS)
-        return nullptr;
-    if (packed) {
+        t = nullptr;
+    else if (packed)
         q4_mark_packed(t, true);
-        joined_packed_.push_back(t);
-    }
-    return t;
+    return joined_[parts] = t;
 }
 
 bool ModelFile::packs(const ggml_tensor* t) const {
@@ -348,7 +344,8 @@ ModelFile::~ModelFile() {
     for (LazyGroup& g : lazy_)
         if (g.buffer) ggml_backend_buffer_free(g.buffer);
     for (const ggml_tensor* t : packed_) q4_mark_packed(t, false);
-    for (const ggml_tensor* t : joined_packed_) q4_mark_packed(t, false);
+    for (const auto& [parts, t] : joined_)
+        if (t && q4_is_packed(t)) q4_mark_packed(t, false);
     for (ggml_backend_buffer_t b : extra_buffers_) ggml_backend_buffer_free(b);
     if (buffer_) ggml_backend_buffer_free(buffer_);
     unmap();

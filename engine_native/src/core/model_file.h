@@ -132,9 +132,8 @@ private:
     std::map<const ggml_tensor*, int64_t> in_extra_;    // tensors not in the file's layout, with their gguf index
     std::set<const ggml_tensor*> packed_;               // those in cpu/q4_matmul's layout
     mutable std::mutex joined_mutex_;
-    mutable ggml_context* joined_ctx_ = nullptr;        // joined()'s tensors (views of buffer_'s data)
-    mutable int64_t joined_left_ = 0;                   // room left in joined_ctx_
-    mutable std::vector<const ggml_tensor*> joined_packed_;
+    mutable ggml_context* joined_ctx_ = nullptr;        // joined()'s tensors (over buffer_'s data)
+    mutable std::map<std::vector<ggml_tensor*>, ggml_tensor*> joined_;  // parts -> their tensor, made once
     std::map<std::string, ggml_tensor*> tensors_;
 };
 
