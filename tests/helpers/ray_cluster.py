@@ -70,9 +70,9 @@ class LocalRayCluster:
 
     def start(self, timeout: float = 180.0, attempts: int = 2) -> "LocalRayCluster":
         """Starts the head, then the workers one at a time. A node that exits while the cluster
-        starts (a port that free_port() gave out was taken before the node bound it: seen once in
-        a whole-suite run) starts the cluster again on new ports, `attempts` times in all; the
-        error then quotes the failed node's log."""
+        starts (a port that free_port() gave out can be taken before the node binds it) starts the
+        cluster again on new ports, `attempts` times in all; the error then quotes the failed
+        node's log."""
         for attempt in range(attempts):
             self._start("--head", f"--port={self.port}", "--num-cpus=0", "--include-dashboard=false",
                         f"--dashboard-port={free_port()}", f"--ray-client-server-port={free_port()}",
