@@ -20,7 +20,7 @@ constexpr int kWindowSeconds = 30, kOverlapSeconds = 4;  // long-audio sliding w
 }  // namespace
 
 S3TokenizerV2::S3TokenizerV2(const ModelFile& mf, ggml_backend_t backend)
-    : logmel_(mf), runner_(backend), on_cpu_(backend_is_cpu(backend)) {
+    : logmel_(mf), runner_(backend), on_cpu_(backend_is_cpu(backend)), products_(on_cpu_) {
     auto i = [&](const char* k) { return static_cast<int>(mf.get_int(std::string("chatterbox.s3tok.") + k)); };
     n_mels_ = i("n_mels");
     n_state_ = i("n_state");
@@ -70,6 +70,11 @@ S3TokenizerV2::S3TokenizerV2(const ModelFile& mf, ggml_backend_t backend)
             throw ModelError(mf.path() + ": S3Tokenizer FSMN kernel does not match its metadata");
         blocks_.push_back(b);
     }
+    // A quantised model's tokens take the fast products as its S3Gen does: within ~1e-5 of
+    // f32 per product, so a token flips only where an FSQ input lies that close to a rounding
+    // boundary (the reference itself has such ties). An f32 model keeps the exact products.
+    if (const ggml_tensor* s3gen = mf.find_tensor("s3gen.enc.encoders.0.feed_forward.w_1.weight"))
+        products_ = products_for(backend, s3gen);
 }
 
 // Conv1d(kernel 3, stride 2, padding 1) of x [L, C_in] (time fastest) in f32 via im2col, with the
@@ -94,9 +99,9 @@ ggml_tensor* S3TokenizerV2::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor
                                   ggml_tensor* mask, const Block& b) const {
     const int64_t T = x->ne[1], H = n_head_, D = head_dim_, C = n_state_, K = fsmn_kernel_;
     ggml_tensor* h = layer_norm(ctx, x, b.attn_ln_w, b.attn_ln_b, kLayerNormEps);
-    ggml_tensor* q = linear(ctx, h, b.q_w, b.q_b, on_cpu_);
-    ggml_tensor* k = linear(ctx, h, b.k_w, nullptr, on_cpu_);
-    ggml_tensor* v = linear(ctx, h, b.v_w, b.v_b, on_cpu_);
+    ggml_tensor* q = linear(ctx, h, b.q_w, b.q_b, products_);
+    ggml_tensor* k = linear(ctx, h, b.k_w, nullptr, products_);
+    ggml_tensor* v = linear(ctx, h, b.v_w, b.v_b, products_);
 
     // FSMN memory: depth-wise conv (zero padded to keep T) over v, plus v. ssm_conv is a
     // per-channel f32 cross-correlation over time-fastest rows that returns [C, T].
@@ -119,10 +124,10 @@ ggml_tensor* S3TokenizerV2::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor
     ggml_tensor* vh = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, v, D, H, T), 1, 2, 0, 3));  // [T_k, D, H]
     ggml_tensor* o = ggml_mul_mat(ctx, ggml_pad(ctx, vh, static_cast<int>(pad), 0, 0, 0), att);       // [D, T_q, H]
     o = ggml_cont_2d(ctx, ggml_permute(ctx, o, 0, 2, 1, 3), C, T);
-    x = ggml_add(ctx, x, ggml_add(ctx, linear(ctx, o, b.out_w, b.out_b, on_cpu_), mem));
+    x = ggml_add(ctx, x, ggml_add(ctx, linear(ctx, o, b.out_w, b.out_b, products_), mem));
 
     h = layer_norm(ctx, x, b.mlp_ln_w, b.mlp_ln_b, kLayerNormEps);
-    h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.fc1_w, b.fc1_b, on_cpu_), on_cpu_), b.fc2_w, b.fc2_b, on_cpu_);
+    h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.fc1_w, b.fc1_b, products_), on_cpu_), b.fc2_w, b.fc2_b, products_);
     return ggml_add(ctx, x, h);
 }
 
@@ -162,7 +167,7 @@ std::vector<float> S3TokenizerV2::encode(const std::vector<float>& mel, int64_t 
         mask = in.f32(ctx, std::move(m), T_pad, T);
     }
     for (const Block& b : blocks_) x = block(ctx, x, cos, sin, mask, b);
-    return runner_.compute(linear(ctx, x, proj_w_, proj_b_, on_cpu_), in);  // [n_digits, T]
+    return runner_.compute(linear(ctx, x, proj_w_, proj_b_, products_), in);  // [n_digits, T]
 }
 
 std::vector<float> S3TokenizerV2::projection(const std::vector<float>& wav16k, int max_len) {

@@ -12,6 +12,7 @@
 #include "cloning/audio_features.h"
 #include "core/graph_runner.h"
 #include "core/model_file.h"
+#include "cpu/products.h"
 
 namespace cbs {
 
@@ -45,7 +46,10 @@ private:
     ggml_tensor *conv1_w_, *conv1_b_, *conv2_w_, *conv2_b_, *proj_w_, *proj_b_;
     std::vector<Block> blocks_;
     GraphRunner runner_;
-    bool on_cpu_;  // products through OpenBLAS and the vectorised GELU (cpu/products.h, cpu/activations.h)
+    bool on_cpu_;  // the vectorised GELU (cpu/activations.h)
+    // The weights' products: exact f32 (OpenBLAS) where the model's S3Gen is f32, the CPU's
+    // fast products where it is quantised (its weights here are f32 in every model).
+    CpuProducts products_;
 };
 
 }  // namespace cbs

@@ -1,4 +1,5 @@
-"""S3TokenizerV2 speech tokens against the reference, on the full-size random-weight Turbo model.
+"""S3TokenizerV2 speech tokens against the reference, on the full-size random-weight Turbo model (f32:
+the exact products) and Nano Q4_0 (the fast products).
 
 Tolerance: token agreement >= 98 % and equal lengths per recording. FSQ rounds 8 projections
 to {-1, 0, 1}, so a float difference of ~1e-6 can flip a digit that lies on a rounding
@@ -57,19 +58,17 @@ def _recording(name: str, speech: np.ndarray, plen: int) -> tuple[np.ndarray, in
 CASES = ["speech_10s", "speech_cond_15s", "speech_max_len_100", "noise", "chirp", "long_32s"]
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_s3tok_tokens_match_reference(name, speech16k):
-    mp = model_path("turbo")
+def _check_against_reference(mp, variant: str, name: str, speech16k) -> None:
     plen = int(debug._component(mp, "ModelFile").get_int("chatterbox.t3.speech_cond_prompt_len"))
     wav, max_len = _recording(name, speech16k, plen)
     extra = {} if max_len is None else {"max_len": np.asarray(max_len)}
-    ref = run_stage("s3tok_tokens", snapshot_dir("turbo"), wav=wav, **extra)
+    ref = run_stage("s3tok_tokens", snapshot_dir(variant), wav=wav, **extra)
     got = debug.s3tok_tokens(mp, wav, max_len)
 
     assert got.dtype == np.int32
     assert got.shape == ref["tokens"].shape
     agree = float(np.mean(got == ref["tokens"]))
-    msg = (f"s3tok {name}: {wav.size / SR:.2f} s, max_len {max_len}, tokens {got.size}, "
+    msg = (f"s3tok {name} ({mp.name}): {wav.size / SR:.2f} s, max_len {max_len}, tokens {got.size}, "
            f"agreement {np.sum(got == ref['tokens'])}/{got.size} = {100 * agree:.2f} %")
     if "proj" in ref:
         proj, rp = debug.s3tok_projection(mp, wav, max_len), ref["proj"]
@@ -80,6 +79,18 @@ def test_s3tok_tokens_match_reference(name, speech16k):
     print(msg)
     assert agree >= 0.98, msg
     assert got.min() >= 0 and got.max() < 6561
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_s3tok_tokens_match_reference(name, speech16k):
+    _check_against_reference(model_path("turbo"), "turbo", name, speech16k)
+
+
+@pytest.mark.parametrize("name", ["speech_10s", "long_32s"])
+def test_s3tok_of_a_quantised_model_matches_reference(name, speech16k):
+    """A quantised model's tokenizer takes the CPU's fast products (AMX bf16x3 where the CPU
+    has it): the same bounds as the exact products'."""
+    _check_against_reference(model_path("nano", "q4_0"), "nano", name, speech16k)
 
 
 def test_s3tok_rejects_bad_input():
