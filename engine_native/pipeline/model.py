@@ -163,7 +163,7 @@ class Components:
     """The native objects of one loaded model file."""
     file: object                   # _core.ModelFile
     tokenizer: object              # _core.Gpt2Tokenizer, or text_mtl.MtlTokenizer
-    t3: object                     # _core.T3 (on the CPU: a backend of its own)
+    t3: object                     # _core.T3 (on a backend of its own: it runs beside S3Gen)
     token_encoder: object          # _core.S3GenEncoder: S3Gen's conformer over speech tokens
     cfm: object                    # _core.S3GenCfm
     hift: object                   # _core.HiFT, on the model's device (a device OOM: the CPU)

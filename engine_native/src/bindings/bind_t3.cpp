@@ -228,8 +228,12 @@ void bind_t3(py::module_& m) {
     py::class_<PyT3>(m, "T3", "T3 (the model named by chatterbox.t3.arch) over a loaded ModelFile.")
         .def(py::init([](py::object model, int threads) {
                  return build<T3Model>(model, [threads](PyModel& pm) {
-                     if (threads > 0 && backend_is_cpu(pm.backend.get()) && !pm.t3_backend) {
-                         pm.t3_backend = make_backend("cpu", threads);
+                     if (threads > 0 && !pm.t3_backend) {
+                         // Its own backend on a GPU too: ggml-cuda's context (stream, memory pool,
+                         // captured CUDA graphs) serves one thread at a time, and a stream's T3
+                         // worker computes while S3Gen renders on the model's.
+                         const bool cpu = backend_is_cpu(pm.backend.get());
+                         pm.t3_backend = make_backend(cpu ? "cpu" : device_id(pm.backend.get()), threads);
                          set_abort_callback(pm.t3_backend.get(), [](void* flag) {
                              return static_cast<std::atomic<bool>*>(flag)->load(std::memory_order_relaxed);
                          }, &pm.t3_abort);
@@ -237,7 +241,7 @@ void bind_t3(py::module_& m) {
                      return make_t3(*pm.file, pm.t3_backend && threads > 0 ? pm.t3_backend.get() : pm.backend.get());
                  });
              }), py::arg("model"), py::arg("threads") = 0,
-             "threads > 0 on a CPU model: T3 computes on a CPU backend of its own (shared by the model's T3s), "
+             "threads > 0: T3 computes on a backend of its own on the model's device (shared by the model's T3s), "
              "so it can run beside S3Gen; 0: on the model's backend.")
         .def_property_readonly("own_backend", [](const PyT3& self) { return bool(self.model->t3_backend); })
         .def("abort_compute", [](PyT3& self, bool on) {

@@ -58,9 +58,10 @@ struct PyModel {
     BackendPtr cpu;  // the CPU backend when `backend` is another device (else null)
     std::unique_ptr<ModelFile> file;
     std::atomic<bool> abort{false};
-    // T3's own CPU backend (a CPU model's T3 built with threads > 0): T3 samples a stream's
-    // next tokens while S3Gen renders the last ones, each on its own thread count; its own
-    // abort flag, so Stop of one generation's S3Gen pass never aborts another's T3 prompt.
+    // T3's own backend on the model's device (a T3 built with threads > 0): T3 samples a
+    // stream's next tokens while S3Gen renders the last ones, on the CPU each on its own thread
+    // count, on a GPU each with its own context (ggml-cuda's serves one thread at a time); its
+    // own abort flag, so Stop of one generation's S3Gen pass never aborts another's T3 prompt.
     BackendPtr t3_backend;
     std::atomic<bool> t3_abort{false};
 

@@ -98,6 +98,8 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
     products_ = products_for(backend, mid_.empty() ? down_.tfm.at(0).q_w : mid_[0].tfm.at(0).q_w);
     const char* fuse = std::getenv("CBS_CFM_QKV");  // "0": the three products (a comparison)
     if (!on_cpu_ && !(fuse && std::string(fuse) == "0")) fuse_qkv(mf, backend);
+    const char* replay = std::getenv("CBS_CFM_REPLAY");
+    replay_steps_ = !on_cpu_ && !(replay && std::string(replay) == "0");
 }
 
 CfmEstimator::~CfmEstimator() {
@@ -217,10 +219,16 @@ void CfmEstimator::check_inputs(size_t x, size_t mu, size_t spks, size_t cond, i
 }
 
 // Time embedding (meanflow: t and r each through the MLP, concatenated, mixed).
+std::vector<std::vector<float>> CfmEstimator::time_inputs(float t, float r) const {
+    if (meanflow_) return {time_sinusoid(t), time_sinusoid(r)};
+    return {time_sinusoid(t)};
+}
+
 ggml_tensor* CfmEstimator::time_embedding(ggml_context* ctx, GraphInputs& in, float t, float r) const {
-    ggml_tensor* temb = time_mlp(ctx, in.f32(ctx, time_sinusoid(t), in_channels_));
+    std::vector<std::vector<float>> times = time_inputs(t, r);
+    ggml_tensor* temb = time_mlp(ctx, in.f32(ctx, std::move(times[0]), in_channels_));
     if (meanflow_) {
-        ggml_tensor* remb = time_mlp(ctx, in.f32(ctx, time_sinusoid(r), in_channels_));
+        ggml_tensor* remb = time_mlp(ctx, in.f32(ctx, std::move(times[1]), in_channels_));
         temb = linear(ctx, ggml_concat(ctx, temb, remb, 0), mixer_w_, nullptr);
     }
     return temb;

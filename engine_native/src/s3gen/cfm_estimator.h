@@ -95,6 +95,9 @@ private:
     Resnet load_resnet(const ModelFile& mf, const std::string& p, int64_t cin) const;
     Stage load_stage(const ModelFile& mf, const std::string& p, int64_t cin, bool with_conv);
     std::vector<float> time_sinusoid(float t) const;  // SinusoidalPosEmb(in_channels), scale 1000
+    // A velocity's time inputs in the order time_embedding adds them: t's sinusoid (meanflow:
+    // then r's).
+    std::vector<std::vector<float>> time_inputs(float t, float r) const;
 
     ggml_tensor* time_mlp(ggml_context* ctx, ggml_tensor* s) const;
     ggml_tensor* block1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cw, ggml_tensor* cb, ggml_tensor* lw,
@@ -114,10 +117,14 @@ private:
     ggml_tensor* time_embedding(ggml_context* ctx, GraphInputs& in, float t, float r) const;
     // Euler from x over ts on the device, every step x += (r - t) v(x, t, r), as many steps
     // in one graph as it holds. inputs(ctx, in) adds a graph's constant inputs and returns
-    // the step velocity v built on that graph.
+    // the step velocity v built on that graph (whose only inputs of its own are the time's).
+    // `replay` (a device other than the CPU) with kReplayMinSteps or more: one step's graph,
+    // computed again for each step with the step's x, time and size as inputs.
     using StepVelocity = std::function<ggml_tensor*(ggml_tensor* x, float t, float r)>;
     std::vector<float> euler(std::vector<float> x, int T, const std::vector<float>& ts,
-                             const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs);
+                             const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs,
+                             bool replay = false);
+    static constexpr int kReplayMinSteps = 3;
     void check_inputs(size_t x, size_t mu, size_t spks, size_t cond, int T) const;
     // A graph's inputs for the conditional velocity (mu, spks, cond; the vectors outlive it).
     std::function<StepVelocity(ggml_context*, GraphInputs&)> conditioned(const std::vector<float>& mu,
@@ -170,6 +177,7 @@ private:
     ggml_backend_buffer_t qkv_buf_ = nullptr;
     GraphRunner runner_;
     bool on_cpu_;  // the CPU's element-wise ops (cpu/activations.h)
+    bool replay_steps_;  // euler's `replay` for integrate(): a device's, unless CBS_CFM_REPLAY=0
     CpuProducts products_ = false;  // exact for an f32 model, fast (AMX) for a quantised one
 };
 

@@ -14,9 +14,37 @@ namespace cbs {
 // ---------------------------------------------------------------------------
 
 std::vector<float> CfmEstimator::euler(std::vector<float> x, int T, const std::vector<float>& ts,
-                                       const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs) {
+                                       const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs,
+                                       bool replay) {
     const int M = out_channels_;
     const int n_steps = static_cast<int>(ts.size()) - 1;
+    if (replay && n_steps >= kReplayMinSteps) {
+        // One step's graph, computed again for each step (GraphRunner::rerun: no rebuild, no
+        // re-allocation): ggml-cuda replays a graph computed twice unchanged as a CUDA graph,
+        // so from the third step on a step costs its kernels, not the host's ~2,000 launches.
+        // The step size is an input (ggml_scale's factor would change the graph); v * dt is
+        // the same f32 product as ggml_scale's.
+        ggml_context* ctx = runner_.begin();
+        GraphInputs in;
+        ggml_tensor* xt = in.f32(ctx, x, T, M);
+        const size_t x_input = in.floats.size() - 1;
+        const StepVelocity velocity_at = inputs(ctx, in);
+        const size_t first_time = in.floats.size();
+        ggml_tensor* v = velocity_at(xt, ts[0], ts[1]);
+        const size_t n_time = in.floats.size() - first_time;
+        ggml_tensor* dt = in.f32(ctx, {ts[1] - ts[0]}, 1);
+        const size_t dt_input = in.floats.size() - 1;
+        ggml_tensor* next = ggml_add(ctx, xt, ggml_mul(ctx, v, dt));
+        x = runner_.compute(next, in);
+        for (int s = 1; s < n_steps; ++s) {
+            const std::vector<std::vector<float>> times = time_inputs(ts[s], ts[s + 1]);
+            for (size_t i = 0; i < n_time; ++i) in.floats[first_time + i].second = times[i % times.size()];
+            in.floats[x_input].second = std::move(x);
+            in.floats[dt_input].second = {ts[s + 1] - ts[s]};
+            x = runner_.rerun(next, in);
+        }
+        return x;
+    }
     int nodes_per_step = 0;
     for (int s = 0; s < n_steps;) {
         ggml_context* ctx = runner_.begin();
@@ -42,7 +70,7 @@ std::vector<float> CfmEstimator::integrate(const std::vector<float>& x0, const s
                                            const std::vector<float>& spks, const std::vector<float>& cond, int T,
                                            const std::vector<float>& ts) {
     check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), T);
-    return euler(x0, T, ts, conditioned(mu, spks, cond, T));
+    return euler(x0, T, ts, conditioned(mu, spks, cond, T), replay_steps_);
 }
 
 std::function<CfmEstimator::StepVelocity(ggml_context*, GraphInputs&)> CfmEstimator::conditioned(
@@ -60,7 +88,7 @@ std::vector<float> CfmEstimator::integrate_guided(const std::vector<float>& x0, 
                                                   const std::vector<float>& spks, const std::vector<float>& cond,
                                                   int T, const std::vector<float>& ts, double rate, bool batched) {
     check_inputs(x0.size(), mu.size(), spks.size(), cond.size(), T);
-    return euler(x0, T, ts, guided(mu, spks, cond, T, rate, batched));
+    return euler(x0, T, ts, guided(mu, spks, cond, T, rate, batched), replay_steps_);
 }
 
 // Guidance as solve_euler computes it, in float32: the rows' weights are the float32 values
