@@ -56,10 +56,10 @@ def _import_core() -> None:
                 os.environ["OPENBLAS_CORETYPE"] = inherited
 
 
-# ggml-cuda's CUDA graphs (a graph that repeats, T3's step above all, replayed from one
-# capture: T3 ~0.9 ms/token faster on CUDA). On by default since the seventh GPU session
-# (docs/GPU.md: tests/engine_native/src/core/test_backend_gpu.py whole, repeated, with many graphs in turn); an abort seen
-# with them in the third session was not seen since. CBS_CUDA_GRAPHS=0 turns them off.
+# ggml-cuda's CUDA graphs (a graph that repeats, T3's step and the CFM's steps, replayed from
+# one capture: T3 ~0.9 ms/token faster on CUDA), for every model: a graph captured anew is
+# instantiated anew (patches/0008: an F16 model's updated one aborted). CBS_CUDA_GRAPHS=0
+# turns them off.
 if os.environ.get("CBS_CUDA_GRAPHS") == "0":
     os.environ.setdefault("GGML_CUDA_DISABLE_GRAPHS", "1")
 

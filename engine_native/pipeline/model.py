@@ -7,7 +7,6 @@ existed get the Turbo/Nano reference value where one is given below.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -148,16 +147,6 @@ def builtin_voice(f, config: ModelConfig) -> Voice:
               else "Built-in", "builtin": True})
 
 
-def _cuda_graphs_off_for_multilingual(device: str) -> None:
-    """A Multilingual model on CUDA runs without CUDA graphs (CBS_CUDA_GRAPHS=1 keeps them):
-    with them its T3 step was slower and its F16 model aborted in ggml-cuda's capture (an
-    illegal instruction; docs/GPU.md). Called after its weights load, before it computes:
-    ggml reads the switch once, at a process's first CUDA graph, so a process that computed
-    on CUDA before (a Turbo engine) keeps the graphs."""
-    if device.startswith("cuda") and os.environ.get("CBS_CUDA_GRAPHS") != "1":
-        os.environ.setdefault("GGML_CUDA_DISABLE_GRAPHS", "1")
-
-
 @dataclass
 class Components:
     """The native objects of one loaded model file."""
@@ -174,8 +163,6 @@ class Components:
         f = _core.ModelFile(str(path), device=device, threads=threads)
         if f.get_string("chatterbox.variant") == "mtl":
             from engine_native.text_mtl import MtlTokenizer
-
-            _cuda_graphs_off_for_multilingual(f.device)
 
             tokenizer = MtlTokenizer(path)
         else:
