@@ -9,7 +9,7 @@ The source is real speech: codec2's 11 s reading, then pyannote's 30 s conversat
 to the length asked (tests/helpers/real_speech.py). Prints, asserting nothing:
 - the model, its quantisation and the kernels its S3Gen products take: an F32 model's run in
   exact f32 (the parity mode), a quantised model's in the CPU's `fast` products (cpu/products.h);
-  the S3Tokenizer and HiFT are F32 in every model;
+  the S3Tokenizer's and HiFT's weights are F32 in every model (the tokenizer's products follow S3Gen's);
 - conversion of a `--seconds` source: ours (best of `--repeat`, warm, unmarked) and
   ChatterboxVC.generate (the reference venv, torch.set_num_threads(threads), its watermark left
   out), each with its stages (tokenize, S3Gen encoder, CFM, HiFT; ours: the run's Chunk.stages
