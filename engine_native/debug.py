@@ -281,7 +281,7 @@ def _s3gen_voice(model, voice):
 
 
 def s3gen_mel(model, speech_ids, voice=None, x0=None, steps: int | None = None, *,
-              guidance_batched: bool | None = None) -> np.ndarray:
+              guidance_batched: bool | None = None, replay_steps: bool | None = None) -> np.ndarray:
     """CFM output for the speech frames only, f32 [80, 2 x len(speech_ids)] (prompt frames
     removed, as `flow_inference` returns it): the voice's prompt tokens then `speech_ids`
     through the encoder, then the CFM sampler from `x0` f32 [80, 2 x (prompt + speech
@@ -289,21 +289,24 @@ def s3gen_mel(model, speech_ids, voice=None, x0=None, steps: int | None = None, 
     (built-in) or a mapping with `prompt_token`, `prompt_feat` [T_prompt, 80] and
     `embedding` [192]. steps: Euler steps (None: the model's). The Multilingual model's
     standard CFM runs classifier-free guidance inside every step; guidance_batched picks
-    one batch-of-two evaluation or two evaluations per step (None: the engine's choice)."""
+    one batch-of-two evaluation or two evaluations per step, replay_steps one graph for the
+    pass or one step's graph computed again per step (None: the engine's choice)."""
     if x0 is None:
         raise ValueError("x0 is required")
     prompt_feat, embedding = _s3gen_voice(model, voice)
     mu = s3gen_encode(model, speech_ids, voice)
     prompt_feat = np.asarray(prompt_feat, np.float32).reshape(-1, mu.shape[0])
     cfm = _component(model, "S3GenCfm")
-    saved = cfm.guidance_batched
+    saved = cfm.guidance_batched, cfm.replay_steps
     if guidance_batched is not None:
         cfm.guidance_batched = bool(guidance_batched)
+    if replay_steps is not None:
+        cfm.replay_steps = bool(replay_steps)
     try:
         return cfm.sample(mu, prompt_feat, np.asarray(embedding, np.float32).reshape(-1), np.asarray(x0, np.float32),
                           n_steps=int(steps or 0))
     finally:
-        cfm.guidance_batched = saved
+        cfm.guidance_batched, cfm.replay_steps = saved
 
 
 def s3gen_velocities(model, speech_ids, x, t: float, voice=None, r: float = 0.0) -> list[np.ndarray]:

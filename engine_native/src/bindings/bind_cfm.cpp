@@ -23,6 +23,13 @@ void bind_cfm(py::module_& m) {
                           s->set_guidance_batched(b);
                       },
                       "guidance rows in one batch-of-two evaluation (else two evaluations; same result)")
+        .def_property("replay_steps", [](const PyS3GenCfm& s) { return s->replay_steps(); },
+                      [](PyS3GenCfm& s, bool on) {
+                          std::lock_guard<std::mutex> lock(s.mutex);
+                          s->set_replay_steps(on);
+                      },
+                      "a pass of 3+ steps as one step's graph computed again per step (a GPU's default: CUDA "
+                      "graphs replay it; CBS_CFM_REPLAY=0 turns it off) instead of one graph; the same mel")
         .def("t_span", [](const PyS3GenCfm& self, int n_steps) {
             check_option("cfm_steps", n_steps);
             std::vector<float> ts = self->t_span(n_steps);

@@ -240,8 +240,14 @@ std::vector<std::vector<float>> GraphRunner::rerun(const std::vector<ggml_tensor
     return results;
 }
 
-std::vector<float> GraphRunner::compute(ggml_tensor* out, const GraphInputs& in) {
-    return std::move(compute(std::vector<ggml_tensor*>{out}, in)[0]);
+std::vector<float> GraphRunner::compute(ggml_tensor* out, const GraphInputs& in, bool keep_buffer) {
+    if (!keep_buffer) return std::move(compute(std::vector<ggml_tensor*>{out}, in)[0]);
+    ggml_set_output(out);
+    ggml_build_forward_expand(graph_, out);
+    run(in);
+    std::vector<float> result(ggml_nelements(out));
+    ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
+    return result;
 }
 
 std::vector<std::vector<float>> GraphRunner::compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in) {

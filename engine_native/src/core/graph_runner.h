@@ -39,8 +39,9 @@ public:
     // A fresh (metadata-only) context and graph for the next computation.
     ggml_context* begin();
     ggml_cgraph* graph() const { return graph_; }
-    // Allocates, uploads `in`, computes and reads `out` back as float32.
-    std::vector<float> compute(ggml_tensor* out, const GraphInputs& in);
+    // Allocates, uploads `in`, computes and reads `out` back as float32. `keep_buffer`: the
+    // CPU's compute buffer is kept for rerun() whatever its size (release_large_buffer() after).
+    std::vector<float> compute(ggml_tensor* out, const GraphInputs& in, bool keep_buffer = false);
     // The same for several outputs of one graph, in the order given.
     std::vector<std::vector<float>> compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in);
     // Allocates, uploads `in` and computes graph() (its outputs stay on the device).
@@ -58,9 +59,10 @@ public:
     uint64_t generation() const { return generation_; }
     ggml_backend_t backend() const { return backend_; }
 
-private:
     // On the CPU: frees a compute buffer above kKeepComputeBytes (graph_runner.cpp) after use.
     void release_large_buffer();
+
+private:
     // The scheduler told to run on the CPU the ops the device accepts but aborts on.
     void assign_lacking_ops();
     // CBS_PROFILE_OPS=1: the graph computed, then computed again node by node, timed by kind.

@@ -76,6 +76,10 @@ public:
     static constexpr int kMaxPrefixSteps = 10;
 
     int n_mels() const { return out_channels_; }
+    // A pass of kReplayMinSteps or more as one step's graph computed again per step (euler's
+    // `replay`): a device's default (CBS_CFM_REPLAY=0: off); the same mel on the CPU.
+    bool replay_steps() const { return replay_steps_; }
+    void set_replay_steps(bool on) { replay_steps_ = on; }
     bool meanflow() const { return meanflow_; }
 
 private:
@@ -177,7 +181,7 @@ private:
     ggml_backend_buffer_t qkv_buf_ = nullptr;
     GraphRunner runner_;
     bool on_cpu_;  // the CPU's element-wise ops (cpu/activations.h)
-    bool replay_steps_;  // euler's `replay` for integrate(): a device's, unless CBS_CFM_REPLAY=0
+    bool replay_steps_;  // euler's `replay` for integrate() (replay_steps())
     CpuProducts products_ = false;  // exact for an f32 model, fast (AMX) for a quantised one
 };
 

@@ -35,7 +35,7 @@ std::vector<float> CfmEstimator::euler(std::vector<float> x, int T, const std::v
         ggml_tensor* dt = in.f32(ctx, {ts[1] - ts[0]}, 1);
         const size_t dt_input = in.floats.size() - 1;
         ggml_tensor* next = ggml_add(ctx, xt, ggml_mul(ctx, v, dt));
-        x = runner_.compute(next, in);
+        x = runner_.compute(next, in, /*keep_buffer=*/true);
         for (int s = 1; s < n_steps; ++s) {
             const std::vector<std::vector<float>> times = time_inputs(ts[s], ts[s + 1]);
             for (size_t i = 0; i < n_time; ++i) in.floats[first_time + i].second = times[i % times.size()];
@@ -43,6 +43,7 @@ std::vector<float> CfmEstimator::euler(std::vector<float> x, int T, const std::v
             in.floats[dt_input].second = {ts[s + 1] - ts[s]};
             x = runner_.rerun(next, in);
         }
+        runner_.release_large_buffer();
         return x;
     }
     int nodes_per_step = 0;

@@ -53,6 +53,8 @@ public:
     // the graph's nodes, whose launches bound a step there: docs/GPU.md).
     bool guidance_batched() const { return guidance_batched_; }
     void set_guidance_batched(bool b) { guidance_batched_ = b; }
+    bool replay_steps() const { return est_.replay_steps(); }
+    void set_replay_steps(bool on) { est_.set_replay_steps(on); }
     // The Euler times for n_steps: torch.linspace(0, 1, n_steps + 1) in float32, then for the
     // standard CFM with the cosine scheduler 1 - cos(t * 0.5 * pi) in float32.
     std::vector<float> t_span(int n_steps) const;

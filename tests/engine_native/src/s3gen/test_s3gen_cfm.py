@@ -47,6 +47,18 @@ def test_f16_s3gen_mel_stays_near_f32():
     assert rel <= 1e-3
 
 
+def test_replayed_meanflow_steps_equal_one_graph():
+    """Meanflow's pass of 3 steps as one step's graph computed again per step (a GPU's form)
+    against one graph, on the CPU: both time inputs (t and r) updated each step, the same mel
+    bit for bit."""
+    speech = np.random.default_rng(4).integers(0, 6561, 25).astype(np.int32)
+    x0 = np.random.default_rng(4).standard_normal((80, 2 * (_n_prompt() + 25)), dtype=np.float32)
+    one = debug.s3gen_mel(model_path("turbo"), speech, None, x0, steps=3, replay_steps=False)
+    replayed = debug.s3gen_mel(model_path("turbo"), speech, None, x0, steps=3, replay_steps=True)
+    print(f"replayed vs one graph: max_abs {np.abs(replayed - one).max():.2e}")
+    assert np.array_equal(replayed, one)
+
+
 @pytest.mark.parametrize("kind", ["speech_only", "channels", "one_frame_more", "flat"])
 def test_bad_x0_shape_raises(kind):
     speech = np.arange(5, dtype=np.int32)

@@ -180,6 +180,18 @@ def test_guidance_batched_or_not_agree(model):
     assert rel <= 3e-6
 
 
+def test_replayed_steps_equal_one_graph(model):
+    """A pass as one step's graph computed again for each step (a GPU's form, where CUDA graphs
+    replay it) against every step in one graph, on the CPU: the same operations (the step size
+    an input multiplied in, not ggml_scale's constant), so the same mel bit for bit; both
+    guidance rows' time inputs updated each step."""
+    one = debug.s3gen_mel(model, SPEECH_B, None, X0_B, steps=4, replay_steps=False)
+    replayed = debug.s3gen_mel(model, SPEECH_B, None, X0_B, steps=4, replay_steps=True)
+    rel, max_abs = _rel(replayed, one)
+    print(f"replayed vs one graph: rel {rel:.2e} max_abs {max_abs:.2e}")
+    assert np.array_equal(replayed, one)
+
+
 @pytest.mark.parametrize("kind", ["speech_only", "channels", "one_frame_more"])
 def test_bad_x0_shape_raises(model, kind):
     frames = 2 * (N_PROMPT + len(SPEECH_B))
