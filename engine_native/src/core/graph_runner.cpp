@@ -241,16 +241,11 @@ std::vector<std::vector<float>> GraphRunner::rerun(const std::vector<ggml_tensor
 }
 
 std::vector<float> GraphRunner::compute(ggml_tensor* out, const GraphInputs& in, bool keep_buffer) {
-    if (!keep_buffer) return std::move(compute(std::vector<ggml_tensor*>{out}, in)[0]);
-    ggml_set_output(out);
-    ggml_build_forward_expand(graph_, out);
-    run(in);
-    std::vector<float> result(ggml_nelements(out));
-    ggml_backend_tensor_get(out, result.data(), 0, ggml_nbytes(out));
-    return result;
+    return std::move(compute(std::vector<ggml_tensor*>{out}, in, keep_buffer)[0]);
 }
 
-std::vector<std::vector<float>> GraphRunner::compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in) {
+std::vector<std::vector<float>> GraphRunner::compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in,
+                                                     bool keep_buffer) {
     for (ggml_tensor* out : outs) {
         ggml_set_output(out);
         ggml_build_forward_expand(graph_, out);
@@ -261,7 +256,7 @@ std::vector<std::vector<float>> GraphRunner::compute(const std::vector<ggml_tens
         results.emplace_back(ggml_nelements(out));
         ggml_backend_tensor_get(out, results.back().data(), 0, ggml_nbytes(out));
     }
-    release_large_buffer();
+    if (!keep_buffer) release_large_buffer();
     return results;
 }
 

@@ -43,7 +43,8 @@ public:
     // CPU's compute buffer is kept for rerun() whatever its size (release_large_buffer() after).
     std::vector<float> compute(ggml_tensor* out, const GraphInputs& in, bool keep_buffer = false);
     // The same for several outputs of one graph, in the order given.
-    std::vector<std::vector<float>> compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in);
+    std::vector<std::vector<float>> compute(const std::vector<ggml_tensor*>& outs, const GraphInputs& in,
+                                            bool keep_buffer = false);
     // Allocates, uploads `in` and computes graph() (its outputs stay on the device).
     void run(const GraphInputs& in);
     // A device: sizes the compute buffers for graph() with `out` (built, not computed), so

@@ -122,12 +122,15 @@ private:
     // Euler from x over ts on the device, every step x += (r - t) v(x, t, r), as many steps
     // in one graph as it holds. inputs(ctx, in) adds a graph's constant inputs and returns
     // the step velocity v built on that graph (whose only inputs of its own are the time's).
-    // `replay` (a device other than the CPU) with kReplayMinSteps or more: one step's graph,
-    // computed again for each step with the step's x, time and size as inputs.
+    // `replay` (replay_steps()) with kReplayMinSteps or more: euler_replayed.
     using StepVelocity = std::function<ggml_tensor*(ggml_tensor* x, float t, float r)>;
     std::vector<float> euler(std::vector<float> x, int T, const std::vector<float>& ts,
                              const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs,
                              bool replay = false);
+    // The same as one step's graph, computed again for each step with the step's x, time and
+    // size as inputs.
+    std::vector<float> euler_replayed(std::vector<float> x, int T, const std::vector<float>& ts,
+                                      const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs);
     static constexpr int kReplayMinSteps = 3;
     void check_inputs(size_t x, size_t mu, size_t spks, size_t cond, int T) const;
     // A graph's inputs for the conditional velocity (mu, spks, cond; the vectors outlive it).

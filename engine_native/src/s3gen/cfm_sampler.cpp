@@ -18,34 +18,7 @@ std::vector<float> CfmEstimator::euler(std::vector<float> x, int T, const std::v
                                        bool replay) {
     const int M = out_channels_;
     const int n_steps = static_cast<int>(ts.size()) - 1;
-    if (replay && n_steps >= kReplayMinSteps) {
-        // One step's graph, computed again for each step (GraphRunner::rerun: no rebuild, no
-        // re-allocation): ggml-cuda replays a graph computed twice unchanged as a CUDA graph,
-        // so from the third step on a step costs its kernels, not the host's ~2,000 launches.
-        // The step size is an input (ggml_scale's factor would change the graph); v * dt is
-        // the same f32 product as ggml_scale's.
-        ggml_context* ctx = runner_.begin();
-        GraphInputs in;
-        ggml_tensor* xt = in.f32(ctx, x, T, M);
-        const size_t x_input = in.floats.size() - 1;
-        const StepVelocity velocity_at = inputs(ctx, in);
-        const size_t first_time = in.floats.size();
-        ggml_tensor* v = velocity_at(xt, ts[0], ts[1]);
-        const size_t n_time = in.floats.size() - first_time;
-        ggml_tensor* dt = in.f32(ctx, {ts[1] - ts[0]}, 1);
-        const size_t dt_input = in.floats.size() - 1;
-        ggml_tensor* next = ggml_add(ctx, xt, ggml_mul(ctx, v, dt));
-        x = runner_.compute(next, in, /*keep_buffer=*/true);
-        for (int s = 1; s < n_steps; ++s) {
-            const std::vector<std::vector<float>> times = time_inputs(ts[s], ts[s + 1]);
-            for (size_t i = 0; i < n_time; ++i) in.floats[first_time + i].second = times[i % times.size()];
-            in.floats[x_input].second = std::move(x);
-            in.floats[dt_input].second = {ts[s + 1] - ts[s]};
-            x = runner_.rerun(next, in);
-        }
-        runner_.release_large_buffer();
-        return x;
-    }
+    if (replay && n_steps >= kReplayMinSteps) return euler_replayed(std::move(x), T, ts, inputs);
     int nodes_per_step = 0;
     for (int s = 0; s < n_steps;) {
         ggml_context* ctx = runner_.begin();
@@ -64,6 +37,37 @@ std::vector<float> CfmEstimator::euler(std::vector<float> x, int T, const std::v
         } while (s < n_steps && ggml_graph_n_nodes(gf) + 2 * nodes_per_step < ggml_graph_size(gf));
         x = runner_.compute(xt, in);
     }
+    return x;
+}
+
+// GraphRunner::rerun: no rebuild, no re-allocation. ggml-cuda replays a graph computed twice
+// unchanged as a CUDA graph, so from the third step on a step costs its kernels, not the
+// host's launch of each node. The step size is an input (ggml_scale's factor would change the
+// graph); v * dt is the same f32 product as ggml_scale's.
+std::vector<float> CfmEstimator::euler_replayed(std::vector<float> x, int T, const std::vector<float>& ts,
+                                                const std::function<StepVelocity(ggml_context*, GraphInputs&)>& inputs) {
+    const int M = out_channels_;
+    const int n_steps = static_cast<int>(ts.size()) - 1;
+    ggml_context* ctx = runner_.begin();
+    GraphInputs in;
+    ggml_tensor* xt = in.f32(ctx, x, T, M);
+    const size_t x_input = in.floats.size() - 1;
+    const StepVelocity velocity_at = inputs(ctx, in);
+    const size_t first_time = in.floats.size();
+    ggml_tensor* v = velocity_at(xt, ts[0], ts[1]);
+    const size_t n_time = in.floats.size() - first_time;
+    ggml_tensor* dt = in.f32(ctx, {ts[1] - ts[0]}, 1);
+    const size_t dt_input = in.floats.size() - 1;
+    ggml_tensor* next = ggml_add(ctx, xt, ggml_mul(ctx, v, dt));
+    x = runner_.compute(next, in, /*keep_buffer=*/true);
+    for (int s = 1; s < n_steps; ++s) {
+        const std::vector<std::vector<float>> times = time_inputs(ts[s], ts[s + 1]);
+        for (size_t i = 0; i < n_time; ++i) in.floats[first_time + i].second = times[i % times.size()];
+        in.floats[x_input].second = std::move(x);
+        in.floats[dt_input].second = {ts[s + 1] - ts[s]};
+        x = runner_.rerun(next, in);
+    }
+    runner_.release_large_buffer();
     return x;
 }
 
