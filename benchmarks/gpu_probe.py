@@ -2,7 +2,8 @@
 T3 ms/token (greedy and with the default sampler), the S3Gen encoder and CFM and HiFT's
 f0, excitation and decode, each timed on its first call at the size (allocation and kernel
 loading included, as the bench's one pass) and then steady (median), the CFM with its q, k,
-v products fused and not (CBS_CFM_QKV), HiFT on the device against the CPU kernels, 250
+v products fused and not (CBS_CFM_QKV), its attention at f32 and at the model's precision
+(CBS_CFM_ATTENTION_F32), HiFT on the device against the CPU kernels, 250
 speech tokens = 500 mel frames (10 s). Prints numbers, asserts nothing.
 
     python benchmarks/gpu_probe.py MODEL.gguf cuda:0 [--profile | --hift]
@@ -106,6 +107,23 @@ def s3gen_stages(mf, profile=False) -> None:
     if not profile:
         a, b = mels["1"].astype(np.float64), mels["0"].astype(np.float64)
         print(f"  CFM mel, q k v fused vs apart: rel {np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")
+        # The attention's two products at the device's default precision (TF32 on CUDA) for a
+        # model whose matrices are not f32, against f32 (CBS_CFM_ATTENTION_F32=1, read when the
+        # estimator is made): alternating, the same inputs.
+        os.environ["CBS_CFM_ATTENTION_F32"] = "1"
+        cfms = {"f32": _core.S3GenCfm(mf)}
+        os.environ.pop("CBS_CFM_ATTENTION_F32")
+        cfms["default"] = _core.S3GenCfm(mf)
+        times = {name: [] for name in cfms}
+        for _ in range(3):
+            for name, c in cfms.items():
+                t0 = time.perf_counter()
+                mels[name] = c.sample(mu, feat, emb, x0)
+                times[name].append(1e3 * (time.perf_counter() - t0))
+        a, b = mels["default"].astype(np.float64), mels["f32"].astype(np.float64)
+        print(f"  CFM attention products f32 / the model's default: {min(times['f32']):7.1f} / "
+              f"{min(times['default']):7.1f} ms (best of 3, alternating); mel rel "
+              f"{np.linalg.norm(a - b) / np.linalg.norm(b):.2e}, max_abs {np.abs(a - b).max():.2e}")
     mel = np.ascontiguousarray(mels["1"])
     h = _core.HiFT(mf)
     if profile:

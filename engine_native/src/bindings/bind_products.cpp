@@ -23,7 +23,8 @@ CpuProducts products_named(const std::string& how) {
     if (how == "exact") return CpuProducts::exact;
     if (how == "fast") return CpuProducts::fast;
     if (how == "ggml") return CpuProducts::ggml;
-    throw ParameterError("products must be 'exact', 'fast' or 'ggml', not '" + how + "'");
+    if (how == "device_default") return CpuProducts::device_default;
+    throw ParameterError("products must be 'exact', 'fast', 'ggml' or 'device_default', not '" + how + "'");
 }
 
 py::array_t<float> to_array(const std::vector<float>& v, std::vector<py::ssize_t> shape) {
@@ -101,8 +102,8 @@ void bind_products(py::module_& m) {
           "`products` (exact, fast, ggml) -> [N, M] (tests).");
     m.def("attention_product", &attention_product, py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("products") = "exact", py::arg("threads") = 2,
-          "Full softmax attention per head through the engine's CPU attention in mode `products`: q [H, Tq, D], "
-          "k and v [H, Tk, D] -> [Tq, H, D] (tests).");
+          "Full softmax attention per head through the engine's attention in mode `products` (exact, fast; ggml "
+          "or device_default: a GPU's form, on the CPU here): q [H, Tq, D], k and v [H, Tk, D] -> [Tq, H, D] (tests).");
 }
 
 }  // namespace cbs

@@ -167,8 +167,8 @@ ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_t
         // A GPU: two f32 products around a softmax. ggml-cuda's flash attention rounds K and
         // V to f16, too coarse for the CFM's mel (docs/GPU.md). The views go to the product
         // as they are (cuBLAS takes the strides; Vulkan copies inside).
-        ggml_tensor* scores = matmul(ctx, k, q, false);  // [T_k, T_q, H, B]
-        return attend(ctx, scores, v, nullptr, scale, false);
+        ggml_tensor* scores = matmul(ctx, k, q, how);  // [T_k, T_q, H, B]
+        return attend(ctx, scores, v, nullptr, scale, how);
     }
     ggml_tensor* o = ggml_flash_attn_ext(ctx, q, k, v, nullptr, scale, 0.0f, 0.0f);
     ggml_flash_attn_ext_set_prec(o, GGML_PREC_F32);

@@ -266,7 +266,7 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
     if (packed) return q4_matmul(ctx, a, b);  // ggml's kernels must not see the packed layout
     // Asked for at f32: on CUDA an f32 x f32 product otherwise runs through TF32 (patches/0002).
     ggml_tensor* r = ggml_mul_mat(ctx, a, b);
-    ggml_mul_mat_set_prec(r, GGML_PREC_F32);
+    if (how.kind != CpuProducts::device_default) ggml_mul_mat_set_prec(r, GGML_PREC_F32);
     return r;
 }
 

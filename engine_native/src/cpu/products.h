@@ -18,11 +18,14 @@ struct CpuProducts {
                 // them; else, on AVX512-VNNI, Q4_0 weights' products and attention in int16
                 // (cpu/vnni_gemm.h: ~2e-5 and ~7e-5); else as exact. For a model whose
                 // matrices are quantised or f16 anyway
+        device_default,  // ggml's kernels at the device's default precision (TF32 on CUDA), not
+                         // at f32: a GPU's CFM attention for a model whose matrices are quantised
+                         // or f16, whose weight products run so already (mul_mat_weight)
     };
     Kind kind;
     CpuProducts(bool blas) : kind(blas ? exact : ggml) {}  // NOLINT(google-explicit-constructor)
     CpuProducts(Kind k) : kind(k) {}                       // NOLINT(google-explicit-constructor)
-    bool blas() const { return kind != ggml; }
+    bool blas() const { return kind == exact || kind == fast; }
 };
 
 // The products for a component whose matrices include `weight`: ggml off the CPU, exact for an

@@ -95,7 +95,16 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
     final_ln_b_ = t("final_block.block.2.bias", {C});
     proj_w_ = t("final_proj.weight", {1, C, out_channels_});
     proj_b_ = t("final_proj.bias", {out_channels_});
-    products_ = products_for(backend, mid_.empty() ? down_.tfm.at(0).q_w : mid_[0].tfm.at(0).q_w);
+    const ggml_tensor* q_w = mid_.empty() ? down_.tfm.at(0).q_w : mid_[0].tfm.at(0).q_w;
+    products_ = products_for(backend, q_w);
+    // On a GPU a model whose matrices are not f32 takes its attention's products as its
+    // weights' (the device's default precision: TF32 on CUDA, ~15 % of a full-length pass,
+    // mel ~1.6e-4 from f32 on the F16 model; docs/GPU.md); an f32 model, parity's, keeps
+    // f32. CBS_CFM_ATTENTION_F32=1 keeps f32 for every model (a comparison).
+    const char* f32 = std::getenv("CBS_CFM_ATTENTION_F32");
+    attention_products_ = !on_cpu_ && q_w->type != GGML_TYPE_F32 && !(f32 && std::string(f32) == "1")
+                              ? CpuProducts::device_default
+                              : products_;
     const char* fuse = std::getenv("CBS_CFM_QKV");  // "0": the three products (a comparison)
     if (!on_cpu_ && !(fuse && std::string(fuse) == "0")) fuse_qkv(mf, backend);
     const char* replay = std::getenv("CBS_CFM_REPLAY");
@@ -196,7 +205,7 @@ ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const 
         return ggml_view_4d(ctx, t, D, t->ne[1], H, B, t->nb[1], D * sizeof(float), t->nb[2], 0);
     };
     // Full-context attention (the reference's mask is all ones: static_chunk_size 0).
-    ggml_tensor* o = attention(ctx, heads(q), heads(k), heads(v), products_);
+    ggml_tensor* o = attention(ctx, heads(q), heads(k), heads(v), attention_products_);
     o = ggml_reshape_3d(ctx, o, D * H, T, B);  // result is [D, H, T, B]
     x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b, products_));
 

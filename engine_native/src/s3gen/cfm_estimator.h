@@ -186,6 +186,7 @@ private:
     bool on_cpu_;  // the CPU's element-wise ops (cpu/activations.h)
     bool replay_steps_;  // euler's `replay` for integrate() (replay_steps())
     CpuProducts products_ = false;  // exact for an f32 model, fast (AMX) for a quantised one
+    CpuProducts attention_products_ = false;  // products_, or on a GPU device_default (constructor)
 };
 
 }  // namespace cbs

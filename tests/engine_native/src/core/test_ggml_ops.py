@@ -81,6 +81,12 @@ def test_attention_product(h, tq, tk, d):
     exact = _core.attention_product(q, k, v, "exact")
     fast = _core.attention_product(q, k, v, "fast")
     _check(fast, exact, ref, f"attention H={h} Tq={tq} Tk={tk} D={d}", int16=1.5e-4)
+    # A GPU's form (two products around ggml's softmax), at f32 and at the device's default
+    # precision: the same graph on the CPU, where ggml has one precision.
+    gpu_f32 = _core.attention_product(q, k, v, "ggml")
+    gpu_default = _core.attention_product(q, k, v, "device_default")
+    np.testing.assert_array_equal(gpu_default, gpu_f32)
+    assert np.linalg.norm(gpu_f32 - ref) / np.linalg.norm(ref) < 1e-5
 
 
 def test_q4_0_products_with_zero_and_large_blocks():
