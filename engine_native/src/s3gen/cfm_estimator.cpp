@@ -97,10 +97,10 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
     proj_b_ = t("final_proj.bias", {out_channels_});
     const ggml_tensor* q_w = mid_.empty() ? down_.tfm.at(0).q_w : mid_[0].tfm.at(0).q_w;
     products_ = products_for(backend, q_w);
-    // On a GPU a model whose matrices are not f32 takes its attention's products as its
-    // weights' (the device's default precision: TF32 on CUDA, ~15 % of a full-length pass,
-    // mel ~1.6e-4 from f32 on the F16 model; docs/GPU.md); an f32 model, parity's, keeps
-    // f32. CBS_CFM_ATTENTION_F32=1 keeps f32 for every model (a comparison).
+    // On a GPU a model whose matrices are not f32 multiplies its attention at the precision
+    // its weights' products already have (the device's default: TF32 on CUDA), since the f32
+    // products were a large part of a pass (docs/GPU.md: the time and the mel difference);
+    // an f32 model, parity's, keeps f32. CBS_CFM_ATTENTION_F32=1: f32 always.
     const char* f32 = std::getenv("CBS_CFM_ATTENTION_F32");
     attention_products_ = !on_cpu_ && q_w->type != GGML_TYPE_F32 && !(f32 && std::string(f32) == "1")
                               ? CpuProducts::device_default
