@@ -166,8 +166,8 @@ ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_t
     if (!on_cpu) {
         // A GPU: two products around a softmax, at f32 unless `how` is device_default.
         // ggml-cuda's flash attention rounds K and V to f16, too coarse for an f32 model's CFM
-        // mel (docs/GPU.md). The views go to the product
-        // as they are (cuBLAS takes the strides; Vulkan copies inside).
+        // mel (docs/GPU.md). The views go to the product as they are (cuBLAS takes the
+        // strides; Vulkan copies inside).
         ggml_tensor* scores = matmul(ctx, k, q, how);  // [T_k, T_q, H, B]
         return attend(ctx, scores, v, nullptr, scale, how);
     }

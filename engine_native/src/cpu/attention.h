@@ -6,14 +6,13 @@
 
 namespace cbs {
 
-// Full-context softmax attention in f32 with scale 1/sqrt(D): q, k, v [D, T, H, B] (views
-// whose rows are contiguous) -> [D, H, T_q, B]. On the CPU with OpenBLAS (CBS_HAVE_BLAS) one
-// fused operation: per head and block of queries, scores, softmax and values through
+// Full-context softmax attention with scale 1/sqrt(D): q, k, v [D, T, H, B] (views whose
+// rows are contiguous) -> [D, H, T_q, B]. On the CPU with OpenBLAS (CBS_HAVE_BLAS) one fused
+// f32 operation: per head and block of queries, scores, softmax and values through
 // single-threaded sgemm on ggml's threads (no T x T tensor per head). On a GPU two products
 // around ggml's softmax, at f32 or, `device_default`, at the device's default precision (its
-// flash attention rounds K and V to f16). On the
-// CPU without OpenBLAS ggml_flash_attn_ext (f32 precision), faster there than two tinyBLAS
-// products around the softmax.
+// flash attention rounds K and V to f16). On the CPU without OpenBLAS ggml_flash_attn_ext
+// (f32 precision), faster there than two tinyBLAS products around the softmax.
 // `fast` with AMX: both products of a block on AMX tiles (K and V packed once per head); without
 // AMX, on AVX512-VNNI (D a multiple of 32), both in int16 the same way.
 ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, CpuProducts on_cpu);
