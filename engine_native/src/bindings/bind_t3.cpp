@@ -151,11 +151,14 @@ static py::tuple q4_matmul_pair(F32Array w, F32Array x, int threads) {
 // (ours, ggml's flash attention) for one query over an f16 cache: q [H, D], k and v
 // [H, n, D] (rounded to f16 here), the first n_valid positions unmasked -> [H, D] each.
 static py::tuple t3_decode_attention_pair(F32Array q, F32Array k, F32Array v, int n_valid, int threads) {
-    if (q.ndim() != 2 || k.ndim() != 3 || v.ndim() != 3 || k.shape(0) != q.shape(0) || k.shape(2) != q.shape(1) ||
-        v.shape(0) != k.shape(0) || v.shape(1) != k.shape(1) || v.shape(2) != k.shape(2) || n_valid < 0 ||
-        n_valid > k.shape(1))
-        throw ParameterError("q [H, D], k and v [H, n, D], 0 <= n_valid <= n");
-    const int64_t H = q.shape(0), D = q.shape(1), n = k.shape(1);
+    const bool rows_given = q.ndim() == 3;  // [rows, H, D]: a guided model's two rows, each over its own cache
+    const py::ssize_t o = rows_given ? 1 : 0;
+    if (q.ndim() != 2 + o || k.ndim() != 3 + o || v.ndim() != 3 + o || k.shape(o) != q.shape(o) ||
+        k.shape(2 + o) != q.shape(1 + o) || (rows_given && (k.shape(0) != q.shape(0) || v.shape(0) != q.shape(0))) ||
+        v.shape(o) != k.shape(o) || v.shape(1 + o) != k.shape(1 + o) || v.shape(2 + o) != k.shape(2 + o) || n_valid < 0 ||
+        n_valid > k.shape(1 + o))
+        throw ParameterError("q [(rows,) H, D], k and v [(rows,) H, n, D], 0 <= n_valid <= n");
+    const int64_t rows = rows_given ? q.shape(0) : 1, H = q.shape(o), D = q.shape(1 + o), n = k.shape(1 + o);
     auto halves = [](const F32Array& a) {
         std::vector<ggml_fp16_t> h(static_cast<size_t>(a.size()));
         for (size_t i = 0; i < h.size(); ++i) h[i] = ggml_fp32_to_fp16(a.data()[i]);
@@ -170,9 +173,10 @@ static py::tuple t3_decode_attention_pair(F32Array q, F32Array k, F32Array v, in
         GraphRunner runner(backend.get());
         ggml_context* ctx = runner.begin();
         GraphInputs in;
-        ggml_tensor* qt = ggml_reshape_3d(ctx, in.f32(ctx, std::vector<float>(q.data(), q.data() + H * D), D, H), D, H, 1);
-        ggml_tensor* kt = ggml_reshape_3d(ctx, in.f16_mask(ctx, halves(k), D, n * H), D, n, H);
-        ggml_tensor* vt = ggml_reshape_3d(ctx, in.f16_mask(ctx, halves(v), D, n * H), D, n, H);
+        ggml_tensor* qt = ggml_reshape_4d(ctx, in.f32(ctx, std::vector<float>(q.data(), q.data() + rows * H * D), D, H * rows),
+                                          D, H, 1, rows);
+        ggml_tensor* kt = ggml_reshape_4d(ctx, in.f16_mask(ctx, halves(k), D, n * H * rows), D, n, H, rows);
+        ggml_tensor* vt = ggml_reshape_4d(ctx, in.f16_mask(ctx, halves(v), D, n * H * rows), D, n, H, rows);
         ggml_tensor* mt = in.f16_mask(ctx, std::move(mask), n, 1);
         ggml_tensor* flash = ggml_flash_attn_ext(ctx, ggml_permute(ctx, qt, 0, 2, 1, 3), kt, vt, mt,
                                                  1.0f / std::sqrt(static_cast<float>(D)), 0.0f, 0.0f);
@@ -180,7 +184,9 @@ static py::tuple t3_decode_attention_pair(F32Array q, F32Array k, F32Array v, in
         out = runner.compute({decode_attention(ctx, qt, kt, vt, mt), flash}, in);
     }
     auto arr = [&](const std::vector<float>& x) {
-        py::array_t<float> a({H, D});
+        std::vector<py::ssize_t> shape{H, D};
+        if (rows_given) shape.insert(shape.begin(), rows);
+        py::array_t<float> a(shape);
         std::memcpy(a.mutable_data(), x.data(), x.size() * sizeof(float));
         return a;
     };
@@ -191,7 +197,7 @@ void bind_t3(py::module_& m) {
     m.def("t3_decode_attention_pair", &t3_decode_attention_pair, py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("n_valid"), py::arg("threads") = 2,
           "(ours, ggml's flash attention): one query's attention over an f16 cache (k, v rounded to f16), the first "
-          "n_valid positions unmasked; q [H, D], k and v [H, n, D] -> [H, D] each (tests).");
+          "n_valid positions unmasked; q [(rows,) H, D], k and v [(rows,) H, n, D] -> like q each (tests).");
     m.def("q4_matmul_pair", &q4_matmul_pair, py::arg("w"), py::arg("x"), py::arg("threads") = 2,
           "(ours, ggml's, w as Q4_0 dequantised): Q4_0 products of w [N, K] (f32, quantised here) and x [M, K] "
           "on the CPU, ours in the engine's packed layout (its kernel below 16 columns, sgemm from 16), ggml's on "
@@ -273,9 +279,10 @@ void bind_t3(py::module_& m) {
            "cfg_weight > 0) as T3.inference computes them (the start token twice); alignment=True adds its "
            "alignment heads' attention over the text [heads, 1 + len(speech_ids), len(text_ids)].")
         .def("step_logits", [](PyT3& self, std::vector<int32_t> text, std::vector<int32_t> speech,
-                               py::object speaker_emb, py::object prompt_tokens) {
+                               py::object speaker_emb, py::object prompt_tokens, py::object cfg_weight) {
             const ModelFile& mf = *self.model->file;
-            T3Conditioning c = conditioning(mf, self->hp().speaker_embed_size, speaker_emb, prompt_tokens, py::none());
+            T3Conditioning c = conditioning(mf, self->hp().speaker_embed_size, speaker_emb, prompt_tokens);
+            c.guidance = !cfg_weight.is_none() && self->alignment() && cfg_weight_value(mf, cfg_weight) > 0.0f;
             if (speech.empty()) throw EngineError("speech_ids must hold at least the start-of-speech token");
             std::unique_ptr<T3Cache> cache = self->new_cache();
             std::vector<float> out = released([&] {
@@ -289,9 +296,10 @@ void bind_t3(py::module_& m) {
             const py::ssize_t n = static_cast<py::ssize_t>(speech.size());
             return to_numpy(out, {n, static_cast<py::ssize_t>(out.size()) / n});
         }, py::arg("text_ids"), py::arg("speech_ids"), py::arg("speaker_emb") = py::none(),
-           py::arg("prompt_tokens") = py::none(),
+           py::arg("prompt_tokens") = py::none(), py::arg("cfg_weight") = py::none(),
            "The logits logits() gives, through the decoding step: the prompt with speech_ids[0], then one "
-           "step() per later id -> [len(speech_ids), speech_vocab] (tests of the step's kernels).")
+           "step() per later id -> [len(speech_ids), rows x speech_vocab] (rows 2 with the Multilingual T3's "
+           "guidance, given cfg_weight > 0; tests of the step's kernels).")
         .def("step_logits_together", [](PyT3& self, std::vector<std::vector<int32_t>> texts,
                                         std::vector<std::vector<int32_t>> speeches, std::vector<int> join_at,
                                         py::object prompt_tokens) {

@@ -203,16 +203,23 @@ void to_f16(const float* in, ggml_fp16_t* out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out[i] = ggml_fp32_to_fp16(in[i]);
 }
 
-// Writes the new key and value of head h (f32 [D] each) at cache row `pos`, rounded to f16.
-void append_head(const ggml_tensor* k_new, const ggml_tensor* v_new, int64_t pos, int64_t h, ggml_tensor* k,
-                 ggml_tensor* v) {
+// Writes the new key and value of head h of row r (k_new, v_new laid out as q) at cache row
+// `pos`, rounded to f16; k and v are that row's cache.
+void append_head(const ggml_tensor* k_new, const ggml_tensor* v_new, int64_t pos, int64_t h, int64_t r,
+                 const ggml_tensor* k, const ggml_tensor* v) {
     const int64_t D = k->ne[0];
-    const float* kn = static_cast<const float*>(k_new->data) + h * D;
-    const float* vn = static_cast<const float*>(v_new->data) + h * D;
     auto* kd = reinterpret_cast<ggml_fp16_t*>(static_cast<char*>(k->data) + pos * k->nb[1] + h * k->nb[2]);
     auto* vd = reinterpret_cast<ggml_fp16_t*>(static_cast<char*>(v->data) + pos * v->nb[1] + h * v->nb[2]);
-    to_f16(kn, kd, D);
-    to_f16(vn, vd, D);
+    to_f16(at<float>(k_new, h, 0) + r * k_new->nb[3] / sizeof(float), kd, D);
+    to_f16(at<float>(v_new, h, 0) + r * v_new->nb[3] / sizeof(float), vd, D);
+}
+
+// Row r of a 4-D tensor (its fourth dimension) as a tensor of its own: the same header, the
+// data moved (the kernels above index positions and heads only).
+ggml_tensor row_of(const ggml_tensor* t, int64_t r) {
+    ggml_tensor row = *t;
+    row.data = static_cast<char*>(t->data) + r * t->nb[3];
+    return row;
 }
 
 // Whole heads per thread: (the new key and value appended,) scores over the unmasked
@@ -220,7 +227,7 @@ void append_head(const ggml_tensor* k_new, const ggml_tensor* v_new, int64_t pos
 void decode_attention_op(ggml_tensor* dst, int ith, int nth, void*) {
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const ggml_tensor *k_new = dst->src[4], *v_new = dst->src[5], *pos = dst->src[6];
-    const int64_t D = k->ne[0], n_kv = k->ne[1], H = k->ne[2];
+    const int64_t D = k->ne[0], n_kv = k->ne[1], H = k->ne[2], rows = k->ne[3];
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const HeadKernel attend = head_kernel(D);
     const auto* m = static_cast<const ggml_fp16_t*>(mask->data);
@@ -235,10 +242,12 @@ void decode_attention_op(ggml_tensor* dst, int ith, int nth, void*) {
     }
     const int64_t n = static_cast<int64_t>(positions.size());
     std::vector<float> scores(static_cast<size_t>(n));
-    for (int64_t h = ith; h < H; h += nth) {
-        if (pos) append_head(k_new, v_new, *static_cast<const int32_t*>(pos->data), h, dst->src[1], dst->src[2]);
-        attend(at<float>(q, h, 0), k, v, h, positions.data(), bias.data(), n, scale, scores.data(),
-               reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1]));
+    for (int64_t t = ith; t < H * rows; t += nth) {  // heads of every row, each a unit of work
+        const int64_t h = t % H, r = t / H;
+        const ggml_tensor kr = row_of(k, r), vr = row_of(v, r);
+        if (pos) append_head(k_new, v_new, *static_cast<const int32_t*>(pos->data), h, r, &kr, &vr);
+        attend(at<float>(q, h, 0) + r * q->nb[3] / sizeof(float), &kr, &vr, h, positions.data(), bias.data(), n, scale,
+               scores.data(), reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + r * dst->nb[3]));
     }
 }
 
@@ -255,7 +264,7 @@ bool decode_attention_applies(const ggml_tensor* k, int n_new, bool on_cpu) {
 ggml_tensor* decode_attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, ggml_tensor* mask,
                               ggml_tensor* k_new, ggml_tensor* v_new, ggml_tensor* pos) {
     ggml_tensor* args[7] = {q, k, v, mask, k_new, v_new, pos};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, k->ne[0], k->ne[2], 1, 1, args, pos ? 7 : 4, decode_attention_op,
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, k->ne[0], k->ne[2], 1, k->ne[3], args, pos ? 7 : 4, decode_attention_op,
                           GGML_N_TASKS_MAX, nullptr);
 }
 

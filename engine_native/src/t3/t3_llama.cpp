@@ -7,6 +7,8 @@
 #include "core/backend.h"
 #include "core/graph_helpers.h"
 #include "ggml-cpu.h"
+#include "t3/decode_attention.h"
+#include "t3/decode_step.h"
 
 namespace cbs {
 
@@ -285,23 +287,22 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         ggml_tensor *q, *k, *v;
         attention_inputs(ctx, L, h, n_new, rows, rc, rs, product, join, &q, &k, &v);
 
-        // Append this call's keys and values (expanded first: the attention below reads
-        // the cache through views, after these copies in graph order).
-        ggml_tensor* k_new = ggml_permute(ctx, k, 0, 2, 1, 3);  // [D, n_new, H, rows]
-        ggml_tensor* v_new = ggml_permute(ctx, v, 0, 2, 1, 3);
+        ggml_tensor* att;
         if (step) {
-            ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache_view(cache.k(il), 0, cache.size(), 0, rows), k_new, step->kv_row));
-            ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache_view(cache.v(il), 0, cache.size(), 0, rows), v_new, step->kv_row));
+            att = step_attention(ctx, gf, cache, il, q, k, v, step->kv_row, n_kv, rows, mask);
+        } else {
+            // Append this call's keys and values (expanded first: the attention below reads
+            // the cache through views, after these copies in graph order).
+            ggml_tensor* k_new = ggml_permute(ctx, k, 0, 2, 1, 3);  // [D, n_new, H, rows]
+            ggml_tensor* v_new = ggml_permute(ctx, v, 0, 2, 1, 3);
+            for (int s = 0; s < (all_seqs ? cache.n_seq() : 1); ++s) {
+                ggml_build_forward_expand(gf, ggml_cpy(ctx, k_new, cache_view(cache.k(il), cache.n_past, n_new, s, rows)));
+                ggml_build_forward_expand(gf, ggml_cpy(ctx, v_new, cache_view(cache.v(il), cache.n_past, n_new, s, rows)));
+            }
+            att = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), cache_view(cache.k(il), 0, n_kv, 0, rows),
+                                      cache_view(cache.v(il), 0, n_kv, 0, rows), mask, scale, 0.0f, 0.0f);
+            ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
         }
-        const int n_dst = step ? 0 : all_seqs ? cache.n_seq() : 1;
-        for (int s = 0; s < n_dst; ++s) {
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, k_new, cache_view(cache.k(il), cache.n_past, n_new, s, rows)));
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, v_new, cache_view(cache.v(il), cache.n_past, n_new, s, rows)));
-        }
-
-        ggml_tensor* att = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), cache_view(cache.k(il), 0, n_kv, 0, rows),
-                                               cache_view(cache.v(il), 0, n_kv, 0, rows), mask, scale, 0.0f, 0.0f);
-        ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
         x = ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, ggml_reshape_2d(ctx, att, E, n_new * rows)));
 
         h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
@@ -322,6 +323,25 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         }
     }
     return x;
+}
+
+ggml_tensor* T3Llama::step_attention(ggml_context* ctx, ggml_cgraph* gf, T3Cache& cache, int il, ggml_tensor* q,
+                                     ggml_tensor* k, ggml_tensor* v, ggml_tensor* kv_row, int n_kv, int rows,
+                                     ggml_tensor* mask) {
+    const int D = hp_.head_dim(), H = hp_.n_head;
+    auto cache_view = [&](ggml_tensor* c, int n) {  // [D, n, H, rows]: the first n positions of each row
+        return ggml_view_4d(ctx, c, D, n, H, rows, c->nb[1], c->nb[2], c->nb[3], 0);
+    };
+    ggml_tensor *k_all = cache_view(cache.k(il), n_kv), *v_all = cache_view(cache.v(il), n_kv);
+    const bool own = decode_attention_applies(cache.k(il), 1, backend_is_cpu(backend_));
+    if (own && step_fusion_enabled()) return decode_attention(ctx, q, k_all, v_all, mask, k, v, kv_row);
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache_view(cache.k(il), cache.size()), ggml_permute(ctx, k, 0, 2, 1, 3), kv_row));
+    ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache_view(cache.v(il), cache.size()), ggml_permute(ctx, v, 0, 2, 1, 3), kv_row));
+    if (own) return decode_attention(ctx, q, k_all, v_all, mask);
+    ggml_tensor* att = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), k_all, v_all, mask,
+                                           1.0f / std::sqrt(static_cast<float>(D)), 0.0f, 0.0f);
+    ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
+    return att;
 }
 
 // Final RMSNorm and speech head on the last n_out positions of each row -> [V, n_out * rows].

@@ -95,6 +95,13 @@ private:
     ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInputs& in, T3Cache& cache, ggml_tensor* x,
                              int n_new, int rows, bool all_seqs, ggml_tensor* mask, TapSpec* taps,
                              const StepInputs* step = nullptr);
+    // A step's attention for this token's q, k, v [D, H, 1, rows]: k and v written at the
+    // cache row kv_row (I32 [1]), the first n_kv positions read; -> [D, H, 1, rows]. On the
+    // CPU over an f16 cache (a quantised model's), the engine's own (t3/decode_attention.h),
+    // the cache writes folded in; else ggml's set_rows and flash attention.
+    ggml_tensor* step_attention(ggml_context* ctx, ggml_cgraph* gf, T3Cache& cache, int il, ggml_tensor* q,
+                                ggml_tensor* k, ggml_tensor* v, ggml_tensor* kv_row, int n_kv, int rows,
+                                ggml_tensor* mask);
     // cos / sin of float32(inv_freq * position) [D each] for positions first .. first + n - 1.
     void rope_tables(int first, int n, std::vector<float>& cos, std::vector<float>& sin) const;
     ggml_tensor* head(ggml_context* ctx, ggml_tensor* x, int n_new, int rows, int n_out);

@@ -67,12 +67,13 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
     ggml_tensor* rs = ggml_reshape_4d(ctx, in.f32(ctx, std::move(sin), D, cols), D, 1, cols, 1);
 
     // Each session's attention mask over its padded view (as step() reads it).
-    std::vector<ggml_tensor*> masks(B);
+    std::vector<ggml_tensor*> masks(B), kv_rows(B);
     std::vector<int> n_kvs(B);
     for (size_t b = 0; b < B; ++b) {
         const T3Cache& cache = *caches[b];
         n_kvs[b] = cache.step_view(kStepKvPad);
         masks[b] = in.f16_mask(ctx, cache.step_mask(n_kvs[b]), n_kvs[b], 1);
+        kv_rows[b] = in.ids(ctx, {cache.n_past});
     }
     const bool grouped = !backend_is_cpu(backend_);
     auto product = [&](ggml_tensor* w, ggml_tensor* a) -> ggml_tensor* {
@@ -84,9 +85,6 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
         return ggml_view_2d(ctx, y, w->ne[1], n, y->nb[1], 0);  // [M, 3 x groups] -> the first n columns
     };
     std::vector<std::vector<ggml_tensor*>> taps(B, std::vector<ggml_tensor*>(align_.size()));
-    auto cache_view = [&](ggml_tensor* c, int from, int n, int n_seq) {
-        return ggml_view_4d(ctx, c, D, n, H, n_seq, c->nb[1], c->nb[2], c->nb[3], from * c->nb[1]);
-    };
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
         ggml_tensor* h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm);
@@ -100,15 +98,7 @@ std::vector<std::vector<float>> T3Llama::step_batch(const std::vector<T3Cache*>&
             auto mine = [&](ggml_tensor* t) {
                 return ggml_view_4d(ctx, t, D, H, 1, rows, t->nb[1], t->nb[2], t->nb[2], first[b] * t->nb[2]);
             };
-            ggml_tensor *qb = mine(q), *kb = mine(k), *vb = mine(v);
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, kb, 0, 2, 1, 3),
-                                                   cache_view(cache.k(il), cache.n_past, 1, rows)));
-            ggml_build_forward_expand(gf, ggml_cpy(ctx, ggml_permute(ctx, vb, 0, 2, 1, 3),
-                                                   cache_view(cache.v(il), cache.n_past, 1, rows)));
-            ggml_tensor* a = ggml_flash_attn_ext(ctx, ggml_permute(ctx, qb, 0, 2, 1, 3),
-                                                 cache_view(cache.k(il), 0, n_kv, rows),
-                                                 cache_view(cache.v(il), 0, n_kv, rows), masks[b], scale, 0.0f, 0.0f);
-            ggml_flash_attn_ext_set_prec(a, GGML_PREC_F32);
+            ggml_tensor* a = step_attention(ctx, gf, cache, il, mine(q), mine(k), mine(v), kv_rows[b], n_kv, rows, masks[b]);
             att[b] = ggml_reshape_2d(ctx, a, E, rows);
             // Row 0's alignment heads over the text (the eager attention the analyzer reads).
             for (size_t ah = 0; ah < align_.size(); ++ah) {
