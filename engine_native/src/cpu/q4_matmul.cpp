@@ -434,11 +434,12 @@ void q4_thread_rows(int64_t N, int ith, int nth, int64_t& r0, int64_t& r1) {
     r1 = std::min(N, r0 + per);
 }
 
-void q4_product_rows(const ggml_tensor* w, const uint8_t* col, int64_t r0, int64_t r1, float* y) {
+void q4_product_rows(const ggml_tensor* w, const uint8_t* cols, int64_t M, size_t col_stride, int64_t r0, int64_t r1,
+                     float* y, int64_t y_stride) {
 #ifdef CBS_Q4_X86
-    product_rows(w, col, 1, 0, r0, r1, y, 0);
+    product_rows(w, cols, M, col_stride, r0, r1, y, y_stride);
 #else
-    (void)col, (void)r0, (void)r1, (void)y;
+    (void)cols, (void)M, (void)col_stride, (void)r0, (void)r1, (void)y, (void)y_stride;
     GGML_ABORT("q4_product_rows on a CPU without the kernel (%s)", ggml_get_name(w));
 #endif
 }

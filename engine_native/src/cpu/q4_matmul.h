@@ -56,7 +56,9 @@ size_t q4_column_bytes(int64_t K);                                // bytes of on
 void q4_quantize_column(const float* x, int64_t K, uint8_t* col);  // K floats -> col
 // Thread ith's rows [r0, r1) of N (whole groups of 8, as q4_matmul splits them).
 void q4_thread_rows(int64_t N, int ith, int nth, int64_t& r0, int64_t& r1);
-// y[r - r0] = (w x)[r] for rows r0 .. r1-1 of a packed w and a column from q4_quantize_column.
-void q4_product_rows(const ggml_tensor* w, const uint8_t* col, int64_t r0, int64_t r1, float* y);
+// y[c * y_stride + r - r0] = (w x_c)[r] for rows r0 .. r1-1 of a packed w and M columns from
+// q4_quantize_column (column c at cols + c * col_stride), the weights read once for all.
+void q4_product_rows(const ggml_tensor* w, const uint8_t* cols, int64_t M, size_t col_stride, int64_t r0, int64_t r1,
+                     float* y, int64_t y_stride);
 
 }  // namespace cbs

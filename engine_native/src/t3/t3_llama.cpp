@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/graph_helpers.h"
+#include "cpu/q4_matmul.h"
 #include "ggml-cpu.h"
 #include "t3/decode_attention.h"
 #include "t3/decode_step.h"
@@ -202,6 +203,7 @@ ggml_tensor* T3Llama::build_inputs(ggml_context* ctx, GraphInputs& in, const std
 // HF apply_rotary_pos_emb: x * cos + rotate_half(x) * sin on x [D, H, n, rows], with
 // rotate_half(x) * sin written as [x2, x1] * [-sin, sin] (the same products).
 ggml_tensor* T3Llama::rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin) {
+    if (backend_is_cpu(backend_) && step_rope_fuses(x, cos, sin)) return step_rope(ctx, x, cos, sin);
     const int64_t half = x->ne[0] / 2;
     ggml_tensor* x1 = ggml_view_4d(ctx, x, half, x->ne[1], x->ne[2], x->ne[3], x->nb[1], x->nb[2], x->nb[3], 0);
     ggml_tensor* x2 = ggml_view_4d(ctx, x, half, x->ne[1], x->ne[2], x->ne[3], x->nb[1], x->nb[2], x->nb[3],
@@ -281,11 +283,20 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
     // Joined products (attention_inputs): a step's everywhere; a prompt's on the CPU, whose
     // products sum each value alike whatever the weight's rows (test_t3_llama.py checks it).
     const bool join = step != nullptr || backend_is_cpu(backend_);
+    // A step's norms and residual additions folded into its products on the CPU (t3/decode_step.h).
+    const bool fuse = step && backend_is_cpu(backend_) && q4_is_packed(layers_[0].wo);
     for (int il = 0; il < hp_.n_layer; ++il) {
         const Layer& L = layers_[il];
-        ggml_tensor* h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm);
+        // (the norm through the product's input: product_after_norm(w, x) = w RMSNorm(x) * norm_w)
+        auto product_after_norm = [&](ggml_tensor* norm_w) -> Product {
+            return [&, norm_w](ggml_tensor* w, ggml_tensor* a) { return step_rms_norm_product(ctx, a, norm_w, &hp_.ln_eps, w); };
+        };
         ggml_tensor *q, *k, *v;
-        attention_inputs(ctx, L, h, n_new, rows, rc, rs, product, join, &q, &k, &v);
+        if (fuse)
+            attention_inputs(ctx, L, x, n_new, rows, rc, rs, product_after_norm(L.attn_norm), join, &q, &k, &v);
+        else
+            attention_inputs(ctx, L, ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm), n_new, rows, rc, rs,
+                             product, join, &q, &k, &v);
 
         ggml_tensor* att;
         if (step) {
@@ -303,11 +314,11 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
                                       cache_view(cache.v(il), 0, n_kv, 0, rows), mask, scale, 0.0f, 0.0f);
             ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
         }
-        x = ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, ggml_reshape_2d(ctx, att, E, n_new * rows)));
-
-        h = ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm);
-        h = ffn_hidden(ctx, L, h, product, join);
-        x = ggml_add(ctx, x, mul_mat_weight(ctx, L.down, h));
+        ggml_tensor* att2 = ggml_reshape_2d(ctx, att, E, n_new * rows);
+        x = fuse ? step_linear_residual(ctx, att2, L.wo, nullptr, x) : ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, att2));
+        ggml_tensor* h = fuse ? ffn_hidden(ctx, L, x, product_after_norm(L.ffn_norm), join)
+                              : ffn_hidden(ctx, L, ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm), product, join);
+        x = fuse ? step_linear_residual(ctx, h, L.down, nullptr, x) : ggml_add(ctx, x, mul_mat_weight(ctx, L.down, h));
 
         // The alignment heads of row 0: softmax(q K^T * scale + mask) over every key (the
         // eager attention the reference's analyzer reads), kept for the text columns.
@@ -346,6 +357,8 @@ ggml_tensor* T3Llama::step_attention(ggml_context* ctx, ggml_cgraph* gf, T3Cache
 
 // Final RMSNorm and speech head on the last n_out positions of each row -> [V, n_out * rows].
 ggml_tensor* T3Llama::head(ggml_context* ctx, ggml_tensor* x, int n_new, int rows, int n_out) {
+    if (n_new == 1 && backend_is_cpu(backend_))  // a step: the norm folded into the product (t3/decode_step.h)
+        return step_rms_norm_product(ctx, ggml_reshape_2d(ctx, x, hp_.n_embd, rows), norm_, &hp_.ln_eps, head_w_);
     ggml_tensor* x3 = ggml_reshape_3d(ctx, x, hp_.n_embd, n_new, rows);
     x3 = ggml_view_3d(ctx, x3, hp_.n_embd, n_out, rows, x3->nb[1], x3->nb[2], (n_new - n_out) * x3->nb[1]);
     ggml_tensor* h = ggml_reshape_2d(ctx, ggml_cont(ctx, x3), hp_.n_embd, n_out * rows);

@@ -126,10 +126,11 @@ def test_decode_attention_rows():
 
 @needs_kernel
 def test_fused_decoding_step_mtl(monkeypatch):
-    """The Multilingual T3's Q4_0 decoding step with guidance (two rows): its attention through
-    t3/decode_attention.h with the cache writes folded in against the same attention after
-    ggml's set_rows (CBS_T3_FUSED=0, read per graph built): teacher-forced logits of both rows
-    over 30 steps bit-identical (the same f16 rounding of the new keys and values)."""
+    """The Multilingual T3's Q4_0 decoding step with guidance (two rows), fused (t3/decode_step.h:
+    RMSNorm into the products, residual adds after them, RoPE as one node, the cache writes
+    inside t3/decode_attention) against the same step as separate ggml operations
+    (CBS_T3_FUSED=0, read per graph built): teacher-forced logits of both rows over 30 steps
+    bit-identical (the fused arithmetic is the separate operations' in the same order)."""
     path = str(model_path("mtl", "q4_0", size="small"))
     rng = np.random.default_rng(12)
     text = rng.integers(3, 600, 17).tolist()
