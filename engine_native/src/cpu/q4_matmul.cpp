@@ -243,6 +243,9 @@ AVX2_TARGET void dot_rows_avx2(const uint8_t* group, int64_t nb, const uint8_t* 
     const int8_t* a = L.values(col);
     const float *da = L.scales(col), *off = L.offsets(col);
     const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    // The lanes of blocks k, k + 1 (k = 0, 2, 4, 6 within 8 scales): a table, not built per step.
+    const __m256i pair_lanes[4] = {_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+                                   _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)};
     __m256 acc[R];
     for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
     alignas(32) ggml_fp16_t tail[R * kChunk];
@@ -281,9 +284,8 @@ AVX2_TARGET void dot_rows_avx2(const uint8_t* group, int64_t nb, const uint8_t* 
                         _mm256_maddubs_epi16(_mm256_and_si256(x, low4), lo),
                         _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x, 4), low4), hi));
                     const __m256i dot = _mm256_madd_epi16(pairs, ones);
-                    const int k = static_cast<int>(j & 7);
-                    const __m256i idx = _mm256_setr_epi32(k, k, k, k, k + 1, k + 1, k + 1, k + 1);
-                    sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(scale[j >> 3], idx), sum);
+                    sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                          _mm256_permutevar8x32_ps(scale[j >> 3], pair_lanes[(j & 7) >> 1]), sum);
                 }
             }
             acc[i] = sum;
