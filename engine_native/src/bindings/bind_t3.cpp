@@ -103,7 +103,7 @@ SamplingParams params(const ModelFile& mf, const py::object& temperature, const 
 
 // (ours, ggml's, w dequantised) for the products of w (f32 [N, K], quantised to Q4_0 here) and x (f32 [M, K]) on a
 // CPU backend: ours through matmul() on the weight in cpu/q4_matmul's packed layout (the
-// kernel below 64 columns, sgemm or AMX from 64), ggml's through ggml_mul_mat on plain Q4_0.
+// kernel below q4_kernel_max_columns(), sgemm or AMX from there), ggml's through ggml_mul_mat on plain Q4_0.
 static py::tuple q4_matmul_pair(F32Array w, F32Array x, int threads) {
     if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32 != 0 || w.shape(0) < 1 ||
         x.shape(0) < 1)

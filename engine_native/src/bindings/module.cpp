@@ -11,6 +11,7 @@
 #include "core/options.h"
 #include "core/system_info.h"
 #include "cpu/amx_gemm.h"
+#include "cpu/products.h"
 #include "cpu/blas.h"
 #include "cpu/q4_matmul.h"
 #include "cpu/vnni_gemm.h"
@@ -211,6 +212,7 @@ PYBIND11_MODULE(_core, m) {
         d["blas_core"] = cbs::blas_core();
         d["q4_kernel"] = cbs::q4_packed_available();
         d["q4_kernel_isa"] = std::string(cbs::q4_kernel_isa());
+        d["q4_kernel_max_columns"] = cbs::q4_kernel_max_columns();
         d["amx"] = cbs::amx_available();
         d["int16_products"] = cbs::amx_available() ? std::string() : std::string(cbs::int16_products_isa());
         return d;

@@ -163,8 +163,13 @@ static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benc
 }
 #endif
 
-// Columns up to which a packed Q4_0 weight's product stays with our kernel (cpu/q4_matmul.h).
-static constexpr int64_t kQ4KernelMaxColumns = 64;
+int64_t q4_kernel_max_columns() {
+    // With AMX the tiles win from 64 columns; without, the kernel's int8 products beat sgemm on
+    // the converted weights further: to ~300 columns in the AVX2 form, ~100-150 on AVX-512
+    // (docs/CPU_AVX2.md, a Multilingual prompt's ~90 columns).
+    if (amx_available()) return 64;
+    return std::strcmp(q4_kernel_isa(), "AVX2") == 0 ? 256 : 128;
+}
 
 #ifdef CBS_HAVE_BLAS
 // `fast` without AMX: a Q4_0 weight's products in int16 on AVX512-VNNI (cpu/vnni_gemm.h),
@@ -220,7 +225,7 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
     const bool packed = q4_is_packed(a);
 #ifdef CBS_HAVE_BLAS
     if (packed)
-        how = b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && b->ne[1] >= kQ4KernelMaxColumns ? CpuProducts::fast
+        how = b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && b->ne[1] >= q4_kernel_max_columns() ? CpuProducts::fast
                                                                                                         : CpuProducts::ggml;
     const bool blas = how.blas();
     const bool weight_like = ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && b->type == GGML_TYPE_F32 &&

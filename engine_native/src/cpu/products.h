@@ -54,4 +54,9 @@ constexpr int64_t kGpuF32VectorColumns = 3;
 // (cpu/q4_matmul.h).
 ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);
 
+// The columns from which a product of T3's packed Q4_0 weights leaves our kernel (cpu/q4_matmul.h)
+// for AMX or sgemm on the converted weights (a prompt's many columns): 64 with AMX, 128 on
+// the kernel's AVX-512 form, 256 on its AVX2 form.
+int64_t q4_kernel_max_columns();
+
 }  // namespace cbs

@@ -1,5 +1,5 @@
 """T3's CPU kernels of our own. Q4_0 matrix products on the CPU through the engine's own kernel (cpu/q4_matmul.h,
-AVX-512 VNNI or AVX2; sgemm or AMX on the converted weights from 64 columns) against ggml's Q4_0 kernel
+AVX-512 VNNI or AVX2; sgemm or AMX on the converted weights from q4_kernel_max_columns: 64 with AMX, 128 or 256 without) against ggml's Q4_0 kernel
 and against the exact product of the dequantised weights (float64), on random shapes that
 include a row count not divisible by 8 (the kernel's row groups) and a block count that is odd and not a multiple
 of 16 (the kernel's tails).
@@ -35,7 +35,7 @@ def _rel(a, b):
 
 @needs_kernel
 @pytest.mark.parametrize("n,k,m", [(1024, 1024, 1), (4099, 1056, 1), (70, 4096, 2), (515, 544, 7), (301, 1056, 20),
-                                   (301, 1056, 70)])
+                                   (301, 1056, 70), (301, 1056, 300)])
 def test_q4_products(n, k, m):
     rng = np.random.default_rng(n + k + m)
     w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
@@ -45,7 +45,7 @@ def test_q4_products(n, k, m):
     print(f"N={n} K={k} M={m}: ours vs ggml rel {_rel(ours, ggml):.2e}, vs exact {_rel(ours, exact):.2e}, "
           f"ggml vs exact {_rel(ggml, exact):.2e}")
     assert ours.shape == ggml.shape == (m, n)
-    if m < 64:  # cpu/products.cpp kQ4KernelMaxColumns
+    if m < _core.system_info()["q4_kernel_max_columns"]:  # our kernel; else sgemm or AMX
         assert _rel(ours, ggml) <= 1e-5
     else:
         assert _rel(ours, exact) <= 1e-5
