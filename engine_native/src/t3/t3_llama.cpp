@@ -289,7 +289,9 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         const Layer& L = layers_[il];
         // (the norm through the product's input: product_after_norm(w, x) = w RMSNorm(x) * norm_w)
         auto product_after_norm = [&](ggml_tensor* norm_w) -> Product {
-            return [&, norm_w](ggml_tensor* w, ggml_tensor* a) { return step_rms_norm_product(ctx, a, norm_w, &hp_.ln_eps, w); };
+            return [&, norm_w](ggml_tensor* w, ggml_tensor* a) {
+                return step_rms_norm_product(ctx, a, norm_w, &hp_.ln_eps, w);
+            };
         };
         ggml_tensor *q, *k, *v;
         if (fuse)
@@ -346,8 +348,10 @@ ggml_tensor* T3Llama::step_attention(ggml_context* ctx, ggml_cgraph* gf, T3Cache
     ggml_tensor *k_all = cache_view(cache.k(il), n_kv), *v_all = cache_view(cache.v(il), n_kv);
     const bool own = decode_attention_applies(cache.k(il), 1, backend_is_cpu(backend_));
     if (own && step_fusion_enabled()) return decode_attention(ctx, q, k_all, v_all, mask, k, v, kv_row);
-    ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache_view(cache.k(il), cache.size()), ggml_permute(ctx, k, 0, 2, 1, 3), kv_row));
-    ggml_build_forward_expand(gf, ggml_set_rows(ctx, cache_view(cache.v(il), cache.size()), ggml_permute(ctx, v, 0, 2, 1, 3), kv_row));
+    ggml_build_forward_expand(
+        gf, ggml_set_rows(ctx, cache_view(cache.k(il), cache.size()), ggml_permute(ctx, k, 0, 2, 1, 3), kv_row));
+    ggml_build_forward_expand(
+        gf, ggml_set_rows(ctx, cache_view(cache.v(il), cache.size()), ggml_permute(ctx, v, 0, 2, 1, 3), kv_row));
     if (own) return decode_attention(ctx, q, k_all, v_all, mask);
     ggml_tensor* att = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), k_all, v_all, mask,
                                            1.0f / std::sqrt(static_cast<float>(D)), 0.0f, 0.0f);
