@@ -200,7 +200,8 @@ void bind_t3(py::module_& m) {
           "n_valid positions unmasked; q [(rows,) H, D], k and v [(rows,) H, n, D] -> like q each (tests).");
     m.def("q4_matmul_pair", &q4_matmul_pair, py::arg("w"), py::arg("x"), py::arg("threads") = 2,
           "(ours, ggml's, w as Q4_0 dequantised): Q4_0 products of w [N, K] (f32, quantised here) and x [M, K] "
-          "on the CPU, ours in the engine's packed layout (its kernel below 16 columns, sgemm from 16), ggml's on "
+          "on the CPU, ours in the engine's packed layout (its kernel below system_info()['q4_kernel_max_columns'] "
+          "columns, sgemm or AMX from there), ggml's on "
           "plain Q4_0 (tests).");
     py::class_<PyT3Cache>(m, "T3Cache",
                           "A T3 KV cache for one generation session at a time; it keeps the voice prefix it holds.")

@@ -11,8 +11,8 @@
 #include "core/options.h"
 #include "core/system_info.h"
 #include "cpu/amx_gemm.h"
-#include "cpu/products.h"
 #include "cpu/blas.h"
+#include "cpu/products.h"
 #include "cpu/q4_matmul.h"
 #include "cpu/vnni_gemm.h"
 

@@ -24,7 +24,7 @@ constexpr int64_t kStepFusedColumns = 2;
 // Whether a step's product through w fuses: w packed (cpu/q4_matmul.h), x [K, <= kStepFusedColumns].
 bool step_fuses(const ggml_tensor* w, const ggml_tensor* x);
 
-// LayerNorm(x; ln_w, ln_b, *eps) through the PyTorch-layout Linear w, b: x [K, 1] -> [N, 1].
+// LayerNorm(x; ln_w, ln_b, *eps) through the PyTorch-layout Linear w, b: x [K, M] -> [N, M].
 // `eps` must outlive the graph (the model's hparams). Otherwise layer_norm and linear.
 ggml_tensor* step_norm_linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* ln_w, ggml_tensor* ln_b, const float* eps,
                               ggml_tensor* w, ggml_tensor* b);
