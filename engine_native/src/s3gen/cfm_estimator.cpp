@@ -105,8 +105,11 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
     attention_products_ = !on_cpu_ && q_w->type != GGML_TYPE_F32 && !(f32 && std::string(f32) == "1")
                               ? CpuProducts::device_default
                               : products_;
+    // [q; k; v] as one weight: one product where there were three. On the CPU only in the fast
+    // products, whose sums per output do not depend on the weight's other rows (AMX, int16:
+    // the same values as the three products); sgemm's may, so exact products keep three.
     const char* fuse = std::getenv("CBS_CFM_QKV");  // "0": the three products (a comparison)
-    if (!on_cpu_ && !(fuse && std::string(fuse) == "0")) fuse_qkv(mf, backend);
+    if ((!on_cpu_ || products_.kind == CpuProducts::fast) && !(fuse && std::string(fuse) == "0")) fuse_qkv(mf, backend);
     const char* replay = std::getenv("CBS_CFM_REPLAY");
     replay_steps_ = !on_cpu_ && !(replay && std::string(replay) == "0");
 }
@@ -192,7 +195,7 @@ ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const 
     ggml_tensor* h = layer_norm(ctx, x, b.n1_w, b.n1_b, ln_eps_);
     ggml_tensor *q, *k, *v;  // [A, T, B], rows contiguous
     if (b.qkv_w) {
-        ggml_tensor* qkv = matmul(ctx, b.qkv_w, h, false);  // [3A, T, B]
+        ggml_tensor* qkv = matmul(ctx, b.qkv_w, h, on_cpu_ ? products_ : CpuProducts::ggml);  // [3A, T, B]
         auto part = [&](int i) { return ggml_view_3d(ctx, qkv, A, T, B, qkv->nb[1], qkv->nb[2], i * A * sizeof(float)); };
         q = part(0), k = part(1), v = part(2);
     } else {

@@ -138,7 +138,10 @@ def test_quantised_s3gen_fast_vs_exact(tmp_path, form):
     frames = str(2 * (n_prompt + 250))
     fast = {"CBS_AMX": "1", "CBS_VNNI": "1"} if form == "native" else {"CBS_AMX": "0", "CBS_VNNI": "avx2"}
     mels = {}
-    for name, switches in (("fast", fast), ("exact", {"CBS_AMX": "0", "CBS_VNNI": "0"})):
+    # fast3: the CFM's q, k and v as three products (CBS_CFM_QKV=0), where fast takes one over
+    # the joined weight: each output's sum is the same, so the same bits.
+    for name, switches in (("fast", fast), ("fast3", dict(fast, CBS_CFM_QKV="0")),
+                           ("exact", {"CBS_AMX": "0", "CBS_VNNI": "0"})):
         out = tmp_path / f"mel-{name}.npy"
         res = subprocess.run([sys.executable, "-c", _MEL, str(path), frames, str(out)], env=dict(os.environ, **switches),
                              capture_output=True, text=True, cwd=tmp_path)
@@ -149,6 +152,7 @@ def test_quantised_s3gen_fast_vs_exact(tmp_path, form):
     print(f"Q4_0 S3Gen mel, 250 tokens, {kind} vs OpenBLAS: rel {rel:.2e} max_abs "
           f"{np.abs(mels['fast'] - mels['exact']).max():.2e} ({json.dumps(mels['fast'].shape)})")
     assert 0 < rel <= 1e-4
+    assert np.array_equal(mels["fast"], mels["fast3"])
 
 
 def test_fast_products_do_not_depend_on_the_threads():
@@ -166,6 +170,9 @@ def test_fast_products_do_not_depend_on_the_threads():
     att = [_core.attention_product(q, k, v, "fast", threads=t) for t in (1, 2, 3)]
     if AMX:
         assert all(np.array_equal(lin[0], o) for o in lin[1:])
+        # nor on the weight's other rows (the CFM joins q, k and v into one weight)
+        parts = [_core.linear_product(w[r:r + 50], x, "f16", "fast") for r in range(0, 200, 50)]
+        assert np.array_equal(np.concatenate(parts, axis=-1), lin[0])
     else:
         rels = [float(np.linalg.norm(o - lin[0]) / np.linalg.norm(lin[0])) for o in lin[1:]]
         print(f"f16 weight through sgemm, 2 and 3 threads vs 1: rel {rels[0]:.1e}, {rels[1]:.1e}")
