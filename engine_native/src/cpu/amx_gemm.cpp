@@ -139,24 +139,23 @@ AMX_TARGET void tile_block(const AmxSplitA& a, int64_t ib, const AmxPackedB& b, 
     if (RM > 1 && RN > 1) CBS_STORE_TILE(3, C + 16 * ldc + 16, ldc, r1, c1);
 }
 
-// Loop nest over A's row blocks [a0, a1) and B's [b0, b1): panels of B rows (their packed
-// tiles stay in L2 while A's row tiles pass over them), within a panel runs of k blocks, C
-// stored after each run and loaded again for the next. Runs of 32 blocks (1024 values of k,
-// all of S3Gen's): storing and loading C between shorter runs cost more than a pair of A's
-// row tiles read from L2 instead of L1 (docs/CPU_MULTILINGUAL.md: a product 1.3x faster).
-constexpr int64_t kBlocksPerPanel = 8;  // 128 rows of B
-int64_t g_k_run = 32;                   // k blocks per run
+// Loop nest: panels of B rows (their packed tiles stay in L2 while every row tile of A passes
+// over them), and within a panel runs of k blocks. C is stored after each run and loaded again
+// for the next: runs of 32 blocks (1024 values of k, all of S3Gen's), as storing and loading
+// C between runs of 8 (a pair of A's row tiles in L1 through a run) cost more than reading
+// them from L2 (docs/CPU_MULTILINGUAL.md: a CFM's product of k = 1024 1.3x faster).
+constexpr int64_t kBlocksPerPanel = 16;  // 256 rows of B
+int64_t g_k_run = 32;                    // k blocks per run
 
-AMX_TARGET void gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc, int64_t a0, int64_t a1,
-                     int64_t b0, int64_t b1) {
+AMX_TARGET void gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc) {
     configure_tiles();
     const int64_t m = a.rows(), n = b.rows(), nk = b.k_blocks(), k_run = g_k_run;
-    const int64_t mt = std::min(a1, (m + kTileRows - 1) / kTileRows), nb = std::min(b1, (n + kTileRows - 1) / kTileRows);
-    for (int64_t jp = b0; jp < nb; jp += kBlocksPerPanel) {
+    const int64_t mt = (m + kTileRows - 1) / kTileRows, nb = (n + kTileRows - 1) / kTileRows;
+    for (int64_t jp = 0; jp < nb; jp += kBlocksPerPanel) {
         const int64_t jend = std::min(nb, jp + kBlocksPerPanel);
         for (int64_t kb0 = 0; kb0 < nk; kb0 += k_run) {
             const int64_t kb1 = std::min(nk, kb0 + k_run);
-            for (int64_t it = a0; it < mt; it += 2) {
+            for (int64_t it = 0; it < mt; it += 2) {
                 const int64_t rows = std::min<int64_t>(32, m - it * kTileRows);
                 for (int64_t jb = jp; jb < jend; jb += 2) {
                     const int64_t cols = std::min<int64_t>(32, n - jb * kTileRows);
@@ -293,26 +292,19 @@ bool amx_available() {
     return ok;
 }
 
-size_t AmxPackedB::bytes(int64_t n, int64_t k) { return AmxSplitA::bytes(n, k); }  // the same tiles
-
-void AmxPackedB::view(void* storage, int64_t n, int64_t k) {
-    n_ = n, k_ = k, k_blocks_ = round_up(k, kTileK) / kTileK;
-    data_ = static_cast<uint16_t*>(align_to_line(storage));
-}
-
-void AmxPackedB::pack_row_block(int64_t rb, const float* rows, int64_t ld) {
-    pack_block(rows, ld, std::min(kTileRows, n_ - rb * kTileRows), k_, k_blocks_, data_ + rb * k_blocks_ * 2 * kTileElems);
-}
-
 void AmxPackedB::pack(const float* rows, int64_t ld, int64_t n, int64_t k) {
-    view(own_.resize(bytes(n, k) / sizeof(uint16_t)), n, k);
-    for (int64_t rb = 0; rb < row_blocks(); ++rb) pack_row_block(rb, rows + rb * kTileRows * ld, ld);
+    n_ = n, k_ = k, k_blocks_ = round_up(k, kTileK) / kTileK;
+    const int64_t blocks = (n + kTileRows - 1) / kTileRows;
+    uint16_t* out = data_.resize(static_cast<size_t>(blocks * k_blocks_ * 2 * kTileElems));
+    for (int64_t rb = 0; rb < blocks; ++rb)
+        pack_block(rows + rb * kTileRows * ld, ld, std::min(kTileRows, n - rb * kTileRows), k, k_blocks_,
+                   out + rb * k_blocks_ * 2 * kTileElems);
 }
 
 void AmxPackedB::pack_transposed(const float* cols, int64_t ld, int64_t n, int64_t k) {
-    view(own_.resize(bytes(n, k) / sizeof(uint16_t)), n, k);
-    const int64_t blocks = row_blocks();
-    uint16_t* out = data_;
+    n_ = n, k_ = k, k_blocks_ = round_up(k, kTileK) / kTileK;
+    const int64_t blocks = (n + kTileRows - 1) / kTileRows;
+    uint16_t* out = data_.resize(static_cast<size_t>(blocks * k_blocks_ * 2 * kTileElems));
     for (int64_t rb = 0; rb < blocks; ++rb)
         pack_block_transposed(cols + rb * kTileRows, ld, std::min(kTileRows, n - rb * kTileRows), k, k_blocks_,
                               out + rb * k_blocks_ * 2 * kTileElems);
@@ -341,12 +333,7 @@ void AmxSplitA::split(const float* rows, int64_t ld, int64_t m, int64_t k, float
 }
 
 void amx_gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc) {
-    if (a.rows() > 0 && b.rows() > 0) gemm(a, b, C, ldc, 0, a.row_blocks(), 0, b.row_blocks());
-}
-
-void amx_gemm_blocks(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc, int64_t a0, int64_t a1,
-                     int64_t b0, int64_t b1) {
-    if (a0 < a1 && b0 < b1) gemm(a, b, C, ldc, a0, a1, b0, b1);
+    if (a.rows() > 0 && b.rows() > 0) gemm(a, b, C, ldc);
 }
 
 void amx_set_k_run(int64_t k_blocks) { g_k_run = k_blocks; }
@@ -356,10 +343,6 @@ void amx_set_k_run(int64_t k_blocks) { g_k_run = k_blocks; }
 bool amx_available() { return false; }
 void AmxPackedB::pack(const float*, int64_t, int64_t, int64_t) { std::abort(); }
 void AmxPackedB::pack_transposed(const float*, int64_t, int64_t, int64_t) { std::abort(); }
-size_t AmxPackedB::bytes(int64_t, int64_t) { return 0; }
-void AmxPackedB::view(void*, int64_t, int64_t) { std::abort(); }
-void AmxPackedB::pack_row_block(int64_t, const float*, int64_t) { std::abort(); }
-void amx_gemm_blocks(const AmxSplitA&, const AmxPackedB&, float*, int64_t, int64_t, int64_t, int64_t, int64_t) { std::abort(); }
 size_t AmxSplitA::bytes(int64_t, int64_t) { return 0; }
 void AmxSplitA::view(void*, int64_t, int64_t) { std::abort(); }
 void AmxSplitA::split_blocks(const float*, int64_t, int64_t, int64_t, float) { std::abort(); }

@@ -34,24 +34,15 @@ public:
     void pack(const float* rows, int64_t ld, int64_t n, int64_t k);
     // The same from B's transpose: B[r][i] at `cols + i * ld + r` (attention's values).
     void pack_transposed(const float* cols, int64_t ld, int64_t n, int64_t k);
-    // Bytes of the packed form of n rows of k values (a cache line spare), and the same form
-    // over `storage` of that size (a graph tensor: one node packs a weight, every thread's
-    // products read it), its row blocks packed by pack_row_block (each thread a share).
-    static size_t bytes(int64_t n, int64_t k);
-    void view(void* storage, int64_t n, int64_t k);
-    // Row block rb (rows 16 rb ..., fewer at the end) from those rows, row r at rows + r * ld.
-    void pack_row_block(int64_t rb, const float* rows, int64_t ld);
-    int64_t row_blocks() const { return (n_ + 15) / 16; }
     int64_t rows() const { return n_; }
     int64_t k() const { return k_; }
     const uint16_t* block(int64_t row_block, int64_t k_block) const {
-        return data_ + (row_block * k_blocks_ + k_block) * 2 * 512;
+        return data_.data() + (row_block * k_blocks_ + k_block) * 2 * 512;
     }
     int64_t k_blocks() const { return k_blocks_; }
 
 private:
-    AlignedBuffer<uint16_t> own_;
-    uint16_t* data_ = nullptr;
+    AlignedBuffer<uint16_t> data_;
     int64_t n_ = 0, k_ = 0, k_blocks_ = 0;
 };
 
@@ -85,12 +76,6 @@ private:
 // C[i][j] = sum_k A[i][k] B[j][k] for i < a.rows(), j < b.rows(), row i of C at C + i * ldc.
 // A and B must have the same k. Runs on the calling thread.
 void amx_gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc);
-
-// The same for A's row blocks [a0, a1) and B's [b0, b1) only (blocks of 16 rows; a0 and b0
-// even): a thread's share of a product whose B is packed once for all threads. Every C
-// value is summed as amx_gemm sums it.
-void amx_gemm_blocks(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc, int64_t a0, int64_t a1,
-                     int64_t b0, int64_t b1);
 
 // Tuning (benchmarks): k blocks of 32 per run of the loop nest.
 void amx_set_k_run(int64_t k_blocks);

@@ -72,7 +72,7 @@ static const float* weight_rows_f32(const ggml_tensor* a, int64_t m0, int64_t m,
     return buf.data();
 }
 
-static void amx_weight_matmul(ggml_tensor* dst);
+static void amx_weight_matmul(ggml_tensor* dst, int nth);
 
 // blas_matmul for a 2-D weight `a` stored quantised or f16 (a Q4_0 model's S3Gen): each thread
 // converts its share of a's rows to f32 (ggml's to_float) into a buffer of its own, then
@@ -82,7 +82,7 @@ static void amx_weight_matmul(ggml_tensor* dst);
 // An f32 weight comes here in exact mode where it has more rows than b (matmul); on AMX
 // (userdata set) any 2-D weight, f32 too, goes to amx_weight_matmul below.
 static void weight_matmul(ggml_tensor* dst, int ith, int nth, void* amx) {
-    if (amx) return amx_weight_matmul(dst);
+    if (amx) return amx_weight_matmul(dst, nth);
     openblas_one_thread();
     const ggml_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
@@ -120,48 +120,31 @@ static void* split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t
     return split_batch(split, b, i2, i3, AmxSplitA::bytes(b->ne[1], b->ne[0]));
 }
 
-// The same on AMX tiles, the weight packed into tiles by a node of its own (amx_pack), then
-// shared out in pieces (the split's counter: whichever thread is free takes the next, so a
-// core slowed by other work on the machine holds up no other): kAmxUnitBlocks of b's row
-// blocks against a panel of the weight's, panels outermost (a panel stays in L2 while b's
-// rows pass). Each thread writes whole runs of C's rows, where pieces of 128 weight rows (each
-// packed by its thread, multiplied by all of b) wrote C in strips: a CFM's products 1.3-1.8x
-// faster (docs/CPU_MULTILINGUAL.md).
-static constexpr int64_t kAmxUnitBlocks = 4;    // 64 rows of b
-static constexpr int64_t kAmxPanelBlocks = 16;  // 256 weight rows at most
-static void amx_weight_matmul(ggml_tensor* dst) {
-    const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2], *packed = dst->src[3];
+// The same on AMX tiles: pieces of weight rows, each taken by whichever thread is free (the
+// split's counter), packed into tiles and multiplied by all of b; so a core slowed by other
+// work on the machine holds up no other. Pieces of up to 256 rows (one panel of amx_gemm's),
+// and no smaller than a thread's share needs: the activations' split is read from L3 once per
+// piece and C written in strips a piece wide, so wider is faster, to 256 (a CFM 2-7 % faster
+// than with 128; 512 slower). Packing each weight once for all threads (a node of its own)
+// and splitting b's rows instead measured no faster over a sentence's frames and slower over
+// fewer: the packed weight's round trip through memory (docs/CPU_MULTILINGUAL.md).
+static constexpr int64_t kAmxMaxPieceRows = 256;
+static void amx_weight_matmul(ggml_tensor* dst, int nth) {
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
-    const int64_t ldc = dst->nb[1] / sizeof(float), batches = b->ne[2] * b->ne[3];
-    AmxPackedB wp;
-    wp.view(packed->data, M, K);
-    AmxSplitA bs;
-    bs.view(split_batch(split, b, 0, 0), N, K);
-    // Pieces: enough panels for each thread to have two pieces where b has few rows.
-    const int64_t units = (bs.row_blocks() + kAmxUnitBlocks - 1) / kAmxUnitBlocks, nb = wp.row_blocks();
-    const int64_t panels = std::max((nb + kAmxPanelBlocks - 1) / kAmxPanelBlocks,
-                                    std::min((nb + 1) / 2, (4 + units * batches - 1) / (units * batches)));
-    const int64_t panel = ((nb + panels - 1) / panels + 1) / 2 * 2;
-    for (int64_t u; (u = split_counter(split)->fetch_add(1)) < panels * batches * units;) {
-        const int64_t jb = u / (batches * units) * panel, batch = u / units % batches, rb = u % units * kAmxUnitBlocks;
-        const int64_t i2 = batch % b->ne[2], i3 = batch / b->ne[2];
-        bs.view(split_batch(split, b, i2, i3), N, K);
-        amx_gemm_blocks(bs, wp, const_cast<float*>(row_at(dst, 0, i2, i3)), ldc, rb, rb + kAmxUnitBlocks, jb, jb + panel);
-    }
-}
-
-// A 2-D weight packed for AMX (AmxPackedB) into dst, each thread a share of its row blocks
-// (converted to f32 first where it is stored otherwise).
-static void amx_pack(ggml_tensor* dst, int ith, int nth, void*) {
-    const ggml_tensor* a = dst->src[0];
-    AmxPackedB packed;
-    packed.view(dst->data, a->ne[1], a->ne[0]);
+    const int64_t ldc = dst->nb[1] / sizeof(float);
+    const int64_t piece = std::min(kAmxMaxPieceRows, ((M + nth - 1) / nth + 15) / 16 * 16);
     thread_local std::vector<float> w;
-    const int64_t blocks = packed.row_blocks();
-    for (int64_t rb = blocks * ith / nth; rb < blocks * (ith + 1) / nth; ++rb) {
-        int64_t ld = a->ne[0];
-        const float* rows = weight_rows_f32(a, rb * 16, std::min<int64_t>(16, a->ne[1] - rb * 16), w, ld);
-        packed.pack_row_block(rb, rows, ld);
+    thread_local AmxPackedB wp;
+    AmxSplitA bs;
+    for (int64_t m0; (m0 = split_counter(split)->fetch_add(piece)) < M;) {
+        const int64_t m = std::min(piece, M - m0);
+        int64_t ldw = K;
+        wp.pack(weight_rows_f32(a, m0, m, w, ldw), ldw, m, K);
+        for_each_batch(b, [&](int64_t i2, int64_t i3) {
+            bs.view(split_batch(split, b, i2, i3), N, K);
+            amx_gemm(bs, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+        });
     }
 }
 
@@ -272,15 +255,13 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
                                   vnni_weight_matmul, GGML_N_TASKS_MAX, nullptr);
         }
         void* amx = amx_tag(how);
-        ggml_tensor* args[4] = {a, b, nullptr, nullptr};
+        ggml_tensor* args[3] = {a, b, nullptr};
         if (amx) {
             const int64_t bytes = kSplitHeader + static_cast<int64_t>(AmxSplitA::bytes(b->ne[1], b->ne[0])) *
                                                      b->ne[2] * b->ne[3];
             args[2] = ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &b, 1, amx_split, GGML_N_TASKS_MAX, nullptr);
-            args[3] = ggml_custom_4d(ctx, GGML_TYPE_I8, static_cast<int64_t>(AmxPackedB::bytes(a->ne[1], a->ne[0])), 1,
-                                     1, 1, &a, 1, amx_pack, GGML_N_TASKS_MAX, nullptr);
         }
-        return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, amx ? 4 : 2,
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, amx ? 3 : 2,
                               weight_matmul, GGML_N_TASKS_MAX, amx);
     }
     // Small products (a time embedding's one row) stay with ggml: sgemm's setup would dominate.
