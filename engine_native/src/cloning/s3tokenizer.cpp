@@ -98,7 +98,7 @@ ggml_tensor* S3TokenizerV2::rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor*
 ggml_tensor* S3TokenizerV2::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin,
                                   ggml_tensor* mask, const Block& b) const {
     const int64_t T = x->ne[1], H = n_head_, D = head_dim_, C = n_state_, K = fsmn_kernel_;
-    ggml_tensor* h = layer_norm(ctx, x, b.attn_ln_w, b.attn_ln_b, kLayerNormEps);
+    ggml_tensor* h = layer_norm(ctx, x, b.attn_ln_w, b.attn_ln_b, &kLayerNormEps, on_cpu_);
     ggml_tensor* q = linear(ctx, h, b.q_w, b.q_b, products_);
     ggml_tensor* k = linear(ctx, h, b.k_w, nullptr, products_);
     ggml_tensor* v = linear(ctx, h, b.v_w, b.v_b, products_);
@@ -126,7 +126,7 @@ ggml_tensor* S3TokenizerV2::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor
     o = ggml_cont_2d(ctx, ggml_permute(ctx, o, 0, 2, 1, 3), C, T);
     x = ggml_add(ctx, x, ggml_add(ctx, linear(ctx, o, b.out_w, b.out_b, products_), mem));
 
-    h = layer_norm(ctx, x, b.mlp_ln_w, b.mlp_ln_b, kLayerNormEps);
+    h = layer_norm(ctx, x, b.mlp_ln_w, b.mlp_ln_b, &kLayerNormEps, on_cpu_);
     h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.fc1_w, b.fc1_b, products_), on_cpu_), b.fc2_w, b.fc2_b, products_);
     return ggml_add(ctx, x, h);
 }

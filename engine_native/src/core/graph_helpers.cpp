@@ -5,11 +5,16 @@
 #include <vector>
 
 #include "cpu/blas.h"
+#include "cpu/layer_norm.h"
 
 namespace cbs {
 
 ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, float eps) {
     return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, eps), w), b);
+}
+
+ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, const float* eps, bool on_cpu) {
+    return on_cpu ? layer_norm_rows(ctx, x, w, b, eps) : layer_norm(ctx, x, w, b, *eps);
 }
 
 ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, CpuProducts blas) {

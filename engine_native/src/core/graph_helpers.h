@@ -14,6 +14,9 @@ namespace cbs {
 
 // Layer norm over ne0 (channels when a tensor is [C, T]) with affine w, b.
 ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, float eps);
+// The same as one node on the CPU (on_cpu: cpu/layer_norm.h, the same bits), `eps` read
+// when the graph runs (it must outlive the graph).
+ggml_tensor* layer_norm(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, const float* eps, bool on_cpu);
 
 // x [in, n] -> [out, n] through a PyTorch-layout Linear weight (ne [in, out]); b may be null.
 ggml_tensor* linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, CpuProducts blas = false);

@@ -171,7 +171,7 @@ ggml_tensor* CfmEstimator::time_mlp(ggml_context* ctx, ggml_tensor* s) const {
 // CausalBlock1D: causal conv (k3) -> LayerNorm over channels -> Mish. [C_in, T] -> [C_out, T].
 ggml_tensor* CfmEstimator::block1d(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cw, ggml_tensor* cb, ggml_tensor* lw,
                                    ggml_tensor* lb) const {
-    return mish(ctx, layer_norm(ctx, causal_conv(ctx, x, cw, cb), lw, lb, ln_eps_), on_cpu_);
+    return mish(ctx, layer_norm(ctx, causal_conv(ctx, x, cw, cb), lw, lb, &ln_eps_, on_cpu_), on_cpu_);
 }
 
 ggml_tensor* CfmEstimator::causal_conv(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) const {
@@ -192,7 +192,7 @@ ggml_tensor* CfmEstimator::resnet(ggml_context* ctx, ggml_tensor* x, ggml_tensor
 // FFN with exact (erf) GELU. x [C, T].
 ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const Transformer& b) const {
     const int64_t T = x->ne[1], B = x->ne[2], H = n_head_, D = head_dim_, A = H * D;
-    ggml_tensor* h = layer_norm(ctx, x, b.n1_w, b.n1_b, ln_eps_);
+    ggml_tensor* h = layer_norm(ctx, x, b.n1_w, b.n1_b, &ln_eps_, on_cpu_);
     ggml_tensor *q, *k, *v;  // [A, T, B], rows contiguous
     if (b.qkv_w) {
         ggml_tensor* qkv = matmul(ctx, b.qkv_w, h, on_cpu_ ? products_ : CpuProducts::ggml);  // [3A, T, B]
@@ -212,7 +212,7 @@ ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const 
     o = ggml_reshape_3d(ctx, o, D * H, T, B);  // result is [D, H, T, B]
     x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b, products_));
 
-    h = layer_norm(ctx, x, b.n3_w, b.n3_b, ln_eps_);
+    h = layer_norm(ctx, x, b.n3_w, b.n3_b, &ln_eps_, on_cpu_);
     h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, products_), on_cpu_), b.ff2_w, b.ff2_b, products_);
     return ggml_add(ctx, x, h);
 }

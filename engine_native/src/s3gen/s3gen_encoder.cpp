@@ -99,7 +99,7 @@ std::vector<float> S3GenEncoder::rel_positions(int n_keys, int n_queries) {
 }
 
 ggml_tensor* S3GenEncoder::embed(ggml_context* ctx, ggml_tensor* x, const Embed& e) const {
-    x = layer_norm(ctx, linear(ctx, x, e.w, e.b, products_), e.ln_w, e.ln_b, embed_eps_);
+    x = layer_norm(ctx, linear(ctx, x, e.w, e.b, products_), e.ln_w, e.ln_b, &embed_eps_, on_cpu_);
     return ggml_scale(ctx, x, std::sqrt(static_cast<float>(d_model_)));
 }
 
@@ -107,7 +107,7 @@ ggml_tensor* S3GenEncoder::embed(ggml_context* ctx, ggml_tensor* x, const Embed&
 ggml_tensor* S3GenEncoder::block(ggml_context* ctx, GraphInputs& in, ggml_tensor* x, ggml_tensor* pos,
                                  ggml_tensor* mask, const Block& b, PrefixUse* prefix) const {
     const int64_t T = x->ne[1], H = n_head_, D = d_model_ / n_head_;
-    ggml_tensor* h = layer_norm(ctx, x, b.norm_mha_w, b.norm_mha_b, layer_eps_);
+    ggml_tensor* h = layer_norm(ctx, x, b.norm_mha_w, b.norm_mha_b, &layer_eps_, on_cpu_);
     ggml_tensor* k2 = linear(ctx, h, b.k_w, b.k_b, products_);  // [A, T]
     ggml_tensor* v2 = linear(ctx, h, b.v_w, b.v_b, products_);
     if (prefix && !prefix->cached) {
@@ -141,7 +141,7 @@ ggml_tensor* S3GenEncoder::block(ggml_context* ctx, GraphInputs& in, ggml_tensor
     o = ggml_reshape_2d(ctx, o, D * H, T);  // [D, H, T]
     x = ggml_add(ctx, x, linear(ctx, o, b.out_w, b.out_b, products_));
 
-    h = layer_norm(ctx, x, b.norm_ff_w, b.norm_ff_b, layer_eps_);
+    h = layer_norm(ctx, x, b.norm_ff_w, b.norm_ff_b, &layer_eps_, on_cpu_);
     h = linear(ctx, ggml_silu(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, products_)), b.ff2_w, b.ff2_b, products_);
     return ggml_add(ctx, x, h);
 }
@@ -251,7 +251,7 @@ ggml_tensor* S3GenEncoder::build(ggml_context* ctx, GraphInputs& in, const std::
     ggml_tensor* pos2 = in.f32(ctx, rel_positions(Tk2, T2), d_model_, Tk2 + T2 - 1);
     ggml_tensor* mask2 = key_pad_mask(ctx, in, Tk2, T2, on_cpu_);
     for (const Block& b : up_blocks_) x = block(ctx, in, x, pos2, mask2, b, prefix);
-    x = layer_norm(ctx, x, after_w_, after_b_, after_eps_);
+    x = layer_norm(ctx, x, after_w_, after_b_, &after_eps_, on_cpu_);
     return ggml_cont(ctx, ggml_transpose(ctx, linear(ctx, x, proj_w_, proj_b_, products_)));  // [2T, n_mels]
 }
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/graph_helpers.h"
-#include "cpu/avx2_reduce.h"
+#include "cpu/layer_norm.h"
 #include "cpu/q4_matmul.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -18,63 +18,6 @@ namespace cbs {
 namespace {
 
 const float* column(const ggml_tensor* t) { return static_cast<const float*>(t->data); }
-
-#if defined(__x86_64__) || defined(_M_X64)
-// ggml's CPU layer norm as the ggml build this CPU loads computes it (ggml_compute_forward_norm_f32:
-// the mean a sequential double sum, the variance ggml_vec_cvar_f32's float sums of 16 values
-// on AVX-512 F/DQ, of 8 on AVX2 with FMA, added in double), then ggml_mul by w and ggml_add
-// of b, each rounded on its own (no fused multiply-add), so y is bit for bit the three
-// separate operations' result. W is the vector width in floats, Squares its sum of squares.
-bool have_avx512dq() {
-    static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-    return yes;
-}
-
-__attribute__((target("avx512f,avx512dq"))) inline double squares16(const float* x, float mean, float* y) {
-    const __m512 v = _mm512_sub_ps(_mm512_loadu_ps(x), _mm512_set1_ps(mean));
-    _mm512_storeu_ps(y, v);
-    return static_cast<double>(_mm512_reduce_add_ps(_mm512_mul_ps(v, v)));
-}
-
-__attribute__((target("avx2,fma"))) inline double squares8(const float* x, float mean, float* y) {
-    const __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x), _mm256_set1_ps(mean));
-    _mm256_storeu_ps(y, v);
-    return static_cast<double>(hsum8(_mm256_mul_ps(v, v)));
-}
-
-template <int W, double (*Squares)(const float*, float, float*)>
-[[gnu::always_inline]] __attribute__((optimize("fp-contract=off"))) inline void layer_norm_body(
-    const float* x, const float* w, const float* b, float eps, int64_t K, float* y) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < K; ++i) sum += static_cast<double>(x[i]);
-    const float mean = static_cast<float>(sum) / static_cast<float>(K);
-    double sq = 0.0;
-    int64_t i = 0;
-    for (; i + W - 1 < K; i += W) sq += Squares(x + i, mean, y + i);
-    for (; i < K; ++i) {
-        const float v = x[i] - mean;
-        y[i] = v;
-        sq += static_cast<double>(v * v);
-    }
-    const float variance = static_cast<float>(sq / static_cast<double>(K));
-    const float scale = 1.0f / std::sqrt(variance + eps);
-    for (int64_t j = 0; j < K; ++j) {
-        const float n = y[j] * scale;
-        const float m = n * w[j];
-        y[j] = m + b[j];
-    }
-}
-
-__attribute__((target("avx512f,avx512dq"), optimize("fp-contract=off"))) void layer_norm_avx512(
-    const float* x, const float* w, const float* b, float eps, int64_t K, float* y) {
-    layer_norm_body<16, squares16>(x, w, b, eps, K, y);
-}
-
-__attribute__((target("avx2,fma"), optimize("fp-contract=off"))) void layer_norm_avx2(
-    const float* x, const float* w, const float* b, float eps, int64_t K, float* y) {
-    layer_norm_body<8, squares8>(x, w, b, eps, K, y);
-}
-#endif
 
 // ggml's CPU RMSNorm fused with its multiplication by w (ggml_compute_forward_rms_norm_f32:
 // the squares' sum a sequential double sum, y = x * scale * w), so y is bit for bit ggml's.
@@ -112,16 +55,11 @@ void fused_product(ggml_tensor* dst, int ith, int nth, void* userdata) {
             rms_norm(in, column(dst->src[4]), *static_cast<const float*>(userdata), K, normed.data());
             in = normed.data();
         }
-#if defined(__x86_64__) || defined(_M_X64)
         if constexpr (kNorm == Norm::layer) {
-            const float eps = *static_cast<const float*>(userdata);
-            if (have_avx512dq())
-                layer_norm_avx512(in, column(dst->src[4]), column(dst->src[5]), eps, K, normed.data());
-            else
-                layer_norm_avx2(in, column(dst->src[4]), column(dst->src[5]), eps, K, normed.data());
+            layer_norm_row(in, column(dst->src[4]), column(dst->src[5]), *static_cast<const float*>(userdata), K,
+                           normed.data());
             in = normed.data();
         }
-#endif
         q4_quantize_column(in, K, cols.data() + c * col_bytes);
     }
     float* y = static_cast<float*>(dst->data);
@@ -190,7 +128,8 @@ bool step_fuses(const ggml_tensor* w, const ggml_tensor* x) {
 
 ggml_tensor* step_norm_linear(ggml_context* ctx, ggml_tensor* x, ggml_tensor* ln_w, ggml_tensor* ln_b, const float* eps,
                               ggml_tensor* w, ggml_tensor* b) {
-    if (b && contiguous_f32(ln_w) && contiguous_f32(ln_b) && contiguous_f32(b) && step_fuses(w, x))
+    if (b && contiguous_f32(ln_w) && contiguous_f32(ln_b) && contiguous_f32(b) && layer_norm_row_available() &&
+        step_fuses(w, x))
         return fused<Norm::layer>(ctx, x, w, b, nullptr, ln_w, ln_b, eps);
     return linear(ctx, layer_norm(ctx, x, ln_w, ln_b, *eps), w, b);
 }
