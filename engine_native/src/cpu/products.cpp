@@ -64,6 +64,8 @@ static const float* weight_rows_f32(const ggml_tensor* a, int64_t m0, int64_t m,
     buf.resize(static_cast<size_t>(m * K));
     if (q4_is_packed(a)) {
         q4_unpack_rows(a, m0, m, buf.data());
+    } else if (a->type == GGML_TYPE_Q4_0) {
+        q4_0_rows_to_f32(a, m0, m, buf.data());
     } else {
         const ggml_to_float_t to_float = ggml_get_type_traits(a->type)->to_float;
         for (int64_t i = 0; i < m; ++i) to_float(static_cast<const char*>(a->data) + (m0 + i) * a->nb[1], buf.data() + i * K, K);

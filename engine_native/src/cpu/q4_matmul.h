@@ -40,6 +40,11 @@ void q4_pack(const void* src, void* dst, int64_t n_rows, int64_t K);
 // Rows r0 .. r0+n-1 of a packed weight as f32 (n x K values at out).
 void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out);
 
+// Rows r0 .. r0+n-1 of a Q4_0 weight in ggml's own layout (not packed) as f32 into `out`
+// (n x ne[0]): ggml's dequantize_row_q4_0, vectorised (ggml's is a scalar loop in ggml-base,
+// which cost ~5 % of a CFM pass converting the AMX products' weights).
+void q4_0_rows_to_f32(const ggml_tensor* w, int64_t r0, int64_t n, float* out);
+
 // Marks a tensor as holding the packed layout (ModelFile, after writing it), or not.
 void q4_mark_packed(const ggml_tensor* t, bool packed);
 bool q4_is_packed(const ggml_tensor* t);

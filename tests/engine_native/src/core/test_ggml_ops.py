@@ -69,6 +69,26 @@ def test_linear_product(m, k, n, wtype):
     _check(fast, exact, ref, f"linear m={m} k={k} n={n} {wtype}", int16=5e-5 if wtype == "q4_0" and n >= 16 else 0.0)
 
 
+def _q4_0_round_trip(w: np.ndarray) -> np.ndarray:
+    """w through ggml's Q4_0 (quantize_row_q4_0_ref, then dequantize_row_q4_0) in numpy f32."""
+    blocks = w.astype(np.float32).reshape(-1, 32)
+    pick = np.argmax(np.abs(blocks), axis=1)
+    d = blocks[np.arange(len(blocks)), pick] / np.float32(-8)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d != 0)
+    q = np.minimum(15, np.trunc(blocks * inv[:, None] + np.float32(8.5)).astype(np.int32))
+    return ((q - 8).astype(np.float32) * d.astype(np.float16).astype(np.float32)[:, None]).reshape(w.shape)
+
+
+def test_q4_0_weights_read_as_ggml_reads_them():
+    """The products' conversion of a Q4_0 weight to f32 (cpu/q4_matmul.h q4_0_rows_to_f32, vectorised)
+    gives ggml's dequantized values: the weights read back through an identity product."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((48, 160)) * 0.05).astype(np.float32)
+    w[5, 32:64] = 0.0
+    w_stored = _core.linear_product(w, np.eye(160, dtype=np.float32), "q4_0", "exact").T
+    assert np.array_equal(w_stored, _q4_0_round_trip(w))
+
+
 @pytest.mark.parametrize("h,tq,tk,d", [(8, 1000, 1000, 64), (3, 300, 77, 64), (2, 17, 500, 32)])
 def test_attention_product(h, tq, tk, d):
     rng = np.random.default_rng(h + tq + tk)
