@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -131,9 +132,11 @@ static void* split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t
 // and splitting b's rows instead measured no faster over a sentence's frames and slower over
 // fewer: the packed weight's round trip through memory (docs/CPU_MULTILINGUAL.md).
 static constexpr int64_t kAmxMaxPieceRows = 256;
+// b's shape is dst's (rows N = ne[1], its batches) and a's (K = ne[0]): src 1 may be another
+// tensor (conv_matmul's input, whose split the split node made itself).
 static void amx_weight_matmul(ggml_tensor* dst, int nth) {
-    const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2];
-    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
+    const ggml_tensor *a = dst->src[0], *split = dst->src[2];
+    const int64_t K = a->ne[0], M = a->ne[1], N = dst->ne[1];
     const int64_t ldc = dst->nb[1] / sizeof(float);
     const int64_t piece = std::min(kAmxMaxPieceRows, ((M + nth - 1) / nth + 15) / 16 * 16);
     thread_local std::vector<float> w;
@@ -143,8 +146,8 @@ static void amx_weight_matmul(ggml_tensor* dst, int nth) {
         const int64_t m = std::min(piece, M - m0);
         int64_t ldw = K;
         wp.pack(weight_rows_f32(a, m0, m, w, ldw), ldw, m, K);
-        for_each_batch(b, [&](int64_t i2, int64_t i3) {
-            bs.view(split_batch(split, b, i2, i3), N, K);
+        for_each_batch(dst, [&](int64_t i2, int64_t i3) {
+            bs.view(split_batch(split, dst, i2, i3, AmxSplitA::bytes(N, K)), N, K);
             amx_gemm(bs, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
         });
     }
@@ -162,6 +165,49 @@ static void amx_split(ggml_tensor* dst, int ith, int nth, void*) {
         const int64_t blocks = split.row_blocks();
         split.split_blocks(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), blocks * ith / nth, blocks * (ith + 1) / nth);
     });
+}
+
+// A causal convolution's im2col matrix split for AMX straight from its input x [C, T, B]
+// (frames of C values in a row), kernel k (userdata: k as intptr_t): row t is the k frames
+// t-k+1 .. t, in that order, zeros before the first frame; so rows from frame k-1 on are
+// x's own frames read in place (rows k-1 frames long, one frame apart), and only the first
+// row block is assembled with its zeros. Each thread takes a share of the row blocks.
+static void amx_conv_split(ggml_tensor* dst, int ith, int nth, void* userdata) {
+    const ggml_tensor* x = dst->src[0];
+    const int64_t k = reinterpret_cast<intptr_t>(userdata), C = x->ne[0], T = x->ne[1], K = k * C;
+    const int64_t ld = x->nb[1] / sizeof(float);
+    if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
+    thread_local std::vector<float> first;  // the first row block's frames, after k - 1 zero frames
+    AmxSplitA split;
+    for (int64_t i3 = 0; i3 < x->ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < x->ne[2]; ++i2) {
+            split.view(split_batch(dst, x, i2, i3, AmxSplitA::bytes(T, K)), T, K);
+            const int64_t blocks = split.row_blocks(), b0 = blocks * ith / nth, b1 = blocks * (ith + 1) / nth;
+            const float* frames = row_at(x, 0, i2, i3);
+            for (int64_t rb = b0; rb < b1; ++rb) {
+                if (rb > 0) {
+                    split.split_blocks(frames - (k - 1) * ld, ld, rb, rb + 1);
+                    continue;
+                }
+                const int64_t n = std::min<int64_t>(16, T);
+                first.assign(static_cast<size_t>((16 + k - 1) * C), 0.0f);
+                for (int64_t t = 0; t < n; ++t)
+                    std::memcpy(first.data() + (t + k - 1) * C, frames + t * ld, sizeof(float) * C);
+                split.split_blocks(first.data(), C, 0, 1);
+            }
+        }
+}
+
+ggml_tensor* causal_conv_product(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int64_t k, CpuProducts how) {
+    if (!amx_tag(how) || x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->nb[1] % sizeof(float) != 0 ||
+        w->ne[0] != k * x->ne[0] || ggml_n_dims(w) != 2 || (w->type != GGML_TYPE_F32 && !ggml_get_type_traits(w->type)->to_float) ||
+        q4_is_packed(w))
+        return nullptr;
+    const int64_t bytes = kSplitHeader + static_cast<int64_t>(AmxSplitA::bytes(x->ne[1], w->ne[0])) * x->ne[2] * x->ne[3];
+    ggml_tensor* args[3] = {w, x, ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &x, 1, amx_conv_split, GGML_N_TASKS_MAX,
+                                                 reinterpret_cast<void*>(static_cast<intptr_t>(k)))};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], x->ne[3], args, 3, weight_matmul,
+                          GGML_N_TASKS_MAX, amx_tag(how));
 }
 
 static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benchmarks/bench_s3gen_quant.py)

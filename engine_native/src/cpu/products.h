@@ -43,6 +43,14 @@ CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight);
 // in int16 (b's rows rounded once per product, a's rows unpacked by pieces).
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts blas);
 
+// A causal convolution's product on AMX tiles (fast products where the CPU has them): w
+// [k * C_in, C_out] with k frames' values in order of time (all of a frame's channels, then the
+// next frame's: not PyTorch's order, which has each channel's k taps together) times the
+// columns of x [C_in, T, B] (frames in rows) with k - 1 zero frames before the first ->
+// [C_out, T, B]. The im2col matrix is never made: its rows are x's frames read in place.
+// nullptr where this does not apply (no AMX, or shapes it does not take).
+ggml_tensor* causal_conv_product(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int64_t k, CpuProducts how);
+
 // The most columns ggml-cuda multiplies by an f32 weight in its f32 vector kernel, each column
 // as alone (Ampere and later; more on older GPUs): over 4 to 16 it takes TF32 tensor-core
 // kernels (~1e-3), unless the product asks for f32 (patches/0002: cuBLAS, other sums).

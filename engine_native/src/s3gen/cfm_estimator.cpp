@@ -7,6 +7,7 @@
 #include "core/backend.h"
 #include "core/graph_helpers.h"
 #include "cpu/activations.h"
+#include "cpu/amx_gemm.h"
 #include "cpu/attention.h"
 
 namespace cbs {
@@ -110,6 +111,9 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
     // the same values as the three products); sgemm's may, so exact products keep three.
     const char* fuse = std::getenv("CBS_CFM_QKV");  // "0": the three products (a comparison)
     if ((!on_cpu_ || products_.kind == CpuProducts::fast) && !(fuse && std::string(fuse) == "0")) fuse_qkv(mf, backend);
+    const char* convs = std::getenv("CBS_CFM_CONV");  // "0": im2col and the product (a comparison)
+    if (on_cpu_ && products_.kind == CpuProducts::fast && amx_available() && !(convs && std::string(convs) == "0"))
+        order_convs_by_time(mf, backend);
     const char* replay = std::getenv("CBS_CFM_REPLAY");
     replay_steps_ = !on_cpu_ && !(replay && std::string(replay) == "0");
 }
@@ -117,6 +121,35 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
 CfmEstimator::~CfmEstimator() {
     if (qkv_buf_) ggml_backend_buffer_free(qkv_buf_);
     if (qkv_ctx_) ggml_free(qkv_ctx_);
+    if (conv_buf_) ggml_backend_buffer_free(conv_buf_);
+    if (conv_ctx_) ggml_free(conv_ctx_);
+}
+
+void CfmEstimator::order_convs_by_time(const ModelFile& mf, ggml_backend_t backend) {
+    std::vector<ggml_tensor*> convs;
+    for (Stage* s : {&down_, &up_}) convs.insert(convs.end(), {s->res.c1_w, s->res.c2_w, s->conv_w});
+    for (Stage& s : mid_) convs.insert(convs.end(), {s.res.c1_w, s.res.c2_w});
+    convs.push_back(final_c_w_);
+    std::vector<ggml_tensor*> todo;
+    for (ggml_tensor* w : convs)
+        if (w && w->type == GGML_TYPE_F32 && ggml_n_dims(w) == 3 && w->ne[0] > 1 && ggml_is_contiguous(w)) todo.push_back(w);
+    if (todo.empty()) return;
+    conv_ctx_ = ggml_init({ggml_tensor_overhead() * todo.size(), nullptr, /*no_alloc=*/true});
+    std::vector<ggml_tensor*> ordered;
+    for (ggml_tensor* w : todo) ordered.push_back(ggml_new_tensor_2d(conv_ctx_, GGML_TYPE_F32, w->ne[0] * w->ne[1], w->ne[2]));
+    conv_buf_ = ggml_backend_alloc_ctx_tensors(conv_ctx_, backend);
+    if (!conv_buf_) return;  // no room: im2col stays
+    for (size_t i = 0; i < todo.size(); ++i) {
+        const int64_t k = todo[i]->ne[0], cin = todo[i]->ne[1], cout = todo[i]->ne[2];
+        const std::vector<uint8_t> raw = mf.read_raw(todo[i]);
+        const auto* w = reinterpret_cast<const float*>(raw.data());  // [co][ci][j]
+        std::vector<float> out(raw.size() / sizeof(float));
+        for (int64_t co = 0; co < cout; ++co)
+            for (int64_t ci = 0; ci < cin; ++ci)
+                for (int64_t j = 0; j < k; ++j) out[(co * k + j) * cin + ci] = w[(co * cin + ci) * k + j];
+        ggml_backend_tensor_set(ordered[i], out.data(), 0, out.size() * sizeof(float));
+        time_ordered_[todo[i]] = ordered[i];
+    }
 }
 
 void CfmEstimator::fuse_qkv(const ModelFile& mf, ggml_backend_t backend) {
@@ -176,6 +209,11 @@ ggml_tensor* CfmEstimator::block1d(ggml_context* ctx, ggml_tensor* x, ggml_tenso
 
 ggml_tensor* CfmEstimator::causal_conv(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) const {
     const int k = static_cast<int>(w->ne[0]) - 1;
+    const auto ordered = time_ordered_.find(w);
+    if (ordered != time_ordered_.end() && !tap_) {  // a prefix's passes keep im2col (their left context)
+        if (ggml_tensor* y = causal_conv_product(ctx, ordered->second, x, w->ne[0], products_))
+            return b ? ggml_add(ctx, y, b) : y;
+    }
     return causal_conv1d_ct(ctx, x, w, b, products_, tap_ && k > 0 ? tap_conv_left(ctx, x, k) : nullptr);
 }
 

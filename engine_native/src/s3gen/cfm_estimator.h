@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/graph_runner.h"
@@ -147,6 +148,10 @@ private:
     // per-operation cost of its ~4000 small operations). Skipped (the three products kept)
     // where their types differ or the device has no room.
     void fuse_qkv(const ModelFile& mf, ggml_backend_t backend);
+    // On the CPU with AMX (fast products): each f32 causal convolution's weight [k, C_in, C_out]
+    // as [k * C_in, C_out] with its k frames in order of time (cpu/products.h
+    // causal_conv_product, which needs no im2col), in a buffer of our own.
+    void order_convs_by_time(const ModelFile& mf, ggml_backend_t backend);
 
     // How a graph under construction meets a prefix: Collect creates step 0's tensors (their
     // shapes found), Record copies them in, Use reads them.
@@ -182,6 +187,9 @@ private:
     std::vector<Stage> mid_;
     ggml_context* qkv_ctx_ = nullptr;  // fuse_qkv's tensors and buffer
     ggml_backend_buffer_t qkv_buf_ = nullptr;
+    std::unordered_map<const ggml_tensor*, ggml_tensor*> time_ordered_;  // conv weight -> its time-ordered copy
+    ggml_context* conv_ctx_ = nullptr;  // order_convs_by_time's tensors and buffer
+    ggml_backend_buffer_t conv_buf_ = nullptr;
     GraphRunner runner_;
     bool on_cpu_;  // the CPU's element-wise ops (cpu/activations.h)
     bool replay_steps_;  // euler's `replay` for integrate() (replay_steps())
