@@ -127,7 +127,7 @@ ggml_tensor* S3TokenizerV2::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor
     x = ggml_add(ctx, x, ggml_add(ctx, linear(ctx, o, b.out_w, b.out_b, products_), mem));
 
     h = layer_norm(ctx, x, b.mlp_ln_w, b.mlp_ln_b, &kLayerNormEps, on_cpu_);
-    h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.fc1_w, b.fc1_b, products_), on_cpu_), b.fc2_w, b.fc2_b, products_);
+    h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.fc1_w, nullptr, products_), b.fc1_b, on_cpu_), b.fc2_w, b.fc2_b, products_);
     return ggml_add(ctx, x, h);
 }
 

@@ -43,6 +43,17 @@ static void gelu_erf_span(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * normal_cdf(x[i]);
 }
 
+// The same of x + b (b over each row of n values): a linear layer's bias added in the pass.
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void gelu_erf_bias_span(const float* x, const float* b, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = x[i] + b[i];
+        y[i] = v * normal_cdf(v);
+    }
+}
+
 // GPT-2's GELU, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), written as
 // x sigmoid(2u) = x / (1 + e^-2u) (e^2u / (1 + e^2u) for u < 0, so nothing overflows).
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -75,6 +86,24 @@ ggml_tensor* gelu_erf(ggml_context* ctx, ggml_tensor* x, bool on_cpu) {
     if (!on_cpu || x->type != GGML_TYPE_F32) return ggml_gelu_erf(ctx, x);
     return ggml_map_custom1(ctx, ggml_is_contiguous(x) ? x : ggml_cont(ctx, x), elementwise<gelu_erf_span>,
                             GGML_N_TASKS_MAX, nullptr);
+}
+
+// gelu_erf_bias_span over src 0's rows (src 1 the bias), each thread its rows.
+static void gelu_erf_bias_rows(ggml_tensor* dst, int ith, int nth, void*) {
+    const ggml_tensor *x = dst->src[0], *b = dst->src[1];
+    const int64_t n = x->ne[0], rows = ggml_nrows(x);
+    for (int64_t r = rows * ith / nth; r < rows * (ith + 1) / nth; ++r)
+        gelu_erf_bias_span(static_cast<const float*>(x->data) + r * n, static_cast<const float*>(b->data),
+                           static_cast<float*>(dst->data) + r * n, n);
+}
+
+ggml_tensor* gelu_erf(ggml_context* ctx, ggml_tensor* x, ggml_tensor* b, bool on_cpu) {
+    if (!on_cpu || x->type != GGML_TYPE_F32 || b->type != GGML_TYPE_F32 || !ggml_is_contiguous(x) ||
+        !ggml_is_contiguous(b) || ggml_nelements(b) != x->ne[0])
+        return gelu_erf(ctx, ggml_add(ctx, x, b), on_cpu);
+    ggml_tensor* args[2] = {x, b};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], x->ne[1], x->ne[2], x->ne[3], args, 2, gelu_erf_bias_rows,
+                          GGML_N_TASKS_MAX, nullptr);
 }
 
 ggml_tensor* gelu_tanh(ggml_context* ctx, ggml_tensor* x, bool on_cpu) {

@@ -251,7 +251,7 @@ ggml_tensor* CfmEstimator::transformer(ggml_context* ctx, ggml_tensor* x, const 
     x = ggml_add(ctx, x, linear(ctx, o, b.o_w, b.o_b, products_));
 
     h = layer_norm(ctx, x, b.n3_w, b.n3_b, &ln_eps_, on_cpu_);
-    h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.ff1_w, b.ff1_b, products_), on_cpu_), b.ff2_w, b.ff2_b, products_);
+    h = linear(ctx, gelu_erf(ctx, linear(ctx, h, b.ff1_w, nullptr, products_), b.ff1_b, on_cpu_), b.ff2_w, b.ff2_b, products_);
     return ggml_add(ctx, x, h);
 }
 
