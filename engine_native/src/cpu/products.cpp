@@ -168,13 +168,15 @@ static void amx_split(ggml_tensor* dst, int ith, int nth, void*) {
 }
 
 // A causal convolution's im2col matrix split for AMX straight from its input x [C, T, B]
-// (frames of C values in a row), kernel k (userdata: k as intptr_t): row t is the k frames
-// t-k+1 .. t, in that order, zeros before the first frame; so rows from frame k-1 on are
-// x's own frames read in place (rows k-1 frames long, one frame apart), and only the first
-// row block is assembled with its zeros. Each thread takes a share of the row blocks.
+// (frames of C values in a row), kernel k (userdata: k as intptr_t; -k: x's first k - 1
+// frames are the left context, no zeros): row t is the k frames t-k+1 .. t, in that order,
+// zeros before the first frame; so rows from frame k-1 on are x's own frames read in place
+// (rows k frames long, one frame apart), and only the first row block is assembled with its
+// zeros. Each thread takes a share of the row blocks.
 static void amx_conv_split(ggml_tensor* dst, int ith, int nth, void* userdata) {
     const ggml_tensor* x = dst->src[0];
-    const int64_t k = reinterpret_cast<intptr_t>(userdata), C = x->ne[0], T = x->ne[1], K = k * C;
+    const int64_t code = reinterpret_cast<intptr_t>(userdata), k = code < 0 ? -code : code, C = x->ne[0], K = k * C;
+    const int64_t T = code < 0 ? x->ne[1] - (k - 1) : x->ne[1];
     const int64_t ld = x->nb[1] / sizeof(float);
     if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
     thread_local std::vector<float> first;  // the first row block's frames, after k - 1 zero frames
@@ -185,8 +187,8 @@ static void amx_conv_split(ggml_tensor* dst, int ith, int nth, void* userdata) {
             const int64_t blocks = split.row_blocks(), b0 = blocks * ith / nth, b1 = blocks * (ith + 1) / nth;
             const float* frames = row_at(x, 0, i2, i3);
             for (int64_t rb = b0; rb < b1; ++rb) {
-                if (rb > 0) {
-                    split.split_blocks(frames - (k - 1) * ld, ld, rb, rb + 1);
+                if (code < 0 || rb > 0) {
+                    split.split_blocks(code < 0 ? frames : frames - (k - 1) * ld, ld, rb, rb + 1);
                     continue;
                 }
                 const int64_t n = std::min<int64_t>(16, T);
@@ -198,16 +200,19 @@ static void amx_conv_split(ggml_tensor* dst, int ith, int nth, void* userdata) {
         }
 }
 
-ggml_tensor* causal_conv_product(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int64_t k, CpuProducts how) {
+ggml_tensor* causal_conv_product(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int64_t k, CpuProducts how,
+                                 bool left_context) {
+    const int64_t T = left_context ? x->ne[1] - (k - 1) : x->ne[1];
     if (!amx_tag(how) || x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->nb[1] % sizeof(float) != 0 ||
         w->ne[0] != k * x->ne[0] || ggml_n_dims(w) != 2 || (w->type != GGML_TYPE_F32 && !ggml_get_type_traits(w->type)->to_float) ||
-        q4_is_packed(w))
+        q4_is_packed(w) || T < 1)
         return nullptr;
-    const int64_t bytes = kSplitHeader + static_cast<int64_t>(AmxSplitA::bytes(x->ne[1], w->ne[0])) * x->ne[2] * x->ne[3];
+    const int64_t bytes = kSplitHeader + static_cast<int64_t>(AmxSplitA::bytes(T, w->ne[0])) * x->ne[2] * x->ne[3];
+    const intptr_t code = left_context ? -k : k;
     ggml_tensor* args[3] = {w, x, ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &x, 1, amx_conv_split, GGML_N_TASKS_MAX,
-                                                 reinterpret_cast<void*>(static_cast<intptr_t>(k)))};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], x->ne[3], args, 3, weight_matmul,
-                          GGML_N_TASKS_MAX, amx_tag(how));
+                                                 reinterpret_cast<void*>(code))};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], T, x->ne[2], x->ne[3], args, 3, weight_matmul, GGML_N_TASKS_MAX,
+                          amx_tag(how));
 }
 
 static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benchmarks/bench_s3gen_quant.py)

@@ -47,9 +47,11 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
 // [k * C_in, C_out] with k frames' values in order of time (all of a frame's channels, then the
 // next frame's: not PyTorch's order, which has each channel's k taps together) times the
 // columns of x [C_in, T, B] (frames in rows) with k - 1 zero frames before the first ->
-// [C_out, T, B]. The im2col matrix is never made: its rows are x's frames read in place.
-// nullptr where this does not apply (no AMX, or shapes it does not take).
-ggml_tensor* causal_conv_product(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int64_t k, CpuProducts how);
+// [C_out, T, B]; `left_context`: x's first k - 1 frames are the context before the first
+// output, no zeros (-> T - k + 1 frames). The im2col matrix is never made: its rows are x's
+// frames read in place. nullptr where this does not apply (no AMX, or shapes it does not take).
+ggml_tensor* causal_conv_product(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int64_t k, CpuProducts how,
+                                 bool left_context = false);
 
 // The most columns ggml-cuda multiplies by an f32 weight in its f32 vector kernel, each column
 // as alone (Ampere and later; more on older GPUs): over 4 to 16 it takes TF32 tensor-core

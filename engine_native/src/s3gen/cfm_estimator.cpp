@@ -209,12 +209,14 @@ ggml_tensor* CfmEstimator::block1d(ggml_context* ctx, ggml_tensor* x, ggml_tenso
 
 ggml_tensor* CfmEstimator::causal_conv(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) const {
     const int k = static_cast<int>(w->ne[0]) - 1;
+    ggml_tensor* left = tap_ && k > 0 ? tap_conv_left(ctx, x, k) : nullptr;  // a stream prefix's context
     const auto ordered = time_ordered_.find(w);
-    if (ordered != time_ordered_.end() && !tap_) {  // a prefix's passes keep im2col (their left context)
-        if (ggml_tensor* y = causal_conv_product(ctx, ordered->second, x, w->ne[0], products_))
+    if (ordered != time_ordered_.end()) {
+        ggml_tensor* in = left ? ggml_concat(ctx, left, x, 1) : x;
+        if (ggml_tensor* y = causal_conv_product(ctx, ordered->second, in, w->ne[0], products_, left != nullptr))
             return b ? ggml_add(ctx, y, b) : y;
     }
-    return causal_conv1d_ct(ctx, x, w, b, products_, tap_ && k > 0 ? tap_conv_left(ctx, x, k) : nullptr);
+    return causal_conv1d_ct(ctx, x, w, b, products_, left);
 }
 
 // CausalResnetBlock1D: block1, + mlp(Mish(temb)), block2, + res_conv(x). [C_in, T] -> [C_out, T].
