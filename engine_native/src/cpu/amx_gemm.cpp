@@ -142,8 +142,8 @@ AMX_TARGET void tile_block(const AmxSplitA& a, int64_t ib, const AmxPackedB& b, 
 // Loop nest: panels of B rows (their packed tiles stay in L2 while every row tile of A passes
 // over them), and within a panel runs of k blocks. C is stored after each run and loaded again
 // for the next: runs of 32 blocks (1024 values of k, all of S3Gen's), as storing and loading
-// C between runs of 8 (a pair of A's row tiles in L1 through a run) cost more than reading
-// them from L2 (docs/CPU_MULTILINGUAL.md: a CFM's product of k = 1024 1.3x faster).
+// C between shorter runs (a pair of A's row tiles in L1 through a run) costs more than reading
+// those tiles from L2 (docs/CPU_MULTILINGUAL.md).
 constexpr int64_t kBlocksPerPanel = 16;  // 256 rows of B
 int64_t g_k_run = 32;                    // k blocks per run
 

@@ -41,7 +41,7 @@ float row_mean(const float* x, int64_t K) {
 
 // The same for rows r .. r + L - 1 (row i at x + i * K) at once, row i's sum in lane i: each
 // lane's sum is still sequential (the same bits), but one row's adds no longer wait on each
-// other's latency (a 256-value row's sum was a quarter of the layer norm's time).
+// other's latency, which bounded a row's sum.
 __attribute__((target("avx512f,avx512dq,avx2"))) void row_means8(const float* x, int64_t K, float* mean) {
     const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(K)));
     __m512d sum = _mm512_setzero_pd();
@@ -123,23 +123,23 @@ void layer_norm_op(ggml_tensor* dst, int ith, int nth, void* userdata) {
     const auto* in = static_cast<const float*>(x->data);
     auto* out = static_cast<float*>(dst->data);
     const auto *wv = static_cast<const float*>(w->data), *bv = static_cast<const float*>(b->data);
-    const int lanes = module_form() == Form::avx512 ? 8 : 4;
+#if defined(__x86_64__) || defined(_M_X64)  // elsewhere layer_norm_rows never makes this node
+    const bool avx512 = module_form() == Form::avx512;
+    const int lanes = avx512 ? 8 : 4;
     float mean[8];
     for (int64_t r = rows * ith / nth, end = rows * (ith + 1) / nth; r < end;) {
         const int64_t n = end - r >= lanes ? lanes : 1;
-#if defined(__x86_64__) || defined(_M_X64)
         if (n == 8) row_means8(in + r * K, K, mean);
         else if (n == 4) row_means4(in + r * K, K, mean);
         else mean[0] = row_mean(in + r * K, K);
         for (int64_t i = 0; i < n; ++i, ++r) {
-            if (module_form() == Form::avx512) layer_norm_avx512(in + r * K, wv, bv, eps, K, mean[i], out + r * K);
+            if (avx512) layer_norm_avx512(in + r * K, wv, bv, eps, K, mean[i], out + r * K);
             else layer_norm_avx2(in + r * K, wv, bv, eps, K, mean[i], out + r * K);
         }
-#else
-        (void)n, (void)wv, (void)bv, (void)eps, (void)mean;
-        ++r;
-#endif
     }
+#else
+    (void)in, (void)out, (void)wv, (void)bv, (void)eps, (void)K, (void)rows, (void)ith, (void)nth;
+#endif
 }
 
 }  // namespace

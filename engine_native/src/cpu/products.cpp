@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -127,13 +127,12 @@ static void* split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t
 // split's counter), packed into tiles and multiplied by all of b; so a core slowed by other
 // work on the machine holds up no other. Pieces of up to 256 rows (one panel of amx_gemm's),
 // and no smaller than a thread's share needs: the activations' split is read from L3 once per
-// piece and C written in strips a piece wide, so wider is faster, to 256 (a CFM 2-7 % faster
-// than with 128; 512 slower). Packing each weight once for all threads (a node of its own)
-// and splitting b's rows instead measured no faster over a sentence's frames and slower over
-// fewer: the packed weight's round trip through memory (docs/CPU_MULTILINGUAL.md).
+// piece and C written in strips a piece wide, so wider is faster up to a panel. Packing each
+// weight once for all threads (a node of its own) and splitting b's rows instead loses to the
+// packed weight's round trip through memory (docs/CPU_MULTILINGUAL.md has both measured).
 static constexpr int64_t kAmxMaxPieceRows = 256;
 // b's shape is dst's (rows N = ne[1], its batches) and a's (K = ne[0]): src 1 may be another
-// tensor (conv_matmul's input, whose split the split node made itself).
+// tensor (causal_conv_product's input, whose split its own node made).
 static void amx_weight_matmul(ggml_tensor* dst, int nth) {
     const ggml_tensor *a = dst->src[0], *split = dst->src[2];
     const int64_t K = a->ne[0], M = a->ne[1], N = dst->ne[1];

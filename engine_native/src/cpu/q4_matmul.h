@@ -42,7 +42,7 @@ void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out);
 
 // Rows r0 .. r0+n-1 of a Q4_0 weight in ggml's own layout (not packed) as f32 into `out`
 // (n x ne[0]): ggml's dequantize_row_q4_0, vectorised (ggml's is a scalar loop in ggml-base,
-// which cost ~5 % of a CFM pass converting the AMX products' weights).
+// and the AMX products convert every weight at every evaluation).
 void q4_0_rows_to_f32(const ggml_tensor* w, int64_t r0, int64_t n, float* out);
 
 // Marks a tensor as holding the packed layout (ModelFile, after writing it), or not.
