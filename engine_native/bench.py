@@ -21,6 +21,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from engine_native import bounds
 from engine_native.engine import Engine, StageTimes
 from engine_native.errors import EngineError
 
@@ -99,6 +100,8 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
     r["audio_s"] = wav.size / engine.sample_rate
     r["generation_ms"] = r["t3_ms"] + r["encoder_ms"] + r["cfm_ms"] + r["hift_ms"]
     r["rtf"] = r["generation_ms"] / 1e3 / r["audio_s"]
+    if engine.device == "cpu":
+        r.update(bound_figures(engine, r, voice, mel.shape[1]))
 
     # First audio per preset: the voice's first stream with it (its cached stream prefix made
     # then), and the next one (the prefix cached, as the app readies it when a voice is chosen).
@@ -163,6 +166,23 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
     r["peak_rss_clone_mb"] = _peak_rss_mb()
     r.update(release_figures(engine))
     return r
+
+
+def bound_figures(engine: Engine, r: dict, voice, speech_frames: int) -> dict:
+    """The host's read bandwidth and f32 FMA rate, measured now, and the least time they allow
+    T3's mean step and the CFM's passes of this run in f32 (engine_native/bounds.py)."""
+    path, config, cfm = engine.path, engine.stages.config, engine.stages.flow.cfm
+    rates = bounds.host_rates(r["threads"])
+    rows = 2 if config.mtl else 1  # the Multilingual T3 samples with guidance: two rows a step
+    positions = bounds.t3_prompt_positions(path, voice.cond_prompt_speech_tokens.size, len(r["text_ids"]))
+    frames = engine.stages.flow.prompt(voice, None)[1].shape[0] + speech_frames
+    passes = cfm.n_timesteps * (2 if cfm.guided else 1)
+    return {"host_read_gbps": rates["read_gbps"], "host_fma_gmacs": rates["fma_gmacs"],
+            "host_fma_lanes": rates["fma_lanes"], "t3_step_mb": bounds.t3_step_bytes(path) / 1e6,
+            "t3_kv_mb": bounds.t3_kv_bytes_per_position(path, rows) * (positions + r["t3_tokens"] / 2) / 1e6,
+            "t3_bound_ms": bounds.t3_bound_ms(path, rates, rows=rows, mean_positions=positions + r["t3_tokens"] / 2),
+            "cfm_gmacs": bounds.cfm_macs_per_pass(path, frames) * passes / 1e9, "cfm_frames": frames,
+            "cfm_passes": passes, "cfm_bound_ms": bounds.cfm_f32_bound_ms(path, rates, frames=frames, passes=passes)}
 
 
 def _rss_mb() -> float:

@@ -127,6 +127,9 @@ def cmd_bench(args) -> int:
           f"{r['threads']} threads, "
           f"{r['t3_tokens']} speech tokens ({r['audio_s']:.2f} s of audio)")
     print(_kernels_line())
+    if "host_read_gbps" in r:
+        print(f"  host, {r['threads']} threads: reads {r['host_read_gbps']:.1f} GB/s, f32 FMA {r['host_fma_gmacs']:.0f} G "
+              f"multiply-adds/s ({r['host_fma_lanes']} lanes, the exact products' width)")
     head = f"  {'':<28} {'native':>14}"
     print(head + (f" {'PyTorch':>14} {'speed-up':>9}" if ref else "") + (f"   (PyTorch on {ref_device})" if ref else ""))
     g = (lambda k: ref.get(k)) if ref else (lambda k: None)
@@ -137,10 +140,16 @@ def cmd_bench(args) -> int:
     ref_per_token = ref["t3_ms"] / max(ref["t3_tokens"], 1) if ref and "t3_tokens" in ref else None
     print(_row("T3 per token", r["t3_ms_per_token"], ref_per_token)
           + (f"   (PyTorch: {ref['t3_tokens']:.0f} tokens)" if ref_per_token is not None else ""))
+    if "t3_bound_ms" in r:
+        print(_row("  bound: bytes / bandwidth", r["t3_bound_ms"]) + f"   ({r['t3_step_mb']:.0f} MB of weights + "
+              f"{r['t3_kv_mb']:.0f} MB of KV cache a step: measured {r['t3_ms_per_token'] / r['t3_bound_ms']:.2f}x)")
     print(_row("T3 total", r["t3_ms"], g("t3_ms")))
     s3 = r["encoder_ms"] + r["cfm_ms"]
     print(_row("S3Gen encoder", r["encoder_ms"]))
     print(_row("S3Gen CFM", r["cfm_ms"]))
+    if r.get("cfm_bound_ms", 0) > 0:
+        print(_row("  bound: f32 multiply-adds", r["cfm_bound_ms"]) + f"   ({r['cfm_gmacs']:.0f} G over {r['cfm_passes']} "
+              f"passes of {r['cfm_frames']} frames: measured {r['cfm_ms'] / r['cfm_bound_ms']:.2f}x)")
     print(_row("S3Gen encoder + CFM", s3, g("s3gen_ms")))
     print(_row("HiFT", r["hift_ms"], g("hift_ms")) + f"   (noise drawn at HiFT: {r['hift_noise_at_hift_ms']:.1f} ms)")
     ref_gen = (ref["t3_ms"] + ref["s3gen_ms"] + ref["hift_ms"]) if ref else None

@@ -93,3 +93,40 @@ def bench_stage(snapshot: Path, inputs: Inputs) -> Inputs:
             "s3gen_ms": np.asarray(flow_ms), "hift_ms": np.asarray(hift_ms),
             "audio_s": np.asarray(wav.shape[-1] / 24000.0),
             "peak_rss_mb": np.asarray(peak_rss_mb)}
+
+
+@stage("cfm_flops")
+def cfm_flops_stage(snapshot: Path, inputs: Inputs) -> Inputs:
+    """frames -> flops, attention_flops: one pass of the CFM's estimator (ConditionalDecoder.forward,
+    batch 1) over that many frames, as torch's FlopCounterMode counts it (its convolutions and
+    linear layers: it does not see inside the attention's kernel), and the attention's two
+    products counted at each Attention module's call (2 x frames^2 x its inner dimension
+    multiply-adds). The bench's bound counts the same work from the GGUF's shapes
+    (engine_native/bounds.py)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .stages import load_s3gen
+
+    frames = int(np.asarray(inputs["frames"]))
+    estimator = load_s3gen(snapshot).flow.decoder.estimator
+    attention = []
+
+    def count(module, args, kwargs):
+        h = args[0] if args else kwargs["hidden_states"]
+        attention.append(2 * 2 * h.shape[1] * h.shape[1] * module.to_q.out_features)
+
+    hooks = [m.register_forward_pre_hook(count, with_kwargs=True)
+             for m in estimator.modules() if type(m).__name__ == "Attention"]
+    g = torch.Generator().manual_seed(0)
+    x, mu, cond = (torch.randn(1, 80, frames, generator=g) for _ in range(3))
+    mask = torch.ones(1, 1, frames)
+    spks = torch.randn(1, 80, generator=g)
+    t = torch.tensor([0.5])
+    kwargs = {"r": torch.tensor([0.25])} if estimator.meanflow else {}
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        estimator(x, mask, mu, t, spks=spks, cond=cond, **kwargs)
+    for h in hooks:
+        h.remove()
+    return {"flops": np.asarray(counter.get_total_flops(), np.int64),
+            "attention_flops": np.asarray(sum(attention), np.int64), "attention_calls": np.asarray(len(attention))}

@@ -10,6 +10,7 @@
 #include "bindings/helpers.h"
 #include "core/options.h"
 #include "core/system_info.h"
+#include "cpu/host_rates.h"
 #include "cpu/amx_gemm.h"
 #include "cpu/blas.h"
 #include "cpu/products.h"
@@ -221,6 +222,15 @@ PYBIND11_MODULE(_core, m) {
        "'AVX-512 VNNI', 'AVX2' or ''), whether a quantised model's S3Gen products "
        "run on AMX tiles (amx) or, without AMX, its Q4_0 products in int16 (int16_products: 'AVX-512 VNNI', "
        "'AVX-VNNI', 'AVX2' or '').");
+
+    m.def("host_read_gbps", &cbs::host_read_gbps, py::arg("threads"), py::arg("megabytes") = 512,
+          py::arg("rounds") = 3, py::call_guard<py::gil_scoped_release>(),
+          "This host's sustained read bandwidth (GB/s) with `threads` threads reading a buffer of `megabytes` MiB, "
+          "best of `rounds` (cpu/host_rates.h).");
+    m.def("host_f32_fma_gmacs", &cbs::host_f32_fma_gmacs, py::arg("threads"), py::arg("lanes"), py::arg("rounds") = 3,
+          py::call_guard<py::gil_scoped_release>(),
+          "f32 multiply-adds a second (1e9) that `threads` threads retire in registers of `lanes` floats (16: AVX-512, "
+          "8: AVX2 with FMA), best of `rounds`; 0 where the CPU lacks them.");
 
     m.def("devices", [] { return devices_list(cbs::list_devices()); },
           "Every device present, the fastest first: [{id, name, backend, description, type, memory_free, "
