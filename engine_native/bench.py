@@ -180,7 +180,7 @@ def bound_figures(engine: Engine, r: dict, voice, speech_frames: int) -> dict:
     return {"host_read_gbps": rates["read_gbps"], "host_fma_gmacs": rates["fma_gmacs"],
             "host_fma_lanes": rates["fma_lanes"], "t3_step_mb": bounds.t3_step_bytes(path) / 1e6,
             "t3_kv_mb": bounds.t3_kv_bytes_per_position(path, rows) * (positions + r["t3_tokens"] / 2) / 1e6,
-            "t3_bound_ms": bounds.t3_bound_ms(path, rates, rows=rows, mean_positions=positions + r["t3_tokens"] / 2),
+            "t3_bound_ms": bounds.t3_bound_ms(path, rates),
             "cfm_gmacs": bounds.cfm_macs_per_pass(path, frames) * passes / 1e9, "cfm_frames": frames,
             "cfm_passes": passes, "cfm_bound_ms": bounds.cfm_f32_bound_ms(path, rates, frames=frames, passes=passes)}
 

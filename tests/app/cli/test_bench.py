@@ -34,3 +34,7 @@ def test_bench_reports_the_forced_kernels(tmp_path):
     line = next(ln for ln in res.stdout.splitlines() if "kernels (forced: --cpu avx2)" in ln)
     assert "T3 Q4_0 AVX2" in line and "OpenBLAS Haswell" in line and "AMX off" in line, line
     assert "S3Gen int16 products AVX2" in line, line
+    # the bounds (engine_native/bounds.py): the f32 rate at OpenBLAS Haswell's width, and both rows
+    host = next(ln for ln in res.stdout.splitlines() if ln.startswith("  host, 2 threads: reads"))
+    assert "(8 lanes, the exact products' width)" in host, host
+    assert "bound: weights / bandwidth" in res.stdout and "bound: f32 multiply-adds" in res.stdout, res.stdout
