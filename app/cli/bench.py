@@ -141,8 +141,8 @@ def cmd_bench(args) -> int:
     print(_row("T3 per token", r["t3_ms_per_token"], ref_per_token)
           + (f"   (PyTorch: {ref['t3_tokens']:.0f} tokens)" if ref_per_token is not None else ""))
     if "t3_bound_ms" in r:
-        print(_row("  bound: weights / bandwidth", r["t3_bound_ms"]) + f"   ({r['t3_step_mb']:.0f} MB a step, and "
-              f"{r['t3_kv_mb']:.0f} MB of KV cache a cache may hold: measured {r['t3_ms_per_token'] / r['t3_bound_ms']:.2f}x)")
+        print(_row("  bound: weights / bandwidth", r["t3_bound_ms"]) + f"   ({r['t3_step_mb']:.0f} MB of weights a step; its KV "
+              f"cache, {r['t3_kv_mb']:.0f} MB, may stay in cache: measured {r['t3_ms_per_token'] / r['t3_bound_ms']:.2f}x)")
     print(_row("T3 total", r["t3_ms"], g("t3_ms")))
     s3 = r["encoder_ms"] + r["cfm_ms"]
     print(_row("S3Gen encoder", r["encoder_ms"]))
