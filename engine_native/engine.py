@@ -253,15 +253,17 @@ class Engine:
         return scheduler.sentence_tokens(self.stages, text, voice, seed, p, CancelToken())
 
     def prepare_stream(self, voice: Voice | None = None, *, first_chunk_tokens: int | None = None,
-                       chunk_tokens: int | None = None, **options) -> Stream:
-        """Readies `voice`'s cached stream prefix (s3gen_flow.STREAM_CACHED_PROMPT) for these
-        options (a preset's cfm_steps and prompt_seconds matter) ahead of a stream, so that its
-        first chunk comes as soon as a later stream's: the app calls it when a voice is chosen. A
-        Stream that yields no chunk: iterate it to run, cancel() to stop. Nothing to do where
-        streams cannot cache the prompt (a guided CFM)."""
+                       chunk_tokens: int | None = None, t3: bool = True, **options) -> Stream:
+        """Readies `voice` for streams with these options ahead of them, so that a first
+        stream's first chunk comes as soon as a later one's: T3's conditioning prefix for the
+        voice (`t3`; its exaggeration matters; re-voicing has no T3 and passes False) and its
+        cached stream prefix (s3gen_flow.STREAM_CACHED_PROMPT; a preset's cfm_steps and
+        prompt_seconds matter; none where streams cannot cache the prompt, a guided CFM). The
+        app calls it when a voice is chosen. A Stream that yields no chunk: iterate it to run,
+        cancel() to stop."""
         _, p = self._options(0, {k: v for k, v in options.items() if k not in ("seed", "language")})
         voice = self._usable_voice(voice)
-        return Stream(lambda cancel: scheduler.prepare(self.stages, voice, p, cancel))
+        return Stream(lambda cancel: scheduler.prepare(self.stages, voice, p, cancel, t3=bool(t3)))
 
     def release_stream_prefixes(self) -> int:
         """Frees the cached stream prefixes; returns the CFM's bytes freed."""

@@ -123,7 +123,7 @@ class RevoiceDialog(QDialog):
         """The voice picked here readied for streaming in the background, as the toolbar's is
         (Engine.prepare_stream): its conversion's first audio comes as soon as later ones do."""
         if self.w.client.info is not None:
-            self.w.client.prepare_stream(self.voice_combo.currentData(), self.w.params())
+            self.w.client.prepare_stream(self.voice_combo.currentData(), dict(self.w.params(), t3=False))  # no T3 here
 
     def _enable(self) -> None:
         ready = self.samples is not None and self.w.client.info is not None

@@ -222,9 +222,12 @@ def sentence_tokens(stages, text: str, voice, seed: int, p: dict, cancel) -> lis
     return out
 
 
-def prepare(stages, voice, p: dict, cancel):
-    """Readies the voice's cached stream prefix for these options (a generator that yields
-    nothing: the Stream of `Engine.prepare_stream`)."""
+def prepare(stages, voice, p: dict, cancel, t3: bool = True):
+    """Readies the voice for these options (a generator that yields nothing: the Stream of
+    `Engine.prepare_stream`): with `t3`, T3's conditioning prefix (a sentence's session then
+    computes only its text), then the cached stream prefix where streams use one."""
+    if t3 and not cancel.is_set():
+        stages.t3.prepare(stages.text.ids(".", p.get("language")), voice, p, cancel)
     if stages.flow.prefix_usable(p["cfm_steps"]) and not cancel.is_set():
         with stages.s3gen_turn(cancel):
             try:

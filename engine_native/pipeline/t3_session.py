@@ -133,11 +133,26 @@ class T3Sessions:
                 return None
             raise
 
+    def prepare(self, ids, voice, p: dict, cancel) -> None:
+        """The voice's conditioning prefix (its speaker, prompt tokens and, Multilingual, the
+        exaggeration's position) computed into the pool's KV cache, by opening a session on a
+        sentence of a token or two: the next session with this voice and options then computes
+        only its text, where a first one takes 0.2-1.7 s more (docs/CPU_BOUNDS.md)."""
+        session = self.open_cancellable(ids, voice, 0, p, cancel)
+        if session is not None:
+            session.close()
+
     def early_stop(self, tokens, n_text: int) -> bool:
         """Whether a finished sentence of these tokens ended too soon for its `n_text` text ids."""
         speech = sum(1 for t in tokens if t < self._config.speech_codes)
         ratio = MIN_SPEECH_PER_TEXT_TOKEN_MTL if self._config.mtl else MIN_SPEECH_PER_TEXT_TOKEN
         return speech < max(4, ratio * n_text)
+
+    @property
+    def idle_caches(self) -> int:
+        """KV caches in the pool (a prepared voice's prefix is in one)."""
+        with self._cache_lock:
+            return len(self._idle_caches)
 
     def release_idle_caches(self) -> int:
         """Drops the pooled KV caches (the next session computes its voice's prefix again);

@@ -96,6 +96,24 @@ def test_t3_worker_samples_beside_s3gen_and_leaves_the_audio_unchanged(engine, m
     assert engine.synthesize("Hi.", seed=0, max_tokens=4).size > 0
 
 
+def test_prepared_voice_has_t3s_prefix_ready(engine):
+    """prepare_stream also computes T3's conditioning prefix for the voice into the pool of KV
+    caches (a first stream then computes only its text), unless t3=False (re-voicing has no
+    T3); a stream on the prepared prefix speaks as one that made the prefix itself."""
+    t3 = engine.stages.t3
+    t3.release_idle_caches()
+    assert list(engine.prepare_stream(cfm_steps=1, t3=False)) == [] and t3.idle_caches == 0
+    opts = dict(seed=3, max_tokens=30, cfm_steps=1, first_chunk_tokens=10, chunk_tokens=10)
+    made_by_stream = np.concatenate([c.samples for c in engine.stream(TEXT, **opts)])  # the pool was empty
+    t3.release_idle_caches()
+    stopped = engine.prepare_stream(cfm_steps=1)
+    stopped.cancel()
+    assert list(stopped) == [] and t3.idle_caches == 0  # cancelled before it ran: nothing made
+    assert list(engine.prepare_stream(cfm_steps=1)) == [] and t3.idle_caches == 1
+    prepared = np.concatenate([c.samples for c in engine.stream(TEXT, **opts)])
+    assert np.array_equal(prepared, made_by_stream)
+
+
 def test_prepared_voice_prompt_serves_the_streams(engine):
     """prepare_stream makes the voice's cached stream prefix (the encoder's and the CFM's) for a
     preset's settings and yields nothing; a stream with those settings then uses that prefix
