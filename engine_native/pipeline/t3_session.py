@@ -137,7 +137,7 @@ class T3Sessions:
         """The voice's conditioning prefix (its speaker, prompt tokens and, Multilingual, the
         exaggeration's position) computed into the pool's KV cache, by opening a session on a
         sentence of a token or two: the next session with this voice and options then computes
-        only its text, where a first one takes 0.2-1.7 s more (docs/CPU_BOUNDS.md)."""
+        only its text (the first Play's gain: docs/CPU.md)."""
         session = self.open_cancellable(ids, voice, 0, p, cancel)
         if session is not None:
             session.close()
