@@ -24,6 +24,7 @@ import numpy as np
 from engine_native import bounds
 from engine_native.engine import Engine, StageTimes
 from engine_native.errors import EngineError
+from engine_native.gguf_header import read_header
 
 BENCH_TEXT = ("The quick brown fox jumps over the lazy dog, and then it runs far away into the quiet "
               "green forest before the sun goes down.")
@@ -172,18 +173,19 @@ def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, se
 def bound_figures(engine: Engine, r: dict, voice, speech_frames: int) -> dict:
     """The host's read bandwidth and f32 FMA rate, measured now, and the least time they allow
     a T3 step and the CFM's passes of this run in f32 (engine_native/bounds.py)."""
-    path, config, cfm = engine.path, engine.stages.config, engine.stages.flow.cfm
+    config, cfm = engine.stages.config, engine.stages.flow.cfm
+    header = read_header(engine.path)
     rates = bounds.host_rates(r["threads"])
     rows = 2 if config.mtl else 1  # the Multilingual T3 samples with guidance: two rows a step
-    positions = bounds.t3_prompt_positions(path, voice.cond_prompt_speech_tokens.size, len(r["text_ids"]))
+    positions = bounds.t3_prompt_positions(header, voice.cond_prompt_speech_tokens.size, len(r["text_ids"]))
     frames = engine.stages.flow.prompt(voice, None)[1].shape[0] + speech_frames
     passes = cfm.n_timesteps * (2 if cfm.guided else 1)
+    step_bytes, cfm_macs = bounds.t3_step_bytes(header), bounds.cfm_macs_per_pass(header, frames) * passes
     return {"host_read_gbps": rates["read_gbps"], "host_fma_gmacs": rates["fma_gmacs"],
-            "host_fma_lanes": rates["fma_lanes"], "t3_step_mb": bounds.t3_step_bytes(path) / 1e6,
-            "t3_kv_mb": bounds.t3_kv_bytes_per_position(path, rows) * (positions + r["t3_tokens"] / 2) / 1e6,
-            "t3_bound_ms": bounds.t3_bound_ms(path, rates),
-            "cfm_gmacs": bounds.cfm_macs_per_pass(path, frames) * passes / 1e9, "cfm_frames": frames,
-            "cfm_passes": passes, "cfm_bound_ms": bounds.cfm_f32_bound_ms(path, rates, frames=frames, passes=passes)}
+            "host_fma_lanes": rates["fma_lanes"], "t3_step_mb": step_bytes / 1e6,
+            "t3_kv_mb": bounds.t3_kv_bytes_per_position(header, rows) * (positions + r["t3_tokens"] / 2) / 1e6,
+            "t3_bound_ms": bounds.read_bound_ms(step_bytes, rates), "cfm_gmacs": cfm_macs / 1e9,
+            "cfm_frames": frames, "cfm_passes": passes, "cfm_bound_ms": bounds.fma_bound_ms(cfm_macs, rates)}
 
 
 def _rss_mb() -> float:

@@ -9,7 +9,8 @@ bench can say how close to it each runs (issue 37's "within 1.5x of the memory-b
   its multiply-adds over the host's f32 FMA rate at the width OpenBLAS's kernels use.
 
 Both rates are measured here on this host (`_core.host_read_gbps`, `_core.host_f32_fma_gmacs`);
-the work is counted from the GGUF's shapes, nothing from a model size written down.
+the work is counted from the GGUF's shapes (its header, read once: `read_header`), nothing from a
+model size written down.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import re
 
 from engine_native import _core
-from engine_native.gguf_header import read_header
+from engine_native.gguf_header import GGUFHeader
 
 # OpenBLAS kernels (`system_info()["blas_core"]`) whose sgemm runs on 512-bit registers.
 _AVX512_BLAS_CORES = ("skylakex", "cooperlake", "sapphirerapids")
@@ -30,11 +31,11 @@ def _block_index(name: str, prefix: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def t3_step_bytes(model_path) -> int:
+def t3_step_bytes(header: GGUFHeader) -> int:
     """Bytes of the weights one T3 step reads: every tensor of its blocks, its final norm and
     its speech head (the embedding tables give one row a step)."""
     total = 0
-    for t in read_header(model_path).tensors:
+    for t in header.tensors:
         if not t.name.startswith("t3."):
             continue
         if _block_index(t.name, "t3.") is not None or t.name.startswith(("t3.speech_head.", "t3.norm.", "t3.ln_f.")):
@@ -42,12 +43,12 @@ def t3_step_bytes(model_path) -> int:
     return total
 
 
-def t3_kv_bytes_per_position(model_path, rows: int) -> int:
+def t3_kv_bytes_per_position(header: GGUFHeader, rows: int) -> int:
     """Bytes of the KV cache one past position adds to a step's reads: keys and values of
     every layer for `rows` rows (two with guidance), f32 where the model's blocks are f32,
     else f16 (the engine's cache types, t3/t3_gpt2.cpp and t3/t3_llama.cpp)."""
     layers, kv_dim, f32 = set(), 0, False
-    for t in read_header(model_path).tensors:
+    for t in header.tensors:
         i = _block_index(t.name, "t3.")
         if i is None:
             continue
@@ -59,13 +60,13 @@ def t3_kv_bytes_per_position(model_path, rows: int) -> int:
     return len(layers) * 2 * kv_dim * (4 if f32 else 2) * rows
 
 
-def t3_prompt_positions(model_path, voice_prompt_tokens: int, text_tokens: int) -> int:
+def t3_prompt_positions(header: GGUFHeader, voice_prompt_tokens: int, text_tokens: int) -> int:
     """Positions a T3 prompt fills: the speaker, the voice's conditioning (the Multilingual
     perceiver's queries with its emotion position, else the voice's prompt tokens), the text
     and the start of speech."""
     query = 0
     emotion = 0
-    for t in read_header(model_path).tensors:
+    for t in header.tensors:
         if t.name == "t3.cond_enc.perceiver.pre_attention_query":
             query = int(t.shape[1])
         elif t.name == "t3.cond_enc.emotion_adv_fc.weight":
@@ -73,14 +74,14 @@ def t3_prompt_positions(model_path, voice_prompt_tokens: int, text_tokens: int) 
     return 1 + (query + emotion if query else voice_prompt_tokens) + text_tokens + 1
 
 
-def cfm_macs_per_pass(model_path, frames: int) -> int:
+def cfm_macs_per_pass(header: GGUFHeader, frames: int) -> int:
     """Multiply-adds of one CFM estimator pass over `frames` frames (prompt and speech) for
     one row: every weight of its convolutions and linear layers once per frame (a conv's
     taps included), the attention's two products (scores and values: 2 x frames x inner
     dimension per query frame and block). The time embedding's layers run once per pass, not
     per frame, and are left out (a few million)."""
     per_frame, attention = 0, 0
-    for t in read_header(model_path).tensors:
+    for t in header.tensors:
         name = t.name
         if not name.startswith("s3gen.cfm.") or not name.endswith(".weight") or len(t.shape) < 2:
             continue
@@ -113,16 +114,13 @@ def host_rates(threads: int, rounds: int = 3) -> dict:
             "fma_gmacs": _core.host_f32_fma_gmacs(threads, lanes, rounds), "fma_lanes": lanes}
 
 
-def t3_bound_ms(model_path, rates: dict) -> float:
-    """The least ms a T3 step can take: its weights over the bandwidth. Its KV cache is read
-    too (t3_kv_bytes_per_position), but it is written just before and a large L3 may hold it
-    (this host's, measured: T3 ran faster than weights and cache over the bandwidth)."""
-    return t3_step_bytes(model_path) / (rates["read_gbps"] * 1e9) * 1e3
+def read_bound_ms(nbytes: float, rates: dict) -> float:
+    """The least ms reading `nbytes` takes at the measured bandwidth (T3's step: t3_step_bytes;
+    its KV cache is not counted, as a large L3 may hold it)."""
+    return nbytes / (rates["read_gbps"] * 1e9) * 1e3
 
 
-def cfm_f32_bound_ms(model_path, rates: dict, *, frames: int, passes: int) -> float:
-    """The least ms `passes` estimator passes (steps x guidance rows) over `frames` frames
-    can take in f32 multiply-adds."""
-    if rates["fma_gmacs"] <= 0:
-        return float("nan")
-    return cfm_macs_per_pass(model_path, frames) * passes / (rates["fma_gmacs"] * 1e9) * 1e3
+def fma_bound_ms(macs: float, rates: dict) -> float:
+    """The least ms `macs` f32 multiply-adds take at the measured rate (NaN where the CPU lacks
+    the width's FMA)."""
+    return macs / (rates["fma_gmacs"] * 1e9) * 1e3 if rates["fma_gmacs"] > 0 else float("nan")

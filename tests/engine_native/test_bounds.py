@@ -27,7 +27,7 @@ def test_cfm_multiply_adds_match_the_reference_estimators(frames):
     assert int(ref["attention_calls"]) > 0
     ref_macs = (int(ref["flops"]) + int(ref["attention_flops"])) / 2
     for quant in ("f32", "q4_0"):  # the count comes from shapes, whatever the weights' type
-        ours = bounds.cfm_macs_per_pass(model_path("turbo", quant=quant), frames)
+        ours = bounds.cfm_macs_per_pass(read_header(model_path("turbo", quant=quant)), frames)
         print(f"CFM {frames} frames ({quant}): {ours / 1e9:.3f} G multiply-adds, reference {ref_macs / 1e9:.3f} G")
         assert abs(ours / ref_macs - 1) <= 1e-3
 
@@ -38,27 +38,29 @@ def _hparam(kv: dict, suffix: str) -> int:
 
 
 def test_t3_step_bytes_are_its_blocks_norm_and_head():
-    kv = read_header(model_path("turbo")).kv
+    header = read_header(model_path("turbo"))
+    kv = header.kv
     layers, d = _hparam(kv, "t3.n_layer"), _hparam(kv, "t3.n_embd")
-    head = [t for t in read_header(model_path("turbo")).tensors if t.name == "t3.speech_head.weight"][0]
+    head = [t for t in header.tensors if t.name == "t3.speech_head.weight"][0]
     vocab = int(head.shape[1])
     # a GPT-2 block: c_attn 3d^2 + 3d, c_proj d^2 + d, c_fc 4d^2 + 4d, mlp c_proj 4d^2 + d, two norms 4d
     params = layers * (12 * d * d + 13 * d) + 2 * d + d * vocab + vocab
-    f32 = bounds.t3_step_bytes(model_path("turbo"))
+    f32 = bounds.t3_step_bytes(header)
     assert f32 == 4 * params
-    q4 = bounds.t3_step_bytes(model_path("turbo", quant="q4_0"))
+    q4_header = read_header(model_path("turbo", quant="q4_0"))
+    q4 = bounds.t3_step_bytes(q4_header)
     # Q4_0 packs 32 weights in 18 bytes; biases and norms stay f32
     assert 0.14 < q4 / f32 < 0.16
     # the KV cache: keys and values of every layer, f16 beside quantised weights, f32 beside f32
-    assert bounds.t3_kv_bytes_per_position(model_path("turbo"), 1) == layers * 2 * d * 4
-    assert bounds.t3_kv_bytes_per_position(model_path("turbo", quant="q4_0"), 2) == layers * 2 * d * 2 * 2
+    assert bounds.t3_kv_bytes_per_position(header, 1) == layers * 2 * d * 4
+    assert bounds.t3_kv_bytes_per_position(q4_header, 2) == layers * 2 * d * 2 * 2
 
 
 def test_t3_prompt_positions_follow_the_conditioning():
-    turbo = bounds.t3_prompt_positions(model_path("turbo"), voice_prompt_tokens=150, text_tokens=20)
+    turbo = bounds.t3_prompt_positions(read_header(model_path("turbo")), voice_prompt_tokens=150, text_tokens=20)
     assert turbo == 1 + 150 + 20 + 1
     # the Multilingual perceiver gives its queries whatever the voice prompt's length
-    mtl = model_path("mtl", size="small")
+    mtl = read_header(model_path("mtl", size="small"))
     assert bounds.t3_prompt_positions(mtl, 150, 20) == bounds.t3_prompt_positions(mtl, 40, 20)
 
 
