@@ -396,43 +396,37 @@ void q4_pack(const void* src, void* dst, int64_t n_rows, int64_t K) {
         }
 }
 
-void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out) {
-    const int64_t K = w->ne[0], N = w->ne[1], nb = K / kBlock;
-    const auto* data = static_cast<const uint8_t*>(w->data);
-    for (int64_t r = r0; r < r0 + n; ++r)
-        for (int64_t b = 0; b < nb; ++b, out += kBlock) {
-            const PackedBlock at(N, nb, r, b);
-            ggml_fp16_t h;
-            std::memcpy(&h, data + at.scale, sizeof(h));
-            const float d = ggml_fp16_to_fp32(h);
-            const uint8_t* q = data + at.nibbles;
-            for (int j = 0; j < 16; ++j) {  // ggml's dequantize_row_q4_0: low nibbles first
-                out[j] = static_cast<float>((q[j] & 0x0F) - 8) * d;
-                out[j + 16] = static_cast<float>((q[j] >> 4) - 8) * d;
-            }
-        }
-}
+// A row of Q4_0 blocks as f32, the same arithmetic as ggml's dequantize_row_q4_0 (low nibbles
+// first, (q - 8) * d, exact in f32), whichever layout holds the blocks: `at(b)` gives block b's
+// fp16 scale and 16 bytes of nibbles. One vector step a block where the CPU has AVX2 or AVX-512
+// (GCC leaves the plain loop scalar; scalar, T3's packed weights took 29 % of a Multilingual
+// prompt, converted for the AMX products on every call).
+struct BlockAt {
+    ggml_fp16_t d;
+    const uint8_t* qs;
+};
 
-// One row's blocks, the same arithmetic as ggml's (low nibbles first, (q - 8) * d, exact in
-// f32), 16 values a step (GCC left the plain loop scalar).
-static void q4_0_row_to_f32_scalar(const BlockQ4* blocks, int64_t nb, float* out) {
+template <class At>
+static void row_to_f32_scalar(const At& at, int64_t nb, float* out) {
     for (int64_t b = 0; b < nb; ++b, out += kBlock) {
-        const float d = ggml_fp16_to_fp32(blocks[b].d);
-        const uint8_t* q = blocks[b].qs;
+        const BlockAt blk = at(b);
+        const float d = ggml_fp16_to_fp32(blk.d);
         for (int j = 0; j < 16; ++j) {
-            out[j] = static_cast<float>((q[j] & 0x0F) - 8) * d;
-            out[j + 16] = static_cast<float>((q[j] >> 4) - 8) * d;
+            out[j] = static_cast<float>((blk.qs[j] & 0x0F) - 8) * d;
+            out[j + 16] = static_cast<float>((blk.qs[j] >> 4) - 8) * d;
         }
     }
 }
 
 #ifdef CBS_Q4_X86
-__attribute__((target("avx512f,f16c"))) static void q4_0_row_to_f32_avx512(const BlockQ4* blocks, int64_t nb, float* out) {
+template <class At>
+__attribute__((target("avx512f,f16c"))) static void row_to_f32_avx512(const At& at, int64_t nb, float* out) {
     const __m128i low = _mm_set1_epi8(0x0F);
     const __m512i eight = _mm512_set1_epi32(8);
     for (int64_t b = 0; b < nb; ++b, out += kBlock) {
-        const __m512 d = _mm512_set1_ps(_cvtsh_ss(blocks[b].d));
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs));
+        const BlockAt blk = at(b);
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(blk.d));
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
         const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(q, low)), eight);
         const __m512i hi = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low)), eight);
         _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d));
@@ -440,12 +434,14 @@ __attribute__((target("avx512f,f16c"))) static void q4_0_row_to_f32_avx512(const
     }
 }
 
-__attribute__((target("avx2,f16c"))) static void q4_0_row_to_f32_avx2(const BlockQ4* blocks, int64_t nb, float* out) {
+template <class At>
+__attribute__((target("avx2,f16c"))) static void row_to_f32_avx2(const At& at, int64_t nb, float* out) {
     const __m128i low = _mm_set1_epi8(0x0F);
     const __m256i eight = _mm256_set1_epi32(8);
     for (int64_t b = 0; b < nb; ++b, out += kBlock) {
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(blocks[b].d));
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs));
+        const BlockAt blk = at(b);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(blk.d));
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
         const __m128i nib[2] = {_mm_and_si128(q, low), _mm_and_si128(_mm_srli_epi16(q, 4), low)};
         for (int h = 0; h < 2; ++h)
             for (int e = 0; e < 2; ++e) {
@@ -456,21 +452,36 @@ __attribute__((target("avx2,f16c"))) static void q4_0_row_to_f32_avx2(const Bloc
 }
 #endif
 
-static void q4_0_row_to_f32(const BlockQ4* blocks, int64_t nb, float* out) {
+template <class At>
+static void row_to_f32(const At& at, int64_t nb, float* out) {
 #ifdef CBS_Q4_X86
     static const int form = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c") ? 2
                             : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")  ? 1
                                                                                                 : 0;
-    if (form == 2) return q4_0_row_to_f32_avx512(blocks, nb, out);
-    if (form == 1) return q4_0_row_to_f32_avx2(blocks, nb, out);
+    if (form == 2) return row_to_f32_avx512(at, nb, out);
+    if (form == 1) return row_to_f32_avx2(at, nb, out);
 #endif
-    q4_0_row_to_f32_scalar(blocks, nb, out);
+    row_to_f32_scalar(at, nb, out);
+}
+
+void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out) {
+    const int64_t K = w->ne[0], N = w->ne[1], nb = K / kBlock;
+    const auto* data = static_cast<const uint8_t*>(w->data);
+    for (int64_t r = r0; r < r0 + n; ++r, out += K)
+        row_to_f32([&](int64_t b) {
+            const PackedBlock at(N, nb, r, b);
+            ggml_fp16_t d;
+            std::memcpy(&d, data + at.scale, sizeof(d));
+            return BlockAt{d, data + at.nibbles};
+        }, nb, out);
 }
 
 void q4_0_rows_to_f32(const ggml_tensor* w, int64_t r0, int64_t n, float* out) {
     const int64_t K = w->ne[0];
-    for (int64_t r = r0; r < r0 + n; ++r, out += K)
-        q4_0_row_to_f32(reinterpret_cast<const BlockQ4*>(static_cast<const char*>(w->data) + r * w->nb[1]), K / kBlock, out);
+    for (int64_t r = r0; r < r0 + n; ++r, out += K) {
+        const auto* blocks = reinterpret_cast<const BlockQ4*>(static_cast<const char*>(w->data) + r * w->nb[1]);
+        row_to_f32([blocks](int64_t b) { return BlockAt{blocks[b].d, blocks[b].qs}; }, K / kBlock, out);
+    }
 }
 
 void q4_mark_packed(const ggml_tensor* t, bool packed) {
