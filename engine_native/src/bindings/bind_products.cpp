@@ -13,6 +13,7 @@
 #include "cpu/amx_gemm.h"
 #include "cpu/attention.h"
 #include "cpu/products.h"
+#include "cpu/q4_matmul.h"
 #include "cpu/vnni_gemm.h"
 
 namespace cbs {
@@ -33,17 +34,24 @@ py::array_t<float> to_array(const std::vector<float>& v, std::vector<py::ssize_t
     return a;
 }
 
-// x [N, K] times the weight w [M, K] (stored as `type`: f32, f16, q4_0) -> [N, M].
+// x [N, K] times the weight w [M, K] (stored as `type`: f32, f16, q4_0, or q4_0_packed: Q4_0 in
+// T3's packed layout, cpu/q4_matmul.h) -> [N, M].
 py::array_t<float> linear_product(F32Array w, F32Array x, const std::string& type, const std::string& how, int threads) {
     if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(0) < 1 || x.shape(0) < 1)
         throw ParameterError("w [M, K] and x [N, K]");
-    const ggml_type t = type == "f32" ? GGML_TYPE_F32 : type == "f16" ? GGML_TYPE_F16 : type == "q4_0" ? GGML_TYPE_Q4_0
-                                                                                                      : GGML_TYPE_COUNT;
-    if (t == GGML_TYPE_COUNT) throw ParameterError("type must be f32, f16 or q4_0");
+    const bool packed = type == "q4_0_packed";
+    const ggml_type t = type == "f32" ? GGML_TYPE_F32 : type == "f16" ? GGML_TYPE_F16
+                        : type == "q4_0" || packed                   ? GGML_TYPE_Q4_0
+                                                                     : GGML_TYPE_COUNT;
+    if (t == GGML_TYPE_COUNT) throw ParameterError("type must be f32, f16, q4_0 or q4_0_packed");
     const int64_t M = w.shape(0), K = w.shape(1), N = x.shape(0);
     if (K % ggml_blck_size(t) != 0) throw ParameterError("K must be a multiple of the type's block");
     std::vector<uint8_t> raw(ggml_row_size(t, K) * M);
     ggml_quantize_chunk(t, w.data(), raw.data(), 0, M, K, nullptr);
+    if (packed) {
+        std::vector<uint8_t> ggml_layout = raw;
+        q4_pack(ggml_layout.data(), raw.data(), M, K);
+    }
     BackendPtr backend = make_backend("cpu", threads);
     ggml_init_params params{ggml_tensor_overhead(), nullptr, true};
     std::unique_ptr<ggml_context, void (*)(ggml_context*)> weights(ggml_init(params), ggml_free);
@@ -51,6 +59,11 @@ py::array_t<float> linear_product(F32Array w, F32Array x, const std::string& typ
     std::unique_ptr<ggml_backend_buffer, void (*)(ggml_backend_buffer_t)> buffer(
         ggml_backend_alloc_ctx_tensors(weights.get(), backend.get()), ggml_backend_buffer_free);
     ggml_backend_tensor_set(wt, raw.data(), 0, raw.size());
+    struct Unmark {  // the packed mark goes with the tensor
+        const ggml_tensor* t;
+        ~Unmark() { q4_mark_packed(t, false); }
+    } unmark{wt};
+    if (packed) q4_mark_packed(wt, true);
     std::vector<float> out;
     {
         py::gil_scoped_release nogil;

@@ -201,16 +201,20 @@ AMX_TARGET void transpose16(__m512i r[16]) {
 
 // One 16-row block of B's rows (fewer at the end: zero rows) into its packed tiles: row c's
 // k values 2r, 2r+1 are 32-bit word r * 16 + c of the block's tile, for high and low parts
-// (the rows' split words, 16 per row and k block, transposed).
-AMX_TARGET void pack_block(const float* rows, int64_t ld, int64_t n_rows, int64_t k, int64_t k_blocks, uint16_t* out) {
+// (the rows' split words, 16 per row and k block, transposed). `load(c, kb, k0, lo16, hi16)`
+// gives row c's 32 values from k0 (zeros past k).
+template <class Load>
+AMX_TARGET void pack_block(const Load& load, int64_t n_rows, int64_t k_blocks, uint16_t* out) {
     for (int64_t kb = 0; kb < k_blocks; ++kb) {
         __m512i hi[16], lo[16];
         const int64_t k0 = kb * kTileK;
         for (int64_t c = 0; c < kTileRows; ++c) {
             __m256i h0 = _mm256_setzero_si256(), l0 = h0, h1 = h0, l1 = h0;
             if (c < n_rows) {
-                split16(rows + c * ld + k0, first_lanes(k - k0), h0, l0);
-                split16(rows + c * ld + k0 + 16, first_lanes(std::max<int64_t>(0, k - k0 - 16)), h1, l1);
+                __m512 v0, v1;
+                load(c, kb, k0, v0, v1);
+                split_vec(v0, h0, l0);
+                split_vec(v1, h1, l1);
             }
             hi[c] = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
             lo[c] = _mm512_inserti64x4(_mm512_castsi256_si512(l0), l1, 1);
@@ -296,9 +300,30 @@ void AmxPackedB::pack(const float* rows, int64_t ld, int64_t n, int64_t k) {
     n_ = n, k_ = k, k_blocks_ = round_up(k, kTileK) / kTileK;
     const int64_t blocks = (n + kTileRows - 1) / kTileRows;
     uint16_t* out = data_.resize(static_cast<size_t>(blocks * k_blocks_ * 2 * kTileElems));
-    for (int64_t rb = 0; rb < blocks; ++rb)
-        pack_block(rows + rb * kTileRows * ld, ld, std::min(kTileRows, n - rb * kTileRows), k, k_blocks_,
-                   out + rb * k_blocks_ * 2 * kTileElems);
+    for (int64_t rb = 0; rb < blocks; ++rb) {
+        const float* block_rows = rows + rb * kTileRows * ld;
+        auto load = [&](int64_t c, int64_t, int64_t k0, __m512& v0, __m512& v1) AMX_TARGET {
+            v0 = _mm512_maskz_loadu_ps(first_lanes(k - k0), block_rows + c * ld + k0);
+            v1 = _mm512_maskz_loadu_ps(first_lanes(std::max<int64_t>(0, k - k0 - 16)), block_rows + c * ld + k0 + 16);
+        };
+        pack_block(load, std::min(kTileRows, n - rb * kTileRows), k_blocks_, out + rb * k_blocks_ * 2 * kTileElems);
+    }
+}
+
+void AmxPackedB::pack(RowBlock block, const void* src, int64_t first, int64_t n, int64_t k) {
+    n_ = n, k_ = k, k_blocks_ = round_up(k, kTileK) / kTileK;
+    const int64_t blocks = (n + kTileRows - 1) / kTileRows;
+    uint16_t* out = data_.resize(static_cast<size_t>(blocks * k_blocks_ * 2 * kTileElems));
+    for (int64_t rb = 0; rb < blocks; ++rb) {
+        const int64_t row0 = first + rb * kTileRows;
+        auto load = [&](int64_t c, int64_t kb, int64_t, __m512& v0, __m512& v1) AMX_TARGET {
+            alignas(64) float values[kTileK];
+            block(src, row0 + c, kb, values);
+            v0 = _mm512_load_ps(values);
+            v1 = _mm512_load_ps(values + 16);
+        };
+        pack_block(load, std::min(kTileRows, n - rb * kTileRows), k_blocks_, out + rb * k_blocks_ * 2 * kTileElems);
+    }
 }
 
 void AmxPackedB::pack_transposed(const float* cols, int64_t ld, int64_t n, int64_t k) {
@@ -342,6 +367,7 @@ void amx_set_k_run(int64_t k_blocks) { g_k_run = k_blocks; }
 
 bool amx_available() { return false; }
 void AmxPackedB::pack(const float*, int64_t, int64_t, int64_t) { std::abort(); }
+void AmxPackedB::pack(RowBlock, const void*, int64_t, int64_t, int64_t) { std::abort(); }
 void AmxPackedB::pack_transposed(const float*, int64_t, int64_t, int64_t) { std::abort(); }
 size_t AmxSplitA::bytes(int64_t, int64_t) { return 0; }
 void AmxSplitA::view(void*, int64_t, int64_t) { std::abort(); }

@@ -34,6 +34,11 @@ public:
     void pack(const float* rows, int64_t ld, int64_t n, int64_t k);
     // The same from B's transpose: B[r][i] at `cols + i * ld + r` (attention's values).
     void pack_transposed(const float* cols, int64_t ld, int64_t n, int64_t k);
+    // The same from rows in a form of their own (a quantised weight): `block(src, row, kb, out)`
+    // writes values 32 kb .. 32 kb + 31 of B's row `first + row` to out (k a multiple of 32),
+    // so a Q4_0 block goes to its tiles through L1, not a buffer of f32 rows.
+    using RowBlock = void (*)(const void* src, int64_t row, int64_t k_block, float* out);
+    void pack(RowBlock block, const void* src, int64_t first, int64_t n, int64_t k);
     int64_t rows() const { return n_; }
     int64_t k() const { return k_; }
     const uint16_t* block(int64_t row_block, int64_t k_block) const {

@@ -140,11 +140,16 @@ static void amx_weight_matmul(ggml_tensor* dst, int nth) {
     const int64_t piece = std::min(kAmxMaxPieceRows, ((M + nth - 1) / nth + 15) / 16 * 16);
     thread_local std::vector<float> w;
     thread_local AmxPackedB wp;
+    const Q4BlockToF32 q4_blocks = q4_block_to_f32(a);
     AmxSplitA bs;
     for (int64_t m0; (m0 = split_counter(split)->fetch_add(piece)) < M;) {
         const int64_t m = std::min(piece, M - m0);
-        int64_t ldw = K;
-        wp.pack(weight_rows_f32(a, m0, m, w, ldw), ldw, m, K);
+        if (q4_blocks) {  // Q4_0 blocks go to the tiles through L1
+            wp.pack(q4_blocks, a, m0, m, K);
+        } else {
+            int64_t ldw = K;
+            wp.pack(weight_rows_f32(a, m0, m, w, ldw), ldw, m, K);
+        }
         for_each_batch(dst, [&](int64_t i2, int64_t i3) {
             bs.view(split_batch(split, dst, i2, i3, AmxSplitA::bytes(N, K)), N, K);
             amx_gemm(bs, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);

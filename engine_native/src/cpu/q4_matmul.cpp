@@ -464,24 +464,39 @@ static void row_to_f32(const At& at, int64_t nb, float* out) {
     row_to_f32_scalar(at, nb, out);
 }
 
-void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out) {
-    const int64_t K = w->ne[0], N = w->ne[1], nb = K / kBlock;
+// Row r's block b of a Q4_0 weight, in T3's packed layout or ggml's own.
+template <bool kPacked>
+static BlockAt block_at(const ggml_tensor* w, int64_t r, int64_t b) {
     const auto* data = static_cast<const uint8_t*>(w->data);
-    for (int64_t r = r0; r < r0 + n; ++r, out += K)
-        row_to_f32([&](int64_t b) {
-            const PackedBlock at(N, nb, r, b);
-            ggml_fp16_t d;
-            std::memcpy(&d, data + at.scale, sizeof(d));
-            return BlockAt{d, data + at.nibbles};
-        }, nb, out);
+    if (!kPacked) {
+        const auto* blk = reinterpret_cast<const BlockQ4*>(data + r * w->nb[1]) + b;
+        return {blk->d, blk->qs};
+    }
+    const PackedBlock at(w->ne[1], w->ne[0] / kBlock, r, b);
+    ggml_fp16_t d;
+    std::memcpy(&d, data + at.scale, sizeof(d));
+    return {d, data + at.nibbles};
 }
 
-void q4_0_rows_to_f32(const ggml_tensor* w, int64_t r0, int64_t n, float* out) {
+template <bool kPacked>
+static void rows_to_f32(const ggml_tensor* w, int64_t r0, int64_t n, float* out) {
     const int64_t K = w->ne[0];
-    for (int64_t r = r0; r < r0 + n; ++r, out += K) {
-        const auto* blocks = reinterpret_cast<const BlockQ4*>(static_cast<const char*>(w->data) + r * w->nb[1]);
-        row_to_f32([blocks](int64_t b) { return BlockAt{blocks[b].d, blocks[b].qs}; }, K / kBlock, out);
-    }
+    for (int64_t r = r0; r < r0 + n; ++r, out += K)
+        row_to_f32([w, r](int64_t b) { return block_at<kPacked>(w, r, b); }, K / kBlock, out);
+}
+
+template <bool kPacked>
+static void one_block_to_f32(const void* w, int64_t r, int64_t b, float* out) {
+    row_to_f32([w, r, b](int64_t) { return block_at<kPacked>(static_cast<const ggml_tensor*>(w), r, b); }, 1, out);
+}
+
+void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out) { rows_to_f32<true>(w, r0, n, out); }
+
+void q4_0_rows_to_f32(const ggml_tensor* w, int64_t r0, int64_t n, float* out) { rows_to_f32<false>(w, r0, n, out); }
+
+Q4BlockToF32 q4_block_to_f32(const ggml_tensor* w) {
+    if (w->type != GGML_TYPE_Q4_0) return nullptr;
+    return q4_is_packed(w) ? one_block_to_f32<true> : one_block_to_f32<false>;
 }
 
 void q4_mark_packed(const ggml_tensor* t, bool packed) {

@@ -45,6 +45,11 @@ void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out);
 // and the AMX products convert every weight at every evaluation).
 void q4_0_rows_to_f32(const ggml_tensor* w, int64_t r0, int64_t n, float* out);
 
+// Block b (32 values) of row r of a Q4_0 weight w as f32 into out: a source for AmxPackedB::pack
+// (q4_block_to_f32(w) chooses the layout's; nullptr when w is not Q4_0).
+using Q4BlockToF32 = void (*)(const void* w, int64_t r, int64_t b, float* out);
+Q4BlockToF32 q4_block_to_f32(const ggml_tensor* w);
+
 // Marks a tensor as holding the packed layout (ModelFile, after writing it), or not.
 void q4_mark_packed(const ggml_tensor* t, bool packed);
 bool q4_is_packed(const ggml_tensor* t);

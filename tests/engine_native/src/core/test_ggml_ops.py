@@ -89,6 +89,20 @@ def test_q4_0_weights_read_as_ggml_reads_them():
     assert np.array_equal(w_stored, _q4_0_round_trip(w))
 
 
+def test_q4_0_weights_reach_the_products_as_their_f32_values():
+    """A Q4_0 weight, in ggml's layout or T3's packed one (a prompt's columns, past the packed
+    kernel's reach: the AMX tiles, or sgemm without AMX), is multiplied as the f32 values it
+    stands for: its blocks go to AMX's tiles straight from their codes (AmxPackedB::pack from
+    q4_block_to_f32), bit for bit the product of those values stored as f32."""
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((96, 256)) * 0.05).astype(np.float32)
+    x = rng.standard_normal((300, 256)).astype(np.float32)
+    mode = "fast" if AMX else "exact"  # without AMX a Q4_0 weight's fast product may be int16
+    packed = _core.linear_product(w, x, "q4_0_packed", "fast")
+    assert np.array_equal(packed, _core.linear_product(w, x, "q4_0", mode))
+    assert np.array_equal(packed, _core.linear_product(_q4_0_round_trip(w), x, "f32", mode))
+
+
 @pytest.mark.parametrize("h,tq,tk,d", [(8, 1000, 1000, 64), (3, 300, 77, 64), (2, 17, 500, 32)])
 def test_attention_product(h, tq, tk, d):
     rng = np.random.default_rng(h + tq + tk)
