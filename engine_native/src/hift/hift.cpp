@@ -94,17 +94,9 @@ Hift::Conv Hift::conv(const ModelFile& mf, const HiftConvLayer& l, bool allow_ff
     static_assert(kFftTile <= kMaxTile);
     if (allow_fft && fft_conv(K, cin, cout, l.stride, l.pad, l.dil, kFftTile)) c.fft = &tile_fft_;
     std::vector<float> src = mf.read_f32(l.w);
-    if (c.fft) {
-        // Panels of 16 output channels, [Cout / 16][Cin][K][16] (weight_bin's reading order:
-        // one panel a contiguous stream)
-        std::vector<float> dst(src.size());
-        for (int64_t oc = 0; oc < cout; ++oc)
-            for (int64_t ci = 0; ci < cin; ++ci)
-                for (int64_t k = 0; k < K; ++k)
-                    dst[((oc / 16 * cin + ci) * K + k) * 16 + oc % 16] = src[(oc * cin + ci) * K + k];
-        c.w = own_.add(std::move(dst), {cout, cin * K});
-    } else if (cout % 16 == 0 && l.dil == 1) {
-        // rgemm's panels of the weight [K * Cin][Cout] (row k Cin + ci)
+    if (c.fft || (cout % 16 == 0 && l.dil == 1)) {
+        // rgemm's panels of the weight [K * Cin][Cout] (row k Cin + ci); an FFT conv's too
+        // (weight_bin reads them), so that a short signal goes through rgemm instead.
         std::vector<float> t(src.size());
         for (int64_t oc = 0; oc < cout; ++oc)
             for (int64_t ci = 0; ci < cin; ++ci)

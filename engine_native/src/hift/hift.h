@@ -47,7 +47,7 @@ private:
         ggml_tensor *w = nullptr, *b = nullptr;  // b ne [Cout]
         int K = 1, cin = 0, cout = 0, stride = 1, pad = 0, dil = 1;
         const FftPlan<float>* fft = nullptr;  // set: through the DFT, tiles of its length (tile_fft_)
-        bool panels = false;  // direct through rgemm (Cout a multiple of 16, dilation 1): w in panels
+        bool panels = false;  // w in rgemm's panels (Cout a multiple of 16): direct through rgemm
     };
     struct Snake {
         ggml_tensor *alpha = nullptr, *inv_alpha = nullptr;  // both ne [C]

@@ -2,6 +2,7 @@
 // and the two entry points f0() and decode().
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <string>
 
@@ -33,6 +34,20 @@ struct Hift::Graph {
 
     Work* work() { return &works.emplace_back(); }
 
+    // Whether an FFT conv over L frames costs less as rgemm's direct products: for a short
+    // signal (a stream's chunk, the first especially) the DFT's fixed cost, W_f made and read
+    // for every bin (2 C^2 floats each, from the whole weight), outweighs its products. Up to
+    // 6,000 frame-taps (L x K) was best measured: a 16-frame mel decoded in 52 ms against 73-84,
+    // 32 frames 90 against 108, unchanged from ~60 frames on (docs/CPU.md). CBS_HIFT_DIRECT
+    // sets the bound (0: every such conv through the DFT).
+    static bool direct_is_cheaper(const Conv& c, int64_t L) {
+        static const int64_t max_frame_taps = [] {
+            const char* v = std::getenv("CBS_HIFT_DIRECT");
+            return v && *v ? std::atoll(v) : int64_t{6000};
+        }();
+        return L * c.K <= max_frame_taps;
+    }
+
     // A B through rgemm: rows windows of kc floats of a, a_step apart; B in panels.
     ggml_tensor* rgemm(ggml_tensor* a, ggml_tensor* b, int64_t kc, int64_t a_step, int64_t rows) {
         rgemm_ops.push_back({kc, a_step, work()});
@@ -52,6 +67,13 @@ struct Hift::Graph {
         if (act == Act::snake) {
             args[n++] = s->alpha;
             args[n++] = s->inv_alpha;
+        }
+        if (c.panels && c.dil > 1) {  // an FFT conv's short signal: the dilated frames side by side
+            const int64_t kc = int64_t{c.K} * c.cin;
+            cols_ops.push_back({c.K, c.stride, c.pad, c.dil, pre_bias != nullptr, act, slope, work()});
+            ggml_tensor* cols = ggml_custom_4d(ctx, GGML_TYPE_F32, kc, out_len, 1, 1, args, n, cols_kernel,
+                                               GGML_N_TASKS_MAX, &cols_ops.back());
+            return rgemm(cols, c.w, kc, kc, out_len);
         }
         if (c.panels) {
             // the activated signal, zero-padded, read by rgemm in overlapping windows
@@ -107,7 +129,7 @@ struct Hift::Graph {
     // c's bias left pending.
     Sig conv_block(const Conv& c, Sig x, Act act, const Snake* s, const FinishOp* fin = nullptr,
                    ggml_tensor* res = nullptr, ggml_tensor* acc = nullptr) {
-        if (!c.fft) {
+        if (!c.fft || direct_is_cheaper(c, x.t->ne[1])) {
             ggml_tensor* y = conv(c, x.t, x.bias, act, s);
             if (!fin) return {y, c.b};
             return {finish(y, c.b, res, acc, fin->div, fin->post, fin->slope), nullptr};
@@ -132,7 +154,7 @@ struct Hift::Graph {
         // the three nodes' spectra stay in L3 instead.
         constexpr int64_t fuse_max_bytes = 8 << 20;  // (fusing C = 256 too, 32 MB, is slower)
         if (int64_t{n_bins} * 2 * C * C * 4 <= fuse_max_bytes) {
-            wprep_ops.push_back({c.fft, c.K, work()});
+            wprep_ops.push_back({c.fft, c.K, C, work()});
             ggml_tensor* wargs[1] = {c.w};
             ggml_tensor* W = ggml_custom_4d(ctx, GGML_TYPE_F32, 2 * C * C, n_bins, 1, 1, wargs, 1, wprep_kernel,
                                             GGML_N_TASKS_MAX, &wprep_ops.back());
@@ -155,7 +177,7 @@ struct Hift::Graph {
         const int64_t n_chunks = (geom.tiles() + chunk_tiles(C) - 1) / chunk_tiles(C);
         ggml_tensor* X = ggml_custom_4d(ctx, GGML_TYPE_F32, spec_block(C), n_bins, n_chunks, 1, args, n,
                                         fft_in_kernel, GGML_N_TASKS_MAX, &fft_in_ops.back());
-        cgemm_ops.push_back({c.fft, c.K, geom.tiles(), work()});
+        cgemm_ops.push_back({c.fft, c.K, C, geom.tiles(), work()});
         ggml_tensor* gargs[2] = {X, c.w};
         ggml_tensor* Y = ggml_custom_4d(ctx, GGML_TYPE_F32, spec_block(C), n_bins, n_chunks, 1, gargs, 2,
                                         cgemm_kernel, GGML_N_TASKS_MAX, &cgemm_ops.back());

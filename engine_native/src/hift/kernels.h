@@ -112,12 +112,13 @@ struct FftInOp {
 };
 
 // cgemm: the per-bin products of all tiles' spectra with W_f, from the conv weight wt in
-// panels of 16 output channels ([C / 16][C][K][16]), chunked spectra in and out. A thread
+// rgemm's panels of 16 output channels ([C / 16][K][C][16]), chunked spectra in and out. A thread
 // takes whole bins: W_f is made once into a buffer, then each chunk's block of the bin is
 // read once for all output channels. src: X, wt.
 struct CgemmOp {
     const TileFft* fft;
     int K;
+    int64_t C;  // channels (in = out)
     int64_t tiles;  // the rest of the last chunk is left alone
     Work* work;
 };
@@ -135,6 +136,7 @@ struct FftOutOp {
 struct WprepOp {
     const TileFft* fft;
     int K;
+    int64_t C;
     Work* work;
 };
 

@@ -104,9 +104,9 @@ CBS_INL void tile_inverse(float* y, const float* spec, int64_t bin_stride, const
 }
 
 // W_f = conj(sum_k w_k exp(-2 pi i f k / N)) / N for all C x C channel pairs, from the
-// conv weight wt in panels of 16 output channels, [C / 16][C (in)][K][16], as cmul_bin
-// reads it: per 16 output channels and input channel, Wr of the 16 then Wi of the 16
-// (2 C^2 floats).
+// conv weight wt in rgemm's panels of 16 output channels, [C / 16][K][C (in)][16], as
+// cmul_bin reads it: per 16 output channels and input channel, Wr of the 16 then Wi of the
+// 16 (2 C^2 floats).
 template <class V>
 CBS_INL void weight_bin(float* wf, const float* wt, int64_t C, int K, int f, const TileFft& fft) {
     const int N = fft.size();
@@ -118,15 +118,16 @@ CBS_INL void weight_bin(float* wf, const float* wt, int64_t C, int K, int f, con
         sn[k] = -fft.w_im(m) * scale;
     }
     // Per input channel the K taps summed in registers, in tap order, each W_f value written
-    // once; a panel is read as one stream (every bin reads the whole weight: laid out
-    // [C (out)][C (in)][K], the taps C^2 floats apart, its loads would dominate cgemm).
+    // once; a panel is read as K streams, a tap's C inputs apart (every bin reads the whole
+    // weight: laid out [C (out)][C (in)][K], the taps C^2 floats apart, its loads would
+    // dominate cgemm).
     for (int64_t co = 0; co < C; co += 16) {
         float* o = wf + co * C * 2;
         const float* panel = wt + co * C * K;
         for (int64_t ci = 0; ci < C; ++ci) {
             V r0{}, r1{}, i0{}, i1{};
             for (int k = 0; k < K; ++k) {
-                const float* w = panel + (ci * K + k) * 16;
+                const float* w = panel + (k * C + ci) * 16;
                 const V w0 = vload<V>(w), w1 = vload<V>(w + 8);
                 r0 = r0 + w0 * cs[k];
                 r1 = r1 + w1 * cs[k];
@@ -322,7 +323,7 @@ template <bool kWide>
 CBS_INL void cgemm_body(ggml_tensor* dst, const CgemmOp& p) {
     const ggml_tensor* X = dst->src[0];
     const ggml_tensor* wt = dst->src[1];
-    const int64_t C = wt->ne[0], n_chunks = X->ne[2], ct = chunk_tiles(C);
+    const int64_t C = p.C, n_chunks = X->ne[2], ct = chunk_tiles(C);
     const int n_bins = static_cast<int>(X->ne[1]);
     const int N = p.fft->size();
     thread_local std::vector<float> wf;
@@ -359,7 +360,7 @@ CBS_INL void fft_out_body(ggml_tensor* dst, const FftOutOp& p) {
 template <bool kWide>
 CBS_INL void wprep_body(ggml_tensor* dst, const WprepOp& p) {
     const ggml_tensor* wt = dst->src[0];
-    const int64_t C = wt->ne[0];
+    const int64_t C = p.C;
     for (int64_t f0, f1; p.work->take(p.fft->size() / 2 + 1, 1, f0, f1);) {
         const int f = static_cast<int>(f0);
         weight_bin<Vec<kWide>>(static_cast<float*>(dst->data) + f * 2 * C * C, data_f32(wt), C, p.K, f, *p.fft);

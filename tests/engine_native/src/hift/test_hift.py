@@ -3,7 +3,8 @@
 Seams: `hift_f0` (f0_predictor) and `hift_decode` (HiFTGenerator.decode from the mel and
 the excitation). The excitation comes from the reference's own f0 -> f0_upsamp ->
 m_source path (stage `hift_source`, torch seeded) so decode sees a realistic source.
-Mel lengths 50 and 500 frames = 25 and 250 speech tokens.
+Mel lengths 12, 50 and 500 frames = 6, 25 and 250 speech tokens: the resblock convs of a short
+signal run directly (rgemm), a long one's through the DFT; 50 frames takes both.
 
 Tolerances: f0 rel <= 1e-5, decode rel <= 1e-4.
 """
@@ -29,7 +30,7 @@ def reference():
     """mel, reference f0, source and waveform per T (one reference process per stage and T)."""
     snap = snapshot_dir("turbo")
     out = {}
-    for T, seed in [(50, 1), (500, 2)]:
+    for T, seed in [(12, 3), (50, 1), (500, 2)]:
         mel = _mel(T, seed)
         src = run_stage("hift_source", snap, mel=mel, seed=np.asarray(0))
         wav = run_stage("hift_decode", snap, mel=mel, source=src["source"])["wav"]
@@ -51,7 +52,7 @@ def test_hift_f0_matches_reference(reference, T):
     assert rel <= 1e-5
 
 
-@pytest.mark.parametrize("T", [50, 500])
+@pytest.mark.parametrize("T", [12, 50, 500])
 def test_hift_decode_matches_reference(reference, T):
     r = reference[T]
     assert r["source"].shape == (1, 1, 480 * T)
@@ -160,3 +161,27 @@ def test_avx512_products_equal_the_8_lane_build(tmp_path):
         outs.append(np.load(out))
     assert outs[0].size == 120 * 480 and np.abs(outs[0]).max() > 0
     assert np.array_equal(outs[0], outs[1])
+
+
+def test_short_signal_convs_run_directly(tmp_path):
+    """A short mel's resblock convs run as direct products (rgemm) where a long one's go
+    through the DFT (hift_graph.cpp direct_is_cheaper): the same decode within rounding, not
+    bit for bit (CBS_HIFT_DIRECT=0 sends every one through the DFT, in a process of its own)."""
+    import os
+    import subprocess
+    import sys
+
+    np.save(tmp_path / "mel.npy", _mel(16, 9))
+    outs = []
+    for bound in ("", "0"):
+        out = tmp_path / f"wav{bound}.npy"
+        res = subprocess.run([sys.executable, "-c", _INFERENCE, str(model_path("turbo")), str(tmp_path / "mel.npy"),
+                              str(out)], env=dict(os.environ, CBS_HIFT_DIRECT=bound), capture_output=True, text=True,
+                             cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        outs.append(np.load(out))
+    direct, dft = outs
+    rel = float(np.linalg.norm(direct - dft) / np.linalg.norm(dft))
+    print(f"direct vs DFT, 16 mel frames: rel {rel:.1e}")
+    assert direct.size == dft.size == 16 * 480 and not np.array_equal(direct, dft)
+    assert rel <= 1e-5
