@@ -7,6 +7,7 @@
 #include "core/backend.h"
 #include "core/graph_helpers.h"
 #include "cpu/activations.h"
+#include "cpu/attention.h"
 
 namespace cbs {
 
@@ -96,7 +97,7 @@ ggml_tensor* S3TokenizerV2::rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor*
 
 // ResidualAttentionBlock on x [C, T]: pre-LN FSMN attention, then pre-LN GELU MLP.
 ggml_tensor* S3TokenizerV2::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin,
-                                  ggml_tensor* mask, const Block& b) const {
+                                  const Block& b) const {
     const int64_t T = x->ne[1], H = n_head_, D = head_dim_, C = n_state_, K = fsmn_kernel_;
     ggml_tensor* h = layer_norm(ctx, x, b.attn_ln_w, b.attn_ln_b, &kLayerNormEps, on_cpu_);
     ggml_tensor* q = linear(ctx, h, b.q_w, b.q_b, products_);
@@ -110,20 +111,14 @@ ggml_tensor* S3TokenizerV2::block(ggml_context* ctx, ggml_tensor* x, ggml_tensor
     ggml_tensor* mem = ggml_ssm_conv(ctx, ggml_reshape_3d(ctx, vt, T + K - 1, C, 1), ggml_reshape_2d(ctx, b.fsmn_w, K, C));
     mem = ggml_add(ctx, ggml_reshape_2d(ctx, mem, C, T), v);
 
-    // Attention over the whole segment: q and k each scaled by D^-1/4 as the reference does.
-    // Keys (and values) are zero-padded to a multiple of 8 and masked with -inf, so both
-    // products take ggml's fast f32 GEMM (it needs row counts in multiples of 4 and 8); the
-    // padded keys get weight exactly 0.
-    const float scale = std::pow(static_cast<float>(D), -0.25f);
-    const int64_t pad = mask ? mask->ne[0] - T : 0;
-    q = ggml_scale(ctx, rope(ctx, ggml_reshape_3d(ctx, q, D, H, T), cos, sin), scale);
-    k = ggml_scale(ctx, rope(ctx, ggml_reshape_3d(ctx, k, D, H, T), cos, sin), scale);
-    ggml_tensor* kh = ggml_pad(ctx, ggml_cont(ctx, ggml_permute(ctx, k, 0, 2, 1, 3)), 0, static_cast<int>(pad), 0, 0);
-    ggml_tensor* qh = ggml_cont(ctx, ggml_permute(ctx, q, 0, 2, 1, 3));                // [D, T_q, H]
-    ggml_tensor* att = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, kh, qh), mask, 1.0f, 0.0f);  // [T_k, T_q, H]
-    ggml_tensor* vh = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_3d(ctx, v, D, H, T), 1, 2, 0, 3));  // [T_k, D, H]
-    ggml_tensor* o = ggml_mul_mat(ctx, ggml_pad(ctx, vh, static_cast<int>(pad), 0, 0, 0), att);       // [D, T_q, H]
-    o = ggml_cont_2d(ctx, ggml_permute(ctx, o, 0, 2, 1, 3), C, T);
+    // Attention over the whole segment through the engine's fused attention (scores, softmax
+    // and values per head and block of queries: no T x T tensor, AMX tiles in the fast
+    // products). The reference scales q and k by D^-1/4 each; here q alone by D^-1/2, the same
+    // scores within rounding.
+    auto heads = [&](ggml_tensor* t) { return ggml_permute(ctx, ggml_reshape_3d(ctx, t, D, H, T), 0, 2, 1, 3); };
+    ggml_tensor* o = attention(ctx, heads(rope(ctx, ggml_reshape_3d(ctx, q, D, H, T), cos, sin)),
+                               heads(rope(ctx, ggml_reshape_3d(ctx, k, D, H, T), cos, sin)), heads(v), products_);
+    o = ggml_reshape_2d(ctx, o, C, T);  // [D, H, T]
     x = ggml_add(ctx, x, ggml_add(ctx, linear(ctx, o, b.out_w, b.out_b, products_), mem));
 
     h = layer_norm(ctx, x, b.mlp_ln_w, b.mlp_ln_b, &kLayerNormEps, on_cpu_);
@@ -159,14 +154,7 @@ std::vector<float> S3TokenizerV2::encode(const std::vector<float>& mel, int64_t 
     x = gelu_erf(ctx, conv_stem(ctx, x, conv2_w_, conv2_b_), on_cpu_);  // [C, T]
     ggml_tensor* cos = ggml_reshape_3d(ctx, in.f32(ctx, std::move(cos_t), head_dim_, T), head_dim_, 1, T);
     ggml_tensor* sin = ggml_reshape_3d(ctx, in.f32(ctx, std::move(sin_t), head_dim_, T), head_dim_, 1, T);
-    ggml_tensor* mask = nullptr;  // -inf on the padded key columns (see block)
-    const int64_t T_pad = (T + 7) / 8 * 8;
-    if (T_pad != T) {
-        std::vector<float> m(static_cast<size_t>(T_pad) * T, 0.0f);
-        for (int64_t q = 0; q < T; ++q) std::fill_n(&m[static_cast<size_t>(q) * T_pad + T], T_pad - T, -INFINITY);
-        mask = in.f32(ctx, std::move(m), T_pad, T);
-    }
-    for (const Block& b : blocks_) x = block(ctx, x, cos, sin, mask, b);
+    for (const Block& b : blocks_) x = block(ctx, x, cos, sin, b);
     return runner_.compute(linear(ctx, x, proj_w_, proj_b_, products_), in);  // [n_digits, T]
 }
 

@@ -36,8 +36,7 @@ private:
 
     // log-mel [n_mels][n_frames] of segment [start, start + len) -> projection [T'][n_digits].
     std::vector<float> encode(const std::vector<float>& mel, int64_t n_frames, int64_t start, int64_t len);
-    ggml_tensor* block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin, ggml_tensor* mask,
-                       const Block& b) const;
+    ggml_tensor* block(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin, const Block& b) const;
     ggml_tensor* rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin) const;
 
     S3TokLogMel logmel_;
