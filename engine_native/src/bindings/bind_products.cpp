@@ -97,6 +97,33 @@ py::array_t<float> attention_product(F32Array q, F32Array k, F32Array v, const s
     return to_array(out, {Tq, H, D});
 }
 
+// Relative-position attention: q_u, q_v [H, T, D], k, v [H, Tk, D], p [H, Tk + T - 1, D] -> [T, H, D].
+py::array_t<float> rel_attention_product(F32Array qu, F32Array qv, F32Array k, F32Array p, F32Array v,
+                                         const std::string& how, int threads) {
+    for (F32Array* a : {&qu, &qv, &k, &p, &v})
+        if (a->ndim() != 3 || a->shape(0) != qu.shape(0) || a->shape(2) != qu.shape(2))
+            throw ParameterError("q_u, q_v [H, T, D], k, v [H, Tk, D], p [H, Tk + T - 1, D]");
+    const int64_t H = qu.shape(0), T = qu.shape(1), D = qu.shape(2), Tk = k.shape(1);
+    if (qv.shape(1) != T || v.shape(1) != Tk || p.shape(1) != Tk + T - 1)
+        throw ParameterError("q_u, q_v [H, T, D], k, v [H, Tk, D], p [H, Tk + T - 1, D]");
+    const CpuProducts mode = products_named(how);
+    if (!mode.blas()) throw ParameterError("products must be 'exact' or 'fast' (a fused CPU operation)");
+    BackendPtr backend = make_backend("cpu", threads);
+    std::vector<float> out;
+    {
+        py::gil_scoped_release nogil;
+        GraphRunner runner(backend.get());
+        ggml_context* ctx = runner.begin();
+        GraphInputs in;
+        auto input = [&](F32Array& a) {
+            const int64_t n = a.shape(1);
+            return ggml_reshape_3d(ctx, in.f32(ctx, std::vector<float>(a.data(), a.data() + H * n * D), D, n * H), D, n, H);
+        };
+        out = runner.compute(rel_position_attention(ctx, input(qu), input(qv), input(k), input(p), input(v), mode), in);
+    }
+    return to_array(out, {T, H, D});
+}
+
 }  // namespace
 
 void bind_products(py::module_& m) {
@@ -113,6 +140,10 @@ void bind_products(py::module_& m) {
           py::arg("products") = "exact", py::arg("threads") = 2,
           "x [N, K] times w [M, K] stored as `type` (f32, f16, q4_0) through the engine's CPU product in mode "
           "`products` (exact, fast, ggml) -> [N, M] (tests).");
+    m.def("rel_attention_product", &rel_attention_product, py::arg("q_u"), py::arg("q_v"), py::arg("k"), py::arg("p"),
+          py::arg("v"), py::arg("products") = "exact", py::arg("threads") = 2,
+          "ESPnet relative-position attention through the engine's fused CPU operation in mode `products` "
+          "(exact, fast) -> [T, H, D] (tests).");
     m.def("attention_product", &attention_product, py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("products") = "exact", py::arg("threads") = 2,
           "Full softmax attention per head through the engine's attention in mode `products` (exact, fast; ggml "

@@ -147,11 +147,12 @@ AMX_TARGET void tile_block(const AmxSplitA& a, int64_t ib, const AmxPackedB& b, 
 constexpr int64_t kBlocksPerPanel = 16;  // 256 rows of B
 int64_t g_k_run = 32;                    // k blocks per run
 
-AMX_TARGET void gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc) {
+// C's columns are B's row blocks [j0, j1), column 0 at row 16 j0 of B.
+AMX_TARGET void gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc, int64_t j0, int64_t j1) {
     configure_tiles();
     const int64_t m = a.rows(), n = b.rows(), nk = b.k_blocks(), k_run = g_k_run;
-    const int64_t mt = (m + kTileRows - 1) / kTileRows, nb = (n + kTileRows - 1) / kTileRows;
-    for (int64_t jp = 0; jp < nb; jp += kBlocksPerPanel) {
+    const int64_t mt = (m + kTileRows - 1) / kTileRows, nb = j1;
+    for (int64_t jp = j0; jp < nb; jp += kBlocksPerPanel) {
         const int64_t jend = std::min(nb, jp + kBlocksPerPanel);
         for (int64_t kb0 = 0; kb0 < nk; kb0 += k_run) {
             const int64_t kb1 = std::min(nk, kb0 + k_run);
@@ -159,7 +160,7 @@ AMX_TARGET void gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t 
                 const int64_t rows = std::min<int64_t>(32, m - it * kTileRows);
                 for (int64_t jb = jp; jb < jend; jb += 2) {
                     const int64_t cols = std::min<int64_t>(32, n - jb * kTileRows);
-                    float* out = C + it * kTileRows * ldc + jb * kTileRows;
+                    float* out = C + it * kTileRows * ldc + (jb - j0) * kTileRows;
                     const bool two_rows = it + 1 < mt, two_cols = jb + 1 < jend;
                     if (two_rows && two_cols) tile_block<2, 2>(a, it, b, jb, kb0, kb1, out, ldc, rows, cols);
                     else if (two_rows) tile_block<2, 1>(a, it, b, jb, kb0, kb1, out, ldc, rows, cols);
@@ -358,7 +359,13 @@ void AmxSplitA::split(const float* rows, int64_t ld, int64_t m, int64_t k, float
 }
 
 void amx_gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc) {
-    if (a.rows() > 0 && b.rows() > 0) gemm(a, b, C, ldc);
+    if (a.rows() > 0 && b.rows() > 0) gemm(a, b, C, ldc, 0, (b.rows() + kTileRows - 1) / kTileRows);
+}
+
+void amx_gemm_blocks(const AmxSplitA& a, const AmxPackedB& b, int64_t first_block, int64_t end_block, float* C,
+                     int64_t ldc) {
+    end_block = std::min(end_block, (b.rows() + kTileRows - 1) / kTileRows);
+    if (a.rows() > 0 && first_block >= 0 && first_block < end_block) gemm(a, b, C, ldc, first_block, end_block);
 }
 
 void amx_set_k_run(int64_t k_blocks) { g_k_run = k_blocks; }
@@ -374,6 +381,7 @@ void AmxSplitA::view(void*, int64_t, int64_t) { std::abort(); }
 void AmxSplitA::split_blocks(const float*, int64_t, int64_t, int64_t, float) { std::abort(); }
 void AmxSplitA::split(const float*, int64_t, int64_t, int64_t, float) { std::abort(); }
 void amx_gemm(const AmxSplitA&, const AmxPackedB&, float*, int64_t) { std::abort(); }
+void amx_gemm_blocks(const AmxSplitA&, const AmxPackedB&, int64_t, int64_t, float*, int64_t) { std::abort(); }
 
 #endif
 

@@ -81,6 +81,10 @@ private:
 // C[i][j] = sum_k A[i][k] B[j][k] for i < a.rows(), j < b.rows(), row i of C at C + i * ldc.
 // A and B must have the same k. Runs on the calling thread.
 void amx_gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc);
+// The same over B's row blocks [first_block, end_block) only (rows 16 first_block on): column
+// j of C is B's row 16 first_block + j.
+void amx_gemm_blocks(const AmxSplitA& a, const AmxPackedB& b, int64_t first_block, int64_t end_block, float* C,
+                     int64_t ldc);
 
 // Tuning (benchmarks): k blocks of 32 per run of the loop nest.
 void amx_set_k_run(int64_t k_blocks);

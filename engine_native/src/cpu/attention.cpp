@@ -141,6 +141,84 @@ static void vnni_attention(ggml_tensor* dst, int ith, int nth) {
     }
 }
 
+// Relative-position attention (rel_position_attention): query i's scores with the keys, plus
+// those with the p rows its relative positions take, T - 1 - i + j for key j (the rows a
+// block of queries reaches: Tk + n - 1 of L), times the scale, softmax, values.
+static void rel_scores(float* S, int64_t lds, const float* band, int64_t ldb, int64_t band_row0, int64_t t0,
+                       int64_t n, int64_t T, int64_t Tk, float scale, float* inv_sum) {
+    for (int64_t r = 0; r < n; ++r) {
+        float* s = S + r * lds;
+        const float* b = band + r * ldb + (T - 1 - (t0 + r) - band_row0);
+        for (int64_t j = 0; j < Tk; ++j) s[j] = (s[j] + b[j]) * scale;
+        inv_sum[r] = 1.0f / exp_shifted_row(s, Tk);
+    }
+}
+
+// src: q_u, q_v [D, T, H], k, v [D, Tk, H], p [D, L, H] (rows contiguous), then on AMX the
+// heads' counter. Without AMX: blas_attention's blocks of queries, sgemm.
+static void rel_attention_op(ggml_tensor* dst, int ith, int nth, void* amx) {
+    const ggml_tensor *qu = dst->src[0], *qv = dst->src[1], *k = dst->src[2], *p = dst->src[3], *v = dst->src[4];
+    const int64_t D = qu->ne[0], T = qu->ne[1], H = qu->ne[2], Tk = k->ne[1], L = p->ne[1];
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int64_t ldu = qu->nb[1] / sizeof(float), ldv_q = qv->nb[1] / sizeof(float), ldk = k->nb[1] / sizeof(float);
+    const int64_t ldp = p->nb[1] / sizeof(float), ldv = v->nb[1] / sizeof(float), ldo = dst->nb[2] / sizeof(float);
+    auto out_rows = [&](int64_t t0, int64_t h) {
+        return reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + t0 * dst->nb[2]);
+    };
+    thread_local std::vector<float> scores, band;
+    if (amx) {
+        auto* next = static_cast<std::atomic<int64_t>*>(dst->src[5]->data);
+        thread_local AmxSplitA qs, ps;
+        thread_local AmxPackedB kp, vp, pp;
+        const int64_t ldb = Tk + kAmxBlockQ + 32;  // a block's p rows from the start of their first 16
+        scores.resize(static_cast<size_t>(kAmxBlockQ * Tk));
+        band.resize(static_cast<size_t>(kAmxBlockQ * ldb));
+        for (int64_t h; (h = next->fetch_add(1)) < H;) {
+            kp.pack(row_at(k, 0, h, 0), ldk, Tk, D);
+            vp.pack_transposed(row_at(v, 0, h, 0), ldv, D, Tk);
+            pp.pack(row_at(p, 0, h, 0), ldp, L, D);
+            for (int64_t t0 = 0; t0 < T; t0 += kAmxBlockQ) {
+                const int64_t n = std::min(kAmxBlockQ, T - t0), first = (T - t0 - n) / 16;  // p's 16-row block
+                qs.split(row_at(qu, t0, h, 0), ldu, n, D);
+                amx_gemm(qs, kp, scores.data(), Tk);
+                qs.split(row_at(qv, t0, h, 0), ldv_q, n, D);
+                amx_gemm_blocks(qs, pp, first, (T - 1 - t0 + Tk + 15) / 16, band.data(), ldb);
+                float inv_sum[kAmxBlockQ];
+                rel_scores(scores.data(), Tk, band.data(), ldb, 16 * first, t0, n, T, Tk, scale, inv_sum);
+                float* O = out_rows(t0, h);
+                ps.split(scores.data(), Tk, n, Tk);
+                amx_gemm(ps, vp, O, ldo);
+                for (int64_t i = 0; i < n; ++i)
+                    for (int64_t d = 0; d < D; ++d) O[i * ldo + d] *= inv_sum[i];
+            }
+        }
+        return;
+    }
+    openblas_one_thread();
+    const int64_t blocks = (T + kBlockQ - 1) / kBlockQ, ldb = Tk + kBlockQ - 1;
+    scores.resize(static_cast<size_t>(kBlockQ * Tk));
+    band.resize(static_cast<size_t>(kBlockQ * ldb));
+    for (int64_t job = ith; job < blocks * H; job += nth) {
+        const int64_t t0 = (job % blocks) * kBlockQ, h = job / blocks, n = std::min(kBlockQ, T - t0);
+        const int64_t first = T - t0 - n, rows = Tk + n - 1;  // the p rows the block's queries take
+        float* S = scores.data();
+        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(Tk),
+                          static_cast<int>(D), 1.0f, row_at(qu, t0, h, 0), static_cast<int>(ldu), row_at(k, 0, h, 0),
+                          static_cast<int>(ldk), 0.0f, S, static_cast<int>(Tk));
+        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(rows),
+                          static_cast<int>(D), 1.0f, row_at(qv, t0, h, 0), static_cast<int>(ldv_q),
+                          row_at(p, first, h, 0), static_cast<int>(ldp), 0.0f, band.data(), static_cast<int>(ldb));
+        float inv_sum[kBlockQ];
+        rel_scores(S, Tk, band.data(), ldb, first, t0, n, T, Tk, scale, inv_sum);
+        float* O = out_rows(t0, h);
+        scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(D),
+                          static_cast<int>(Tk), 1.0f, S, static_cast<int>(Tk), row_at(v, 0, h, 0),
+                          static_cast<int>(ldv), 0.0f, O, static_cast<int>(ldo));
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t d = 0; d < D; ++d) O[i * ldo + d] *= inv_sum[i];
+    }
+}
+
 // A work counter (one cache line) zeroed by a node of its own, for an op that takes it as a
 // source and hands its pieces to whichever thread asks next.
 static void zero_counter(ggml_tensor* dst, int, int, void*) {
@@ -174,6 +252,20 @@ ggml_tensor* attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_t
     ggml_tensor* o = ggml_flash_attn_ext(ctx, q, k, v, nullptr, scale, 0.0f, 0.0f);
     ggml_flash_attn_ext_set_prec(o, GGML_PREC_F32);
     return o;
+}
+
+ggml_tensor* rel_position_attention(ggml_context* ctx, ggml_tensor* q_u, ggml_tensor* q_v, ggml_tensor* k,
+                                   ggml_tensor* p, ggml_tensor* v, CpuProducts how) {
+#ifdef CBS_HAVE_BLAS
+    if (how.blas()) {
+        void* amx = amx_tag(how);
+        ggml_tensor* args[6] = {q_u, q_v, k, p, v, amx ? work_counter(ctx) : nullptr};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, q_u->ne[0], q_u->ne[2], q_u->ne[1], 1, args, amx ? 6 : 5,
+                              rel_attention_op, GGML_N_TASKS_MAX, amx);
+    }
+#endif
+    (void)ctx, (void)q_u, (void)q_v, (void)k, (void)p, (void)v;
+    return nullptr;
 }
 
 }  // namespace cbs

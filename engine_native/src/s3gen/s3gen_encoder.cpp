@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/graph_helpers.h"
+#include "cpu/attention.h"
 
 namespace cbs {
 
@@ -129,15 +130,21 @@ ggml_tensor* S3GenEncoder::block(ggml_context* ctx, GraphInputs& in, ggml_tensor
     // Contiguous queries (and without OpenBLAS padded keys, mask): the sgemm paths (cpu/products.cpp).
     ggml_tensor* q_u = ggml_cont(ctx, ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_u, D, H, 1)), 0, 2, 1, 3));
     ggml_tensor* q_v = ggml_cont(ctx, ggml_permute(ctx, ggml_add(ctx, q, ggml_reshape_3d(ctx, b.pos_bias_v, D, H, 1)), 0, 2, 1, 3));
-    ggml_tensor* ac = matmul(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), q_u, products_);  // [T_k, T_q, H]
-    ggml_tensor* bd = matmul(ctx, ggml_permute(ctx, p, 0, 2, 1, 3), q_v, products_);  // [L, T_q, H]
-    // rel_shift: query i (position Tk-T+i) and key j take relative position Tk-T+i-j, column
-    // T-1-i+j of bd: a view stepping L-1 per query row (2T-2 without a prefix).
-    bd = ggml_view_3d(ctx, bd, Tk, T, H, (L - 1) * sizeof(float), bd->nb[2], (T - 1) * sizeof(float));
-    ggml_tensor* scores = ggml_add(ctx, ac, bd);
-    if (mask) scores = ggml_pad(ctx, scores, static_cast<int>(mask->ne[0] - Tk), 0, 0, 0);
-    ggml_tensor* o = attend(ctx, scores, ggml_permute(ctx, v, 0, 2, 1, 3), mask, 1.0f / std::sqrt(static_cast<float>(D)),
-                            products_);
+    // On the CPU one fused operation (cpu/attention.h): no [L, T, H] product, shift and
+    // softmax through memory.
+    ggml_tensor* o = rel_position_attention(ctx, q_u, q_v, ggml_permute(ctx, k, 0, 2, 1, 3),
+                                            ggml_permute(ctx, p, 0, 2, 1, 3), ggml_permute(ctx, v, 0, 2, 1, 3), products_);
+    if (!o) {
+        ggml_tensor* ac = matmul(ctx, ggml_permute(ctx, k, 0, 2, 1, 3), q_u, products_);  // [T_k, T_q, H]
+        ggml_tensor* bd = matmul(ctx, ggml_permute(ctx, p, 0, 2, 1, 3), q_v, products_);  // [L, T_q, H]
+        // rel_shift: query i (position Tk-T+i) and key j take relative position Tk-T+i-j, column
+        // T-1-i+j of bd: a view stepping L-1 per query row (2T-2 without a prefix).
+        bd = ggml_view_3d(ctx, bd, Tk, T, H, (L - 1) * sizeof(float), bd->nb[2], (T - 1) * sizeof(float));
+        ggml_tensor* scores = ggml_add(ctx, ac, bd);
+        if (mask) scores = ggml_pad(ctx, scores, static_cast<int>(mask->ne[0] - Tk), 0, 0, 0);
+        o = attend(ctx, scores, ggml_permute(ctx, v, 0, 2, 1, 3), mask, 1.0f / std::sqrt(static_cast<float>(D)),
+                   products_);
+    }
     o = ggml_reshape_2d(ctx, o, D * H, T);  // [D, H, T]
     x = ggml_add(ctx, x, linear(ctx, o, b.out_w, b.out_b, products_));
 

@@ -123,6 +123,26 @@ def test_attention_product(h, tq, tk, d):
     assert np.linalg.norm(gpu_f32 - ref) / np.linalg.norm(ref) < 1e-5
 
 
+@pytest.mark.parametrize("h,t,tk,d", [(8, 500, 500, 64), (3, 75, 325, 64), (2, 17, 17, 32), (1, 40, 61, 64)])
+def test_rel_position_attention(h, t, tk, d):
+    """The S3Gen encoder's relative-position attention (cpu/attention.h rel_position_attention):
+    query i and key j score q_u.k_j + q_v.p_(T-1-i+j) over sqrt(D); with a cached prefix more keys
+    than queries (Tk > T). Each block of queries multiplies only the p rows it takes."""
+    rng = np.random.default_rng(h + t + tk + d)
+    qu, qv = (rng.standard_normal((h, t, d)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((h, tk, d)).astype(np.float32) for _ in range(2))
+    p = rng.standard_normal((h, tk + t - 1, d)).astype(np.float32)
+    ac = np.einsum("htd,hsd->hts", qu.astype(np.float64), k)
+    bd_full = np.einsum("htd,hld->htl", qv.astype(np.float64), p)
+    cols = (t - 1 - np.arange(t))[:, None] + np.arange(tk)[None, :]
+    s = (ac + np.take_along_axis(bd_full, np.broadcast_to(cols, (h, t, tk)), axis=2)) / np.sqrt(d)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("hts,hsd->thd", w / w.sum(-1, keepdims=True), v)
+    exact = _core.rel_attention_product(qu, qv, k, p, v, "exact")
+    fast = _core.rel_attention_product(qu, qv, k, p, v, "fast")
+    _check(fast, exact, ref, f"rel attention H={h} T={t} Tk={tk} D={d}")
+
+
 def test_q4_0_products_with_zero_and_large_blocks():
     """Rows and 32-value blocks of zeros (scale 0: exact zeros, no NaN) and blocks of very
     different magnitudes (each rounded against its own max) in a Q4_0 weight's product."""
