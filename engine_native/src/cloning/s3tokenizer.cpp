@@ -78,12 +78,12 @@ S3TokenizerV2::S3TokenizerV2(const ModelFile& mf, ggml_backend_t backend)
         products_ = products_for(backend, s3gen);
 }
 
-// Conv1d(kernel 3, stride 2, padding 1) of x [L, C_in] (time fastest) in f32 via im2col, with the
-// kernel as the GEMM's left operand: the result comes out channels-first [C_out, L_out]
-// and the GEMM's row count is C_out (a multiple of 4, which ggml's fast f32 GEMM needs).
-static ggml_tensor* conv_stem(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b) {
+// Conv1d(kernel 3, stride 2, padding 1) of x [L, C_in] (time fastest) via im2col, the kernel
+// as the product's weight (the engine's products: AMX tiles in the fast ones): the result
+// comes out channels-first [C_out, L_out].
+static ggml_tensor* conv_stem(ggml_context* ctx, ggml_tensor* x, ggml_tensor* w, ggml_tensor* b, CpuProducts how) {
     ggml_tensor* cols = ggml_im2col(ctx, w, x, 2, 0, 1, 0, 1, 0, false, GGML_TYPE_F32);  // [K*C_in, L_out]
-    return ggml_add(ctx, ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]), cols), b);
+    return ggml_add(ctx, matmul(ctx, ggml_reshape_2d(ctx, w, w->ne[0] * w->ne[1], w->ne[2]), cols, how), b);
 }
 
 // NEOX-style rotation (rotate_half): x * cos + [-x2, x1] * sin, written as
@@ -149,9 +149,9 @@ std::vector<float> S3TokenizerV2::encode(const std::vector<float>& mel, int64_t 
     ggml_context* ctx = runner_.begin();
     GraphInputs in;
     ggml_tensor* x = in.f32(ctx, std::move(seg), len, n_mels_);  // [L, n_mels], time fastest
-    x = gelu_erf(ctx, conv_stem(ctx, x, conv1_w_, conv1_b_), on_cpu_);  // [C, L1]
+    x = gelu_erf(ctx, conv_stem(ctx, x, conv1_w_, conv1_b_, products_), on_cpu_);  // [C, L1]
     x = ggml_cont(ctx, ggml_transpose(ctx, x));                         // [L1, C]
-    x = gelu_erf(ctx, conv_stem(ctx, x, conv2_w_, conv2_b_), on_cpu_);  // [C, T]
+    x = gelu_erf(ctx, conv_stem(ctx, x, conv2_w_, conv2_b_, products_), on_cpu_);  // [C, T]
     ggml_tensor* cos = ggml_reshape_3d(ctx, in.f32(ctx, std::move(cos_t), head_dim_, T), head_dim_, 1, T);
     ggml_tensor* sin = ggml_reshape_3d(ctx, in.f32(ctx, std::move(sin_t), head_dim_, T), head_dim_, 1, T);
     for (const Block& b : blocks_) x = block(ctx, x, cos, sin, b);
