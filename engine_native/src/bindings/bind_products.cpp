@@ -76,25 +76,32 @@ py::array_t<float> linear_product(F32Array w, F32Array x, const std::string& typ
     return to_array(out, {N, M});
 }
 
+// Builds `build(ctx, input)` on a CPU backend of `threads` threads, input(a) giving an array
+// [H, n, D] as a graph input [D, n, H], and computes it (the GIL released).
+template <class Build>
+std::vector<float> compute_heads(int threads, Build build) {
+    BackendPtr backend = make_backend("cpu", threads);
+    py::gil_scoped_release nogil;
+    GraphRunner runner(backend.get());
+    ggml_context* ctx = runner.begin();
+    GraphInputs in;
+    auto input = [&](F32Array& a) {
+        const int64_t H = a.shape(0), n = a.shape(1), D = a.shape(2);
+        return ggml_reshape_3d(ctx, in.f32(ctx, std::vector<float>(a.data(), a.data() + H * n * D), D, n * H), D, n, H);
+    };
+    return runner.compute(build(ctx, input), in);
+}
+
 // softmax(q k^T / sqrt(D)) v per head: q [H, Tq, D], k and v [H, Tk, D] -> [Tq, H, D].
 py::array_t<float> attention_product(F32Array q, F32Array k, F32Array v, const std::string& how, int threads) {
     if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3 || k.shape(0) != q.shape(0) || v.shape(0) != q.shape(0) ||
         k.shape(2) != q.shape(2) || v.shape(2) != q.shape(2) || v.shape(1) != k.shape(1))
         throw ParameterError("q [H, Tq, D], k and v [H, Tk, D]");
-    const int64_t H = q.shape(0), Tq = q.shape(1), D = q.shape(2), Tk = k.shape(1);
-    BackendPtr backend = make_backend("cpu", threads);
-    std::vector<float> out;
-    {
-        py::gil_scoped_release nogil;
-        GraphRunner runner(backend.get());
-        ggml_context* ctx = runner.begin();
-        GraphInputs in;
-        auto input = [&](F32Array& a, int64_t T) {
-            return ggml_reshape_3d(ctx, in.f32(ctx, std::vector<float>(a.data(), a.data() + H * T * D), D, T * H), D, T, H);
-        };
-        out = runner.compute(attention(ctx, input(q, Tq), input(k, Tk), input(v, Tk), products_named(how)), in);
-    }
-    return to_array(out, {Tq, H, D});
+    const CpuProducts mode = products_named(how);
+    std::vector<float> out = compute_heads(threads, [&](ggml_context* ctx, auto& input) {
+        return attention(ctx, input(q), input(k), input(v), mode);
+    });
+    return to_array(out, {q.shape(1), q.shape(0), q.shape(2)});
 }
 
 // Relative-position attention: q_u, q_v [H, T, D], k, v [H, Tk, D], p [H, Tk + T - 1, D] -> [T, H, D].
@@ -103,25 +110,15 @@ py::array_t<float> rel_attention_product(F32Array qu, F32Array qv, F32Array k, F
     for (F32Array* a : {&qu, &qv, &k, &p, &v})
         if (a->ndim() != 3 || a->shape(0) != qu.shape(0) || a->shape(2) != qu.shape(2))
             throw ParameterError("q_u, q_v [H, T, D], k, v [H, Tk, D], p [H, Tk + T - 1, D]");
-    const int64_t H = qu.shape(0), T = qu.shape(1), D = qu.shape(2), Tk = k.shape(1);
+    const int64_t T = qu.shape(1), Tk = k.shape(1);
     if (qv.shape(1) != T || v.shape(1) != Tk || p.shape(1) != Tk + T - 1)
         throw ParameterError("q_u, q_v [H, T, D], k, v [H, Tk, D], p [H, Tk + T - 1, D]");
     const CpuProducts mode = products_named(how);
     if (!mode.blas()) throw ParameterError("products must be 'exact' or 'fast' (a fused CPU operation)");
-    BackendPtr backend = make_backend("cpu", threads);
-    std::vector<float> out;
-    {
-        py::gil_scoped_release nogil;
-        GraphRunner runner(backend.get());
-        ggml_context* ctx = runner.begin();
-        GraphInputs in;
-        auto input = [&](F32Array& a) {
-            const int64_t n = a.shape(1);
-            return ggml_reshape_3d(ctx, in.f32(ctx, std::vector<float>(a.data(), a.data() + H * n * D), D, n * H), D, n, H);
-        };
-        out = runner.compute(rel_position_attention(ctx, input(qu), input(qv), input(k), input(p), input(v), mode), in);
-    }
-    return to_array(out, {T, H, D});
+    std::vector<float> out = compute_heads(threads, [&](ggml_context* ctx, auto& input) {
+        return rel_position_attention(ctx, input(qu), input(qv), input(k), input(p), input(v), mode);
+    });
+    return to_array(out, {T, qu.shape(0), qu.shape(2)});
 }
 
 }  // namespace

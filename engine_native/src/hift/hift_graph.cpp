@@ -38,7 +38,7 @@ struct Hift::Graph {
     // signal (a stream's chunk, the first especially) the DFT's fixed cost, W_f made and read
     // for every bin (2 C^2 floats each, from the whole weight), outweighs its products. Up to
     // 6,000 frame-taps (L x K) was best measured: a 16-frame mel decoded in 52 ms against 73-84,
-    // 32 frames 90 against 108, unchanged from ~60 frames on (docs/CPU.md). CBS_HIFT_DIRECT
+    // 32 frames 90 against 108, unchanged from ~60 frames on (docs/CPU_STAGES.md). CBS_HIFT_DIRECT
     // sets the bound (0: every such conv through the DFT).
     static bool direct_is_cheaper(const Conv& c, int64_t L) {
         static const int64_t max_frame_taps = [] {

@@ -141,24 +141,30 @@ np.save(sys.argv[3], Engine(sys.argv[1], threads=2).stages.vocoder.hift.inferenc
 """
 
 
-def test_avx512_products_equal_the_8_lane_build(tmp_path):
-    """The FFT convolutions' per-bin products and the rgemm products with 16 lanes (AVX-512)
-    give each output the same multiply-adds in the same order as the 8-lane build
-    (CBS_HIFT_AVX512=0): equal bit for bit.
-    Each build in a process of its own (the engine reads the switch once)."""
+def _decode_in_processes(tmp_path, frames: int, seed: int, switch: str, values) -> list[np.ndarray]:
+    """HiFT's decode of one random mel in a process of its own per value of the environment
+    switch (the engine reads its switches once)."""
     import os
     import subprocess
     import sys
 
-    np.save(tmp_path / "mel.npy", _mel(120, 7))
+    np.save(tmp_path / "mel.npy", _mel(frames, seed))
     outs = []
-    for flag in ("1", "0"):
-        out = tmp_path / f"wav{flag}.npy"
+    for i, value in enumerate(values):
+        out = tmp_path / f"wav{i}.npy"
         res = subprocess.run([sys.executable, "-c", _INFERENCE, str(model_path("turbo")), str(tmp_path / "mel.npy"),
-                              str(out)], env=dict(os.environ, CBS_HIFT_AVX512=flag), capture_output=True, text=True,
+                              str(out)], env=dict(os.environ, **{switch: value}), capture_output=True, text=True,
                              cwd=tmp_path)
         assert res.returncode == 0, res.stderr
         outs.append(np.load(out))
+    return outs
+
+
+def test_avx512_products_equal_the_8_lane_build(tmp_path):
+    """The FFT convolutions' per-bin products and the rgemm products with 16 lanes (AVX-512)
+    give each output the same multiply-adds in the same order as the 8-lane build
+    (CBS_HIFT_AVX512=0): equal bit for bit."""
+    outs = _decode_in_processes(tmp_path, 120, 7, "CBS_HIFT_AVX512", ("1", "0"))
     assert outs[0].size == 120 * 480 and np.abs(outs[0]).max() > 0
     assert np.array_equal(outs[0], outs[1])
 
@@ -166,21 +172,8 @@ def test_avx512_products_equal_the_8_lane_build(tmp_path):
 def test_short_signal_convs_run_directly(tmp_path):
     """A short mel's resblock convs run as direct products (rgemm) where a long one's go
     through the DFT (hift_graph.cpp direct_is_cheaper): the same decode within rounding, not
-    bit for bit (CBS_HIFT_DIRECT=0 sends every one through the DFT, in a process of its own)."""
-    import os
-    import subprocess
-    import sys
-
-    np.save(tmp_path / "mel.npy", _mel(16, 9))
-    outs = []
-    for bound in ("", "0"):
-        out = tmp_path / f"wav{bound}.npy"
-        res = subprocess.run([sys.executable, "-c", _INFERENCE, str(model_path("turbo")), str(tmp_path / "mel.npy"),
-                              str(out)], env=dict(os.environ, CBS_HIFT_DIRECT=bound), capture_output=True, text=True,
-                             cwd=tmp_path)
-        assert res.returncode == 0, res.stderr
-        outs.append(np.load(out))
-    direct, dft = outs
+    bit for bit (CBS_HIFT_DIRECT=0 sends every one through the DFT)."""
+    direct, dft = _decode_in_processes(tmp_path, 16, 9, "CBS_HIFT_DIRECT", ("", "0"))
     rel = float(np.linalg.norm(direct - dft) / np.linalg.norm(dft))
     print(f"direct vs DFT, 16 mel frames: rel {rel:.1e}")
     assert direct.size == dft.size == 16 * 480 and not np.array_equal(direct, dft)
