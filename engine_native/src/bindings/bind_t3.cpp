@@ -193,7 +193,48 @@ static py::tuple t3_decode_attention_pair(F32Array q, F32Array k, F32Array v, in
     return py::make_tuple(arr(out[0]), arr(out[1]));
 }
 
+// Ours for a short prompt's queries over an f16 cache: q [H, n_q, D], k and v [H, n, D] (rounded
+// to f16 here), query i seeing positions < first + i + 1 (causal) -> [n_q, H, D].
+static py::array_t<float> t3_prompt_attention(F32Array q, F32Array k, F32Array v, int first, int threads) {
+    if (q.ndim() != 3 || k.ndim() != 3 || v.ndim() != 3 || k.shape(0) != q.shape(0) || v.shape(0) != q.shape(0) ||
+        k.shape(2) != q.shape(2) || v.shape(2) != q.shape(2) || v.shape(1) != k.shape(1) || first < 0 ||
+        first + q.shape(1) > k.shape(1))
+        throw ParameterError("q [H, n_q, D], k and v [H, n, D], first + n_q <= n");
+    const int64_t H = q.shape(0), n_q = q.shape(1), D = q.shape(2), n = k.shape(1);
+    std::vector<float> qs(static_cast<size_t>(n_q * H * D));  // [n_q][H][D]: the op's q [D, H, n_q]
+    for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < n_q; ++i)
+            std::memcpy(&qs[(i * H + h) * D], q.data() + (h * n_q + i) * D, D * sizeof(float));
+    auto halves = [](const F32Array& a) {
+        std::vector<ggml_fp16_t> out(static_cast<size_t>(a.size()));
+        for (size_t i = 0; i < out.size(); ++i) out[i] = ggml_fp32_to_fp16(a.data()[i]);
+        return out;
+    };
+    std::vector<ggml_fp16_t> mask(static_cast<size_t>(n * n_q));
+    for (int64_t i = 0; i < n_q; ++i)
+        for (int64_t j = 0; j < n; ++j) mask[i * n + j] = ggml_fp32_to_fp16(j <= first + i ? 0.0f : -INFINITY);
+    BackendPtr backend = make_backend("cpu", threads);
+    std::vector<float> out;
+    {
+        py::gil_scoped_release nogil;
+        GraphRunner runner(backend.get());
+        ggml_context* ctx = runner.begin();
+        GraphInputs in;
+        ggml_tensor* qt = ggml_reshape_3d(ctx, in.f32(ctx, std::move(qs), D, H * n_q), D, H, n_q);
+        ggml_tensor* kt = ggml_reshape_3d(ctx, in.f16_mask(ctx, halves(k), D, n * H), D, n, H);
+        ggml_tensor* vt = ggml_reshape_3d(ctx, in.f16_mask(ctx, halves(v), D, n * H), D, n, H);
+        out = runner.compute(decode_attention(ctx, qt, kt, vt, in.f16_mask(ctx, std::move(mask), n, n_q)), in);
+    }
+    py::array_t<float> a({n_q, H, D});
+    std::memcpy(a.mutable_data(), out.data(), out.size() * sizeof(float));
+    return a;
+}
+
 void bind_t3(py::module_& m) {
+    m.def("t3_prompt_attention", &t3_prompt_attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("first"),
+          py::arg("threads") = 2,
+          "Ours for a short prompt's queries over an f16 cache (k, v rounded to f16), query i seeing positions "
+          "<= first + i; q [H, n_q, D], k and v [H, n, D] -> [n_q, H, D] (tests).");
     m.def("t3_decode_attention_pair", &t3_decode_attention_pair, py::arg("q"), py::arg("k"), py::arg("v"),
           py::arg("n_valid"), py::arg("threads") = 2,
           "(ours, ggml's flash attention): one query's attention over an f16 cache (k, v rounded to f16), the first "

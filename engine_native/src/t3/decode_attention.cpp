@@ -1,5 +1,6 @@
 #include "t3/decode_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -222,32 +223,36 @@ ggml_tensor row_of(const ggml_tensor* t, int64_t r) {
     return row;
 }
 
-// Whole heads per thread: (the new key and value appended,) scores over the unmasked
-// positions, softmax, values in f32.
+// Whole heads per thread (a short prompt's: each query's heads): (the new key and value
+// appended,) scores over the unmasked positions of the query's mask row, softmax, values in f32.
 void decode_attention_op(ggml_tensor* dst, int ith, int nth, void*) {
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
     const ggml_tensor *k_new = dst->src[4], *v_new = dst->src[5], *pos = dst->src[6];
-    const int64_t D = k->ne[0], n_kv = k->ne[1], H = k->ne[2], rows = k->ne[3];
+    const int64_t D = k->ne[0], n_kv = k->ne[1], H = k->ne[2], rows = k->ne[3], n_q = q->ne[2];
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const HeadKernel attend = head_kernel(D);
-    const auto* m = static_cast<const ggml_fp16_t*>(mask->data);
-    std::vector<int32_t> positions;
-    std::vector<float> bias;
-    constexpr uint16_t kF16Zero = 0x0000, kF16MinusInf = 0xFC00;  // a step's mask holds only these
-    for (int64_t j = 0; j < n_kv; ++j) {
-        const uint16_t bits = static_cast<uint16_t>(m[j]);
-        if (bits == kF16MinusInf) continue;  // exactly zero weight, and the row is never read
-        positions.push_back(static_cast<int32_t>(j));
-        bias.push_back(bits == kF16Zero ? 0.0f : ggml_fp16_to_fp32(m[j]));
+    constexpr uint16_t kF16Zero = 0x0000, kF16MinusInf = 0xFC00;  // a causal mask holds only these
+    std::vector<std::vector<int32_t>> positions(static_cast<size_t>(n_q));
+    std::vector<std::vector<float>> bias(static_cast<size_t>(n_q));
+    size_t most = 0;
+    for (int64_t i = 0; i < n_q; ++i) {
+        const auto* m = reinterpret_cast<const ggml_fp16_t*>(static_cast<const char*>(mask->data) + i * mask->nb[1]);
+        for (int64_t j = 0; j < n_kv; ++j) {
+            const uint16_t bits = static_cast<uint16_t>(m[j]);
+            if (bits == kF16MinusInf) continue;  // exactly zero weight, and the row is never read
+            positions[i].push_back(static_cast<int32_t>(j));
+            bias[i].push_back(bits == kF16Zero ? 0.0f : ggml_fp16_to_fp32(m[j]));
+        }
+        most = std::max(most, positions[i].size());
     }
-    const int64_t n = static_cast<int64_t>(positions.size());
-    std::vector<float> scores(static_cast<size_t>(n));
-    for (int64_t t = ith; t < H * rows; t += nth) {  // heads of every row, each a unit of work
-        const int64_t h = t % H, r = t / H;
+    std::vector<float> scores(most);
+    for (int64_t t = ith; t < H * rows * n_q; t += nth) {  // heads of every row and query, each a unit of work
+        const int64_t h = t % H, r = (t / H) % rows, i = t / (H * rows);
         const ggml_tensor kr = row_of(k, r), vr = row_of(v, r);
         if (pos) append_head(k_new, v_new, *static_cast<const int32_t*>(pos->data), h, r, &kr, &vr);
-        attend(at<float>(q, h, 0) + r * q->nb[3] / sizeof(float), &kr, &vr, h, positions.data(), bias.data(), n, scale,
-               scores.data(), reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + r * dst->nb[3]));
+        attend(at<float>(q, h, i) + r * q->nb[3] / sizeof(float), &kr, &vr, h, positions[i].data(), bias[i].data(),
+               static_cast<int64_t>(positions[i].size()), scale, scores.data(),
+               reinterpret_cast<float*>(static_cast<char*>(dst->data) + h * dst->nb[1] + i * dst->nb[2] + r * dst->nb[3]));
     }
 }
 
@@ -258,14 +263,17 @@ bool decode_attention_applies(const ggml_tensor* k, int n_new, bool on_cpu) {
         const char* v = std::getenv("CBS_T3_ATTENTION");
         return !v || std::strcmp(v, "0") != 0;
     }();
-    return enabled && on_cpu && n_new == 1 && k->type == GGML_TYPE_F16;
+    // Past kMaxQueries ggml's tiled flash attention takes a prompt; below it ggml's walks the
+    // cache a position at a time with a scalar expf each (26 % of a Turbo sentence's prompt).
+    constexpr int kMaxQueries = 63;
+    return enabled && on_cpu && n_new >= 1 && n_new <= kMaxQueries && k->type == GGML_TYPE_F16;
 }
 
 ggml_tensor* decode_attention(ggml_context* ctx, ggml_tensor* q, ggml_tensor* k, ggml_tensor* v, ggml_tensor* mask,
                               ggml_tensor* k_new, ggml_tensor* v_new, ggml_tensor* pos) {
     ggml_tensor* args[7] = {q, k, v, mask, k_new, v_new, pos};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, k->ne[0], k->ne[2], 1, k->ne[3], args, pos ? 7 : 4, decode_attention_op,
-                          GGML_N_TASKS_MAX, nullptr);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, k->ne[0], k->ne[2], q->ne[2], k->ne[3], args, pos ? 7 : 4,
+                          decode_attention_op, GGML_N_TASKS_MAX, nullptr);
 }
 
 }  // namespace cbs

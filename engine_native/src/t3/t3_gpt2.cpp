@@ -72,7 +72,7 @@ ggml_tensor* T3Gpt2::attention(ggml_context* ctx, ggml_cgraph* gf, T3Cache& cach
     ggml_tensor *k_all = cache_view(cache.k(il), 0, n_kv), *v_all = cache_view(cache.v(il), 0, n_kv);
     const bool own_attention = decode_attention_applies(cache.k(il), n_new, on_cpu_);
     ggml_tensor* att;
-    if (own_attention && step_fusion_enabled()) {
+    if (own_attention && n_new == 1 && step_fusion_enabled()) {
         att = decode_attention(ctx, q, k_all, v_all, mask, k, v, kv_rows);  // writes the new row itself
     } else {
         // set_rows reads strided rows: the views into qkv go in as they are (no copies).

@@ -312,9 +312,13 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
                 ggml_build_forward_expand(gf, ggml_cpy(ctx, k_new, cache_view(cache.k(il), cache.n_past, n_new, s, rows)));
                 ggml_build_forward_expand(gf, ggml_cpy(ctx, v_new, cache_view(cache.v(il), cache.n_past, n_new, s, rows)));
             }
-            att = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), cache_view(cache.k(il), 0, n_kv, 0, rows),
-                                      cache_view(cache.v(il), 0, n_kv, 0, rows), mask, scale, 0.0f, 0.0f);
-            ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
+            ggml_tensor *k_all = cache_view(cache.k(il), 0, n_kv, 0, rows), *v_all = cache_view(cache.v(il), 0, n_kv, 0, rows);
+            if (decode_attention_applies(cache.k(il), n_new, backend_is_cpu(backend_))) {  // a short prompt
+                att = decode_attention(ctx, q, k_all, v_all, mask);
+            } else {
+                att = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), k_all, v_all, mask, scale, 0.0f, 0.0f);
+                ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
+            }
         }
         ggml_tensor* att2 = ggml_reshape_2d(ctx, att, E, n_new * rows);
         x = fuse ? step_linear_residual(ctx, att2, L.wo, nullptr, x) : ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, att2));
