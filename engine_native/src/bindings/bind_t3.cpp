@@ -148,6 +148,13 @@ static py::tuple q4_matmul_pair(F32Array w, F32Array x, int threads) {
     return py::make_tuple(arr(out[0]), arr(out[1]), dequantised);
 }
 
+// An array's values rounded to f16 (an f16 cache's contents).
+static std::vector<ggml_fp16_t> halves(const F32Array& a) {
+    std::vector<ggml_fp16_t> h(static_cast<size_t>(a.size()));
+    for (size_t i = 0; i < h.size(); ++i) h[i] = ggml_fp32_to_fp16(a.data()[i]);
+    return h;
+}
+
 // (ours, ggml's flash attention) for one query over an f16 cache: q [H, D], k and v
 // [H, n, D] (rounded to f16 here), the first n_valid positions unmasked -> [H, D] each.
 static py::tuple t3_decode_attention_pair(F32Array q, F32Array k, F32Array v, int n_valid, int threads) {
@@ -159,11 +166,6 @@ static py::tuple t3_decode_attention_pair(F32Array q, F32Array k, F32Array v, in
         n_valid > k.shape(1 + o))
         throw ParameterError("q [(rows,) H, D], k and v [(rows,) H, n, D], 0 <= n_valid <= n");
     const int64_t rows = rows_given ? q.shape(0) : 1, H = q.shape(o), D = q.shape(1 + o), n = k.shape(1 + o);
-    auto halves = [](const F32Array& a) {
-        std::vector<ggml_fp16_t> h(static_cast<size_t>(a.size()));
-        for (size_t i = 0; i < h.size(); ++i) h[i] = ggml_fp32_to_fp16(a.data()[i]);
-        return h;
-    };
     std::vector<ggml_fp16_t> mask(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) mask[j] = ggml_fp32_to_fp16(j < n_valid ? 0.0f : -INFINITY);
     BackendPtr backend = make_backend("cpu", threads);
@@ -205,11 +207,6 @@ static py::array_t<float> t3_prompt_attention(F32Array q, F32Array k, F32Array v
     for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < n_q; ++i)
             std::memcpy(&qs[(i * H + h) * D], q.data() + (h * n_q + i) * D, D * sizeof(float));
-    auto halves = [](const F32Array& a) {
-        std::vector<ggml_fp16_t> out(static_cast<size_t>(a.size()));
-        for (size_t i = 0; i < out.size(); ++i) out[i] = ggml_fp32_to_fp16(a.data()[i]);
-        return out;
-    };
     std::vector<ggml_fp16_t> mask(static_cast<size_t>(n * n_q));
     for (int64_t i = 0; i < n_q; ++i)
         for (int64_t j = 0; j < n; ++j) mask[i * n + j] = ggml_fp32_to_fp16(j <= first + i ? 0.0f : -INFINITY);

@@ -399,8 +399,8 @@ void q4_pack(const void* src, void* dst, int64_t n_rows, int64_t K) {
 // A row of Q4_0 blocks as f32, the same arithmetic as ggml's dequantize_row_q4_0 (low nibbles
 // first, (q - 8) * d, exact in f32), whichever layout holds the blocks: `at(b)` gives block b's
 // fp16 scale and 16 bytes of nibbles. One vector step a block where the CPU has AVX2 or AVX-512
-// (GCC leaves the plain loop scalar; scalar, T3's packed weights took 29 % of a Multilingual
-// prompt, converted for the AMX products on every call).
+// (GCC leaves the plain loop scalar, and T3's packed weights are converted for the AMX products
+// on every prompt: docs/CPU_STAGES.md).
 struct BlockAt {
     ggml_fp16_t d;
     const uint8_t* qs;

@@ -36,10 +36,9 @@ struct Hift::Graph {
 
     // Whether an FFT conv over L frames costs less as rgemm's direct products: for a short
     // signal (a stream's chunk, the first especially) the DFT's fixed cost, W_f made and read
-    // for every bin (2 C^2 floats each, from the whole weight), outweighs its products. Up to
-    // 6,000 frame-taps (L x K) was best measured: a 16-frame mel decoded in 52 ms against 73-84,
-    // 32 frames 90 against 108, unchanged from ~60 frames on (docs/CPU_STAGES.md). CBS_HIFT_DIRECT
-    // sets the bound (0: every such conv through the DFT).
+    // for every bin (2 C^2 floats each, from the whole weight), outweighs its products. The bound
+    // in frame-taps (L x K) is the best of those measured (docs/CPU_STAGES.md); CBS_HIFT_DIRECT
+    // sets it (0: every such conv through the DFT).
     static bool direct_is_cheaper(const Conv& c, int64_t L) {
         static const int64_t max_frame_taps = [] {
             const char* v = std::getenv("CBS_HIFT_DIRECT");

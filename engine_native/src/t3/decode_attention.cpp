@@ -264,7 +264,7 @@ bool decode_attention_applies(const ggml_tensor* k, int n_new, bool on_cpu) {
         return !v || std::strcmp(v, "0") != 0;
     }();
     // Past kMaxQueries ggml's tiled flash attention takes a prompt; below it ggml's walks the
-    // cache a position at a time with a scalar expf each (26 % of a Turbo sentence's prompt).
+    // cache a position at a time with a scalar expf each (docs/CPU_STAGES.md).
     constexpr int kMaxQueries = 63;
     return enabled && on_cpu && n_new >= 1 && n_new <= kMaxQueries && k->type == GGML_TYPE_F16;
 }
