@@ -96,8 +96,8 @@ AMX_TARGET void configure_tiles() {
 // issue interval, so one accumulator fed three times in a row runs at a third of the rate).
 // Tiles: C 0-3, A 4-5 (row blocks 0, 1), B 6-7 (row blocks 0, 1); each round keeps one
 // operand of the last (hi.lo, hi.hi, lo.hi): 8 tile loads for 12 products.
-template <int RM, int RN>
-AMX_TARGET void tile_block(const AmxSplitA& a, int64_t ib, const AmxPackedB& b, int64_t jb, int64_t kb0, int64_t kb1,
+template <int RM, int RN, class ATiles>
+AMX_TARGET void tile_block(const ATiles& a, int64_t ib, const AmxPackedB& b, int64_t jb, int64_t kb0, int64_t kb1,
                            float* C, int64_t ldc, int64_t rows_valid, int64_t cols_valid) {
     const int64_t r0 = std::min<int64_t>(16, rows_valid), r1 = std::min<int64_t>(16, rows_valid - 16);
     const int64_t c0 = std::min<int64_t>(16, cols_valid), c1 = std::min<int64_t>(16, cols_valid - 16);
@@ -113,23 +113,24 @@ AMX_TARGET void tile_block(const AmxSplitA& a, int64_t ib, const AmxPackedB& b, 
         if (RM > 1 && RN > 1) CBS_LOAD_TILE(3, C + 16 * ldc + 16, ldc, r1, c1);
     }
     for (int64_t kb = kb0; kb < kb1; ++kb) {
-        const uint16_t *a0 = a.block(ib, kb), *b0 = b.block(jb, kb);
-        const uint16_t *a1 = RM > 1 ? a.block(ib + 1, kb) : a0, *b1 = RN > 1 ? b.block(jb + 1, kb) : b0;
+        const uint16_t *a0 = a.hi(ib, kb), *b0 = b.block(jb, kb);
+        const uint16_t *a1 = RM > 1 ? a.hi(ib + 1, kb) : a0, *b1 = RN > 1 ? b.block(jb + 1, kb) : b0;
+        const int64_t as = a.stride;
 #define CBS_ROUND()                                      \
     _tile_dpbf16ps(0, 4, 6);                             \
     if (RN > 1) _tile_dpbf16ps(1, 4, 7);                 \
     if (RM > 1) _tile_dpbf16ps(2, 5, 6);                 \
     if (RM > 1 && RN > 1) _tile_dpbf16ps(3, 5, 7);
-        _tile_loadd(4, a0, 64);  // A high x B low
-        if (RM > 1) _tile_loadd(5, a1, 64);
+        _tile_loadd(4, a0, as);  // A high x B low
+        if (RM > 1) _tile_loadd(5, a1, as);
         _tile_loadd(6, b0 + kTileElems, 64);
         if (RN > 1) _tile_loadd(7, b1 + kTileElems, 64);
         CBS_ROUND();
         _tile_loadd(6, b0, 64);  // A high x B high
         if (RN > 1) _tile_loadd(7, b1, 64);
         CBS_ROUND();
-        _tile_loadd(4, a0 + kTileElems, 64);  // A low x B high
-        if (RM > 1) _tile_loadd(5, a1 + kTileElems, 64);
+        _tile_loadd(4, a.lo(ib, kb), as);  // A low x B high
+        if (RM > 1) _tile_loadd(5, a.lo(ib + 1, kb), as);
         CBS_ROUND();
 #undef CBS_ROUND
     }
@@ -147,10 +148,33 @@ AMX_TARGET void tile_block(const AmxSplitA& a, int64_t ib, const AmxPackedB& b, 
 constexpr int64_t kBlocksPerPanel = 16;  // 256 rows of B
 int64_t g_k_run = 32;                    // k blocks per run
 
-// C's columns are B's row blocks [j0, j1), column 0 at row 16 j0 of B.
-AMX_TARGET void gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc, int64_t j0, int64_t j1) {
+// A's tiles where AmxSplitA keeps them: 1 KiB each, high then low part.
+struct SplitTiles {
+    const AmxSplitA& a;
+    static constexpr int64_t stride = 64;  // bytes from one tile row to the next
+    const uint16_t* hi(int64_t ib, int64_t kb) const { return a.block(ib, kb); }
+    const uint16_t* lo(int64_t ib, int64_t kb) const { return a.block(ib, kb) + kTileElems; }
+};
+
+// A's tiles read in place from a signal's frames (AmxSplitFrames): row i of A is the frames
+// i + tap * tap_step side by side, so k block kb is 32 channels of one tap's frames, 16 rows
+// one frame apart.
+struct FrameTiles {
+    const uint16_t *h, *l;
+    int64_t channels, tap_step, stride;
+    int64_t offset(int64_t ib, int64_t kb) const {
+        const int64_t k0 = kb * kTileK;
+        return (ib * kTileRows + k0 / channels * tap_step) * channels + k0 % channels;
+    }
+    const uint16_t* hi(int64_t ib, int64_t kb) const { return h + offset(ib, kb); }
+    const uint16_t* lo(int64_t ib, int64_t kb) const { return l + offset(ib, kb); }
+};
+
+// C's m rows times B's row blocks [j0, j1), column 0 at row 16 j0 of B.
+template <class ATiles>
+AMX_TARGET void gemm(const ATiles& a, int64_t m, const AmxPackedB& b, float* C, int64_t ldc, int64_t j0, int64_t j1) {
     configure_tiles();
-    const int64_t m = a.rows(), n = b.rows(), nk = b.k_blocks(), k_run = g_k_run;
+    const int64_t n = b.rows(), nk = b.k_blocks(), k_run = g_k_run;
     const int64_t mt = (m + kTileRows - 1) / kTileRows, nb = j1;
     for (int64_t jp = j0; jp < nb; jp += kBlocksPerPanel) {
         const int64_t jend = std::min(nb, jp + kBlocksPerPanel);
@@ -359,13 +383,37 @@ void AmxSplitA::split(const float* rows, int64_t ld, int64_t m, int64_t k, float
 }
 
 void amx_gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc) {
-    if (a.rows() > 0 && b.rows() > 0) gemm(a, b, C, ldc, 0, (b.rows() + kTileRows - 1) / kTileRows);
+    if (a.rows() > 0 && b.rows() > 0) gemm(SplitTiles{a}, a.rows(), b, C, ldc, 0, (b.rows() + kTileRows - 1) / kTileRows);
 }
 
 void amx_gemm_blocks(const AmxSplitA& a, const AmxPackedB& b, int64_t first_block, int64_t end_block, float* C,
                      int64_t ldc) {
     end_block = std::min(end_block, (b.rows() + kTileRows - 1) / kTileRows);
-    if (a.rows() > 0 && first_block >= 0 && first_block < end_block) gemm(a, b, C, ldc, first_block, end_block);
+    if (a.rows() > 0 && first_block >= 0 && first_block < end_block)
+        gemm(SplitTiles{a}, a.rows(), b, C, ldc, first_block, end_block);
+}
+
+AMX_TARGET void AmxSplitFrames::split(const float* frames, int64_t ld, int64_t n, int64_t rows, int64_t channels) {
+    channels_ = channels, rows_ = rows;
+    const size_t size = static_cast<size_t>(rows * channels);
+    uint16_t* h = hi_.resize(size);
+    uint16_t* l = lo_.resize(size);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < channels; c += 16) {
+            __m256i vh = _mm256_setzero_si256(), vl = vh;
+            if (r < n) split16(frames + r * ld + c, first_lanes(channels - c), vh, vl);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + r * channels + c), vh);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(l + r * channels + c), vl);
+        }
+}
+
+void amx_conv(const AmxSplitFrames& x, int64_t m, int64_t tap_step, const AmxPackedB& b, float* C, int64_t ldc) {
+    const int64_t channels = x.channels();
+    if (m <= 0 || b.rows() <= 0 || channels % kTileK != 0 || b.k() % channels != 0 ||
+        round_up(m, kTileRows) + (b.k() / channels - 1) * tap_step > x.rows())
+        std::abort();  // a caller's bug: the shapes are the graph's, checked where it is built
+    const FrameTiles tiles{x.hi(), x.lo(), channels, tap_step, channels * static_cast<int64_t>(sizeof(uint16_t))};
+    gemm(tiles, m, b, C, ldc, 0, (b.rows() + kTileRows - 1) / kTileRows);
 }
 
 void amx_set_k_run(int64_t k_blocks) { g_k_run = k_blocks; }
@@ -382,6 +430,8 @@ void AmxSplitA::split_blocks(const float*, int64_t, int64_t, int64_t, float) { s
 void AmxSplitA::split(const float*, int64_t, int64_t, int64_t, float) { std::abort(); }
 void amx_gemm(const AmxSplitA&, const AmxPackedB&, float*, int64_t) { std::abort(); }
 void amx_gemm_blocks(const AmxSplitA&, const AmxPackedB&, int64_t, int64_t, float*, int64_t) { std::abort(); }
+void AmxSplitFrames::split(const float*, int64_t, int64_t, int64_t, int64_t) { std::abort(); }
+void amx_conv(const AmxSplitFrames&, int64_t, int64_t, const AmxPackedB&, float*, int64_t) { std::abort(); }
 
 #endif
 

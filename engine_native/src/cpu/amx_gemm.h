@@ -86,6 +86,29 @@ void amx_gemm(const AmxSplitA& a, const AmxPackedB& b, float* C, int64_t ldc);
 void amx_gemm_blocks(const AmxSplitA& a, const AmxPackedB& b, int64_t first_block, int64_t end_block, float* C,
                      int64_t ldc);
 
+// A signal's frames (rows of `channels` values, a multiple of 32) as bf16 high and low parts,
+// each frame's in a row: a convolution's A tiles are then read in place (amx_conv), no
+// columns matrix made.
+class AmxSplitFrames {
+public:
+    // x's first n frames (frame i at frames + i * ld), zero frames after them up to `rows`.
+    void split(const float* frames, int64_t ld, int64_t n, int64_t rows, int64_t channels);
+    int64_t rows() const { return rows_; }
+    int64_t channels() const { return channels_; }
+    const uint16_t* hi() const { return hi_.data(); }
+    const uint16_t* lo() const { return lo_.data(); }
+
+private:
+    AlignedBuffer<uint16_t> hi_, lo_;
+    int64_t rows_ = 0, channels_ = 0;
+};
+
+// A convolution's product: C[t][j] = sum over taps i and channels c of x's frame
+// t + i * tap_step, channel c, times B[j][i * channels + c], for t < m (B's k = taps x
+// channels). x must hold m rounded up to 16 plus (taps - 1) x tap_step frames. Runs on the
+// calling thread.
+void amx_conv(const AmxSplitFrames& x, int64_t m, int64_t tap_step, const AmxPackedB& b, float* C, int64_t ldc);
+
 // Tuning (benchmarks): k blocks of 32 per run of the loop nest.
 void amx_set_k_run(int64_t k_blocks);
 

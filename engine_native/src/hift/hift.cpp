@@ -7,6 +7,8 @@
 #include <string>
 
 #include "core/backend.h"
+#include "cpu/op_helpers.h"
+#include "cpu/products.h"
 #include "hift/kernels.h"
 
 namespace cbs {
@@ -31,6 +33,8 @@ Hift::Hift(const ModelFile& mf, ggml_backend_t backend)
     // The kernels above read and write tensor memory directly.
     if (!backend_is_cpu(backend_)) throw EngineError("the HiFT vocoder runs on the CPU backend only");
     const HiftLayers layers = HiftLayers::from(mf, hp_);
+    if (const ggml_tensor* s3gen = mf.find_tensor("s3gen.enc.encoders.0.feed_forward.w_1.weight"))
+        amx_convs_ = amx_tag(products_for(backend, s3gen)) != nullptr;
 
     for (const HiftConvLayer& c : layers.f0_convs) f0_convs_.push_back(conv(mf, c));
     f0_cls_w_ = f32_weight(mf, layers.f0_cls_w);
@@ -103,6 +107,10 @@ Hift::Conv Hift::conv(const ModelFile& mf, const HiftConvLayer& l, bool allow_ff
                 for (int64_t k = 0; k < K; ++k) t[(k * cin + ci) * cout + oc] = src[(oc * cin + ci) * K + k];
         c.w = own_.add(panels16(t, K * cin, cout, cout), {16, K * cin * cout / 16});
         c.panels = true;
+        if (c.fft && amx_convs_ && cin % 32 == 0) {
+            amx_weights_.emplace_back().pack_transposed(t.data(), cout, cout, K * cin);
+            c.amx = &amx_weights_.back();
+        }
     } else {
         const int64_t kc = round_up(K * cin, 8), cout_pad = round_up(cout, 4);
         std::vector<float> dst(static_cast<size_t>(kc * cout_pad), 0.0f);

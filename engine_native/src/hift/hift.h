@@ -10,12 +10,14 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "core/fft.h"
 #include "core/graph_runner.h"
 #include "core/model_file.h"
+#include "cpu/amx_gemm.h"
 #include "ggml-backend.h"
 #include "hift/hift_weights.h"
 #include "hift/stft.h"
@@ -48,6 +50,7 @@ private:
         int K = 1, cin = 0, cout = 0, stride = 1, pad = 0, dil = 1;
         const FftPlan<float>* fft = nullptr;  // set: through the DFT, tiles of its length (tile_fft_)
         bool panels = false;  // w in rgemm's panels (Cout a multiple of 16): direct through rgemm
+        const AmxPackedB* amx = nullptr;  // set: every length direct on AMX tiles (amx_convs_)
     };
     struct Snake {
         ggml_tensor *alpha = nullptr, *inv_alpha = nullptr;  // both ne [C]
@@ -88,6 +91,12 @@ private:
     FftPlan<float> tile_fft_{kFftTile};
     HiftStft stft_;                 // the host STFT of the source and ISTFT of the output
     std::vector<float> post_bias_;  // conv_post's bias, added on the host with the ISTFT
+
+    // A quantised model's resblock convs run as direct products on AMX tiles (the fast
+    // products its S3Gen takes, within ~1e-5 of f32 a product) where the CPU has them: several
+    // times the DFT's speed. An f32 model keeps the exact path. Their weights, packed at load.
+    bool amx_convs_ = false;
+    std::deque<AmxPackedB> amx_weights_;
 
     GraphRunner runner_;
 };

@@ -23,6 +23,7 @@ struct Hift::Graph {
     ggml_context* ctx;
     std::deque<ColsOp> cols_ops;  // kernel parameters, alive until the graph has run
     std::deque<RgemmOp> rgemm_ops;
+    std::deque<AmxConvOp> amx_ops;
     std::deque<FinishOp> finish_ops;
     std::deque<UpOp> up_ops;
     std::deque<CgemmOp> cgemm_ops;
@@ -66,6 +67,11 @@ struct Hift::Graph {
         if (act == Act::snake) {
             args[n++] = s->alpha;
             args[n++] = s->inv_alpha;
+        }
+        if (c.amx) {  // stride 1 (a resblock's): the activated frames read in place on AMX tiles
+            amx_ops.push_back({c.K, c.pad, c.dil, pre_bias != nullptr, act, slope, c.amx, work()});
+            return ggml_custom_4d(ctx, GGML_TYPE_F32, c.cout, out_len, 1, 1, args, n, amx_conv_kernel,
+                                  GGML_N_TASKS_MAX, &amx_ops.back());
         }
         if (c.panels && c.dil > 1) {  // an FFT conv's short signal: the dilated frames side by side
             const int64_t kc = int64_t{c.K} * c.cin;
@@ -128,7 +134,7 @@ struct Hift::Graph {
     // c's bias left pending.
     Sig conv_block(const Conv& c, Sig x, Act act, const Snake* s, const FinishOp* fin = nullptr,
                    ggml_tensor* res = nullptr, ggml_tensor* acc = nullptr) {
-        if (!c.fft || direct_is_cheaper(c, x.t->ne[1])) {
+        if (!c.fft || c.amx || direct_is_cheaper(c, x.t->ne[1])) {
             ggml_tensor* y = conv(c, x.t, x.bias, act, s);
             if (!fin) return {y, c.b};
             return {finish(y, c.b, res, acc, fin->div, fin->post, fin->slope), nullptr};

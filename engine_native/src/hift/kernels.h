@@ -19,6 +19,10 @@
 #include "core/fft.h"
 #include "hift/kernels_simd.h"
 
+namespace cbs {
+class AmxPackedB;
+}
+
 namespace cbs::hiftk {
 
 // cols: x ne [C, L] -> ne [kc, L_out], column t = act(x + bias) at frames
@@ -41,6 +45,20 @@ struct ColsOp {
 // the target has only 16 registers of 4 lanes). src: A, B.
 struct RgemmOp {
     int64_t kc, a_step;
+    Work* work;
+};
+
+// amx_conv: a stride-1 conv's product on AMX tiles (the fast products of a quantised model),
+// x ne [C, L] -> y ne [Cout, L_out] without the conv's bias. Per piece of output frames, the
+// frames it reads are activated as cols does (zeros outside the signal), split into bf16
+// parts and multiplied in place (cpu/amx_gemm.h amx_conv): no columns matrix, no DFT.
+// src: as cols.
+struct AmxConvOp {
+    int K, pad, dil;
+    bool has_bias;
+    Act act;
+    float slope;
+    const AmxPackedB* w;  // the weight [Cout][K * Cin] (row k Cin + ci), packed at load
     Work* work;
 };
 
@@ -165,6 +183,7 @@ struct UpOp {
 // The entry points (ggml_custom_op_t).
 void cols_kernel(ggml_tensor* dst, int ith, int nth, void* ud);
 void rgemm_kernel(ggml_tensor* dst, int ith, int nth, void* ud);
+void amx_conv_kernel(ggml_tensor* dst, int ith, int nth, void* ud);
 void finish_kernel(ggml_tensor* dst, int ith, int nth, void* ud);
 void up_kernel(ggml_tensor* dst, int ith, int nth, void* ud);
 void fft_in_kernel(ggml_tensor* dst, int ith, int nth, void* ud);

@@ -2,6 +2,8 @@
 // rgemm and ConvTranspose1d's overlap-add (see hift/kernels.h).
 #include "hift/kernels.h"
 
+#include "cpu/amx_gemm.h"
+
 namespace cbs::hiftk {
 
 template <bool kWide>
@@ -198,7 +200,48 @@ CBS_INL void up_body(ggml_tensor* dst, const UpOp& p) {
         for (int64_t t = t0; t < t1; ++t) frame(t);
 }
 
+template <class V>
+CBS_INL void amx_conv_body(ggml_tensor* dst, const AmxConvOp& p) {
+    const ggml_tensor* x = dst->src[0];
+    int si = 1;
+    const float* bias = p.has_bias ? data_f32(dst->src[si++]) : nullptr;
+    const float* alpha = p.act == Act::snake ? data_f32(dst->src[si++]) : nullptr;
+    const float* inv = p.act == Act::snake ? data_f32(dst->src[si++]) : nullptr;
+    const int64_t C = x->ne[0], L = x->ne[1], cout = dst->ne[0], out_len = dst->ne[1];
+    const int64_t halo = int64_t(p.K - 1) * p.dil, x_row = x->nb[1] / sizeof(float);
+    const float* xd = data_f32(x);
+    float* y = static_cast<float*>(dst->data);
+    // Pieces of up to 256 frames (their frames' split stays in L2), fewer for a short signal
+    // so that both threads have work.
+    const int64_t piece = std::min<int64_t>(256, round_up((out_len + 1) / 2, 16));
+    thread_local std::vector<float> buf;
+    thread_local AmxSplitFrames frames;
+    for (int64_t t0, t1; p.work->take(out_len, piece, t0, t1);) {
+        const int64_t m = t1 - t0, n = m + halo, r0 = t0 - p.pad;
+        buf.resize(static_cast<size_t>(n * C));
+        for (int64_t r = r0; r < r0 + n; ++r) {
+            float* row = buf.data() + (r - r0) * C;
+            if (r < 0 || r >= L)
+                std::fill(row, row + C, 0.0f);
+            else
+                act_row<V>(row, xd + r * x_row, bias, p.act, p.slope, alpha, inv, C);
+        }
+        frames.split(buf.data(), C, n, round_up(m, 16) + halo, C);
+        amx_conv(frames, m, p.dil, *p.w, y + t0 * cout, cout);
+    }
+}
+
 CBS_KERNEL(cols, ColsOp)
+// AMX comes with AVX-512: the activations 16 lanes at a time.
+#ifdef CBS_HIFT_X86
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"))) static void amx_conv_avx512(ggml_tensor* dst,
+                                                                                         const AmxConvOp& p) {
+    amx_conv_body<v16>(dst, p);
+}
+void amx_conv_kernel(ggml_tensor* dst, int, int, void* ud) { amx_conv_avx512(dst, *static_cast<const AmxConvOp*>(ud)); }
+#else
+void amx_conv_kernel(ggml_tensor* dst, int, int, void* ud) { amx_conv_body<v4x2>(dst, *static_cast<const AmxConvOp*>(ud)); }
+#endif
 CBS_KERNEL(rgemm, RgemmOp)
 CBS_KERNEL(finish, FinishOp)
 CBS_KERNEL(up, UpOp)

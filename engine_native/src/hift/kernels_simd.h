@@ -18,6 +18,7 @@
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define CBS_HIFT_X86 1  // kernels also built for AVX2 + FMA, used where the CPU has them
+#include <immintrin.h>
 #endif
 
 namespace cbs::hiftk {
@@ -79,6 +80,15 @@ CBS_INL bool any_lane(const M& m) {
 CBS_INL bool any_big(const v8& a, float limit) { return any_lane((a > limit) | (a < -limit) | (a != a)); }
 CBS_INL bool any_big(v4 a, float limit) { return any_lane((a > limit) | (a < -limit) | (a != a)); }
 CBS_INL bool any_big(v4x2 a, float limit) { return any_big(a.lo, limit) || any_big(a.hi, limit); }
+#ifdef CBS_HIFT_X86
+// 16 lanes (AVX-512 kernels): one compare into a mask register (the generic form's vector of
+// lane masks compiles to lane-by-lane moves there).
+using v16 = float __attribute__((vector_size(64)));
+__attribute__((target("avx512f"))) inline bool any_big(const v16& a, float limit) {
+    const __m512 v = reinterpret_cast<__m512>(a);
+    return _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(limit), _CMP_NLE_UQ) != 0;
+}
+#endif
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
@@ -112,7 +122,7 @@ CBS_INL void act_row(float* y, const float* x, const float* b, Act act, float sl
     int64_t i = 0;
     switch (act) {
         case Act::snake:
-            for (; i + 8 <= n; i += 8) {
+            for (constexpr int64_t lanes = sizeof(V) / sizeof(float); i + lanes <= n; i += lanes) {
                 V v = vload<V>(x + i);
                 if (b) v = v + vload<V>(b + i);
                 const V a = v * vload<V>(alpha + i);
@@ -228,7 +238,6 @@ inline bool has_avx2_fma() {
 // The products' 16-lane forms (cmul_bin16, rgemm16) where the CPU has AVX-512; each output
 // gets the same multiply-adds in the same order as in the 8-lane build, so the result is the
 // same bit for bit. CBS_HIFT_AVX512=0: the 8-lane build everywhere (a comparison).
-using v16 = float __attribute__((vector_size(64)));
 inline bool use_avx512() {
     static const bool yes = __builtin_cpu_supports("avx512f") &&
                             !(std::getenv("CBS_HIFT_AVX512") && std::strcmp(std::getenv("CBS_HIFT_AVX512"), "0") == 0);

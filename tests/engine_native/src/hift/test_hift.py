@@ -6,7 +6,8 @@ m_source path (stage `hift_source`, torch seeded) so decode sees a realistic sou
 Mel lengths 12, 50 and 500 frames = 6, 25 and 250 speech tokens: the resblock convs of a short
 signal run directly (rgemm), a long one's through the DFT; 50 frames takes both.
 
-Tolerances: f0 rel <= 1e-5, decode rel <= 1e-4.
+Tolerances: f0 rel <= 1e-5, decode rel <= 1e-4 (a quantised model's too: its HiFT is f32, its
+products the fast ones on AMX).
 """
 
 from __future__ import annotations
@@ -63,6 +64,22 @@ def test_hift_decode_matches_reference(reference, T):
     assert rel <= 1e-4
     # a flat source is accepted too
     np.testing.assert_array_equal(debug.hift_decode(model_path("turbo"), r["mel"], r["source"].reshape(-1)), got)
+
+
+@pytest.mark.parametrize("T", [12, 500])
+def test_quantised_model_decode_matches_reference(reference, T):
+    """A quantised model's HiFT (the same f32 weights) takes the fast products where the CPU has
+    AMX: every resblock conv as direct products on AMX tiles (bf16x3), whatever the length; the
+    decode stays within the f32 tolerance of the reference. Without AMX it is the f32 path."""
+    from engine_native import _core
+
+    r = reference[T]
+    got = debug.hift_decode(model_path("turbo", "q4_0"), r["mel"], r["source"])
+    exact = debug.hift_decode(model_path("turbo"), r["mel"], r["source"])
+    rel, max_abs = _rel(got, r["wav"])
+    print(f"hift_decode q4_0 T={T}: rel {rel:.2e} max_abs {max_abs:.2e}")
+    assert got.shape == r["wav"].shape and rel <= 1e-4
+    assert np.array_equal(got, exact) != _core.amx_available()
 
 
 def test_bad_shapes_raise_engine_error():
@@ -141,7 +158,7 @@ np.save(sys.argv[3], Engine(sys.argv[1], threads=2).stages.vocoder.hift.inferenc
 """
 
 
-def _decode_in_processes(tmp_path, frames: int, seed: int, switch: str, values) -> list[np.ndarray]:
+def _decode_in_processes(tmp_path, frames: int, seed: int, switch: str, values, quant: str = "f32") -> list[np.ndarray]:
     """HiFT's decode of one random mel in a process of its own per value of the environment
     switch (the engine reads its switches once)."""
     import os
@@ -152,7 +169,7 @@ def _decode_in_processes(tmp_path, frames: int, seed: int, switch: str, values) 
     outs = []
     for i, value in enumerate(values):
         out = tmp_path / f"wav{i}.npy"
-        res = subprocess.run([sys.executable, "-c", _INFERENCE, str(model_path("turbo")), str(tmp_path / "mel.npy"),
+        res = subprocess.run([sys.executable, "-c", _INFERENCE, str(model_path("turbo", quant)), str(tmp_path / "mel.npy"),
                               str(out)], env=dict(os.environ, **{switch: value}), capture_output=True, text=True,
                              cwd=tmp_path)
         assert res.returncode == 0, res.stderr
@@ -178,3 +195,14 @@ def test_short_signal_convs_run_directly(tmp_path):
     print(f"direct vs DFT, 16 mel frames: rel {rel:.1e}")
     assert direct.size == dft.size == 16 * 480 and not np.array_equal(direct, dft)
     assert rel <= 1e-5
+
+
+@pytest.mark.skipif(not __import__("engine_native")._core.amx_available(), reason="no AMX on this CPU")
+def test_amx_convs_on_a_length_of_partial_tiles(tmp_path):
+    """13 mel frames (104, 520 and 1560 frames at the resblocks: none a whole number of AMX's
+    16-row tiles): a quantised model's AMX convs against its own exact path (CBS_AMX=0)."""
+    amx, exact = _decode_in_processes(tmp_path, 13, 5, "CBS_AMX", ("", "0"), quant="q4_0")
+    rel = float(np.linalg.norm(amx - exact) / np.linalg.norm(exact))
+    print(f"AMX convs vs exact, 13 mel frames: rel {rel:.1e}")
+    assert amx.size == exact.size == 13 * 480 and not np.array_equal(amx, exact)
+    assert rel <= 1e-4
