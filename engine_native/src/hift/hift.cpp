@@ -57,6 +57,10 @@ Hift::Hift(const ModelFile& mf, ggml_backend_t backend)
         up.stride = l.stride;
         up.pad = l.pad;
         up.cout = l.cout;
+        if (amx_convs_ && cin % 32 == 0) {
+            amx_weights_.emplace_back().pack_transposed(t.data(), K * cout, K * cout, cin);
+            up.amx = &amx_weights_.back();
+        }
         ups_.push_back(up);
     }
 

@@ -63,6 +63,7 @@ private:
     struct Up {
         ggml_tensor *wt = nullptr, *b = nullptr;  // b ne [Cout]
         int K = 1, stride = 1, pad = 0, cout = 0;
+        const AmxPackedB* amx = nullptr;  // set: the product on AMX tiles (amx_convs_), B = wt's transpose
     };
     struct Graph;  // graph-building helpers (hift_graph.cpp)
 
@@ -92,7 +93,7 @@ private:
     HiftStft stft_;                 // the host STFT of the source and ISTFT of the output
     std::vector<float> post_bias_;  // conv_post's bias, added on the host with the ISTFT
 
-    // A quantised model's resblock convs run as direct products on AMX tiles (the fast
+    // A quantised model's resblock convs and ConvTranspose1d products run on AMX tiles (the fast
     // products its S3Gen takes, within ~1e-5 of f32 a product) where the CPU has them: several
     // times the DFT's speed. An f32 model keeps the exact path. Their weights, packed at load.
     bool amx_convs_ = false;

@@ -68,11 +68,6 @@ struct Hift::Graph {
             args[n++] = s->alpha;
             args[n++] = s->inv_alpha;
         }
-        if (c.amx) {  // stride 1 (a resblock's): the activated frames read in place on AMX tiles
-            amx_ops.push_back({c.K, c.pad, c.dil, pre_bias != nullptr, act, slope, c.amx, work()});
-            return ggml_custom_4d(ctx, GGML_TYPE_F32, c.cout, out_len, 1, 1, args, n, amx_conv_kernel,
-                                  GGML_N_TASKS_MAX, &amx_ops.back());
-        }
         if (c.panels && c.dil > 1) {  // an FFT conv's short signal: the dilated frames side by side
             const int64_t kc = int64_t{c.K} * c.cin;
             cols_ops.push_back({c.K, c.stride, c.pad, c.dil, pre_bias != nullptr, act, slope, work()});
@@ -130,11 +125,36 @@ struct Hift::Graph {
         ggml_tensor* bias;
     };
 
+    // conv_block on AMX tiles (a resblock's conv: stride 1, "same" padding), `fin` in the same node.
+    Sig amx_conv_block(const Conv& c, Sig x, Act act, const Snake* s, const FinishOp* fin, ggml_tensor* res,
+                       ggml_tensor* acc) {
+        ggml_tensor* args[7] = {x.t};
+        int n = 1;
+        if (x.bias) args[n++] = x.bias;
+        if (act == Act::snake) {
+            args[n++] = s->alpha;
+            args[n++] = s->inv_alpha;
+        }
+        const int n_in = n;
+        FinishOp f{};
+        if (fin) {
+            f = {true, res != nullptr, acc != nullptr, fin->div, fin->post, fin->slope, nullptr};
+            args[n++] = c.b;
+            if (res) args[n++] = res;
+            if (acc) args[n++] = acc;
+        }
+        amx_ops.push_back({c.K, c.pad, c.dil, x.bias != nullptr, act, 0.0f, c.amx, fin != nullptr, f, n_in, work()});
+        ggml_tensor* y = ggml_custom_4d(ctx, GGML_TYPE_F32, c.cout, x.t->ne[1], 1, 1, args, n, amx_conv_kernel,
+                                        GGML_N_TASKS_MAX, &amx_ops.back());
+        return {y, fin ? nullptr : c.b};
+    }
+
     // c(act(x.t + x.bias)), then `fin` (bias, res, acc, div, post) when given, else with
     // c's bias left pending.
     Sig conv_block(const Conv& c, Sig x, Act act, const Snake* s, const FinishOp* fin = nullptr,
                    ggml_tensor* res = nullptr, ggml_tensor* acc = nullptr) {
-        if (!c.fft || c.amx || direct_is_cheaper(c, x.t->ne[1])) {
+        if (c.amx) return amx_conv_block(c, x, act, s, fin, res, acc);
+        if (!c.fft || direct_is_cheaper(c, x.t->ne[1])) {
             ggml_tensor* y = conv(c, x.t, x.bias, act, s);
             if (!fin) return {y, c.b};
             return {finish(y, c.b, res, acc, fin->div, fin->post, fin->slope), nullptr};
@@ -215,7 +235,14 @@ struct Hift::Graph {
     // ConvTranspose1d of x (already activated), optionally reflection-padded by one
     // frame in front, plus `add`.
     ggml_tensor* up(const Up& u, ggml_tensor* x, ggml_tensor* add, bool reflect_first) {
-        ggml_tensor* cols = rgemm(x, u.wt, x->ne[0], x->ne[0], x->ne[1]);  // [K*Cout (to 16), L]
+        ggml_tensor* cols;  // [K*Cout (to 16), L]
+        if (u.amx) {  // one tap, no activation: x's frames are A's rows
+            amx_ops.push_back({1, 0, 1, false, Act::none, 0.0f, u.amx, false, {}, 1, work()});
+            cols = ggml_custom_4d(ctx, GGML_TYPE_F32, u.amx->rows(), x->ne[1], 1, 1, &x, 1, amx_conv_kernel,
+                                  GGML_N_TASKS_MAX, &amx_ops.back());
+        } else {
+            cols = rgemm(x, u.wt, x->ne[0], x->ne[0], x->ne[1]);
+        }
         const int64_t T = (x->ne[1] - 1) * u.stride + u.K - 2 * u.pad + (reflect_first ? 1 : 0);
         if (add->ne[0] != u.cout || add->ne[1] != T)
             throw EngineError("HiFT source branch length " + std::to_string(add->ne[1]) + " != " + std::to_string(T) +

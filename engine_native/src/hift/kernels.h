@@ -49,16 +49,20 @@ struct RgemmOp {
 };
 
 // amx_conv: a stride-1 conv's product on AMX tiles (the fast products of a quantised model),
-// x ne [C, L] -> y ne [Cout, L_out] without the conv's bias. Per piece of output frames, the
-// frames it reads are activated as cols does (zeros outside the signal), split into bf16
-// parts and multiplied in place (cpu/amx_gemm.h amx_conv): no columns matrix, no DFT.
-// src: as cols.
+// x ne [C, L] -> y ne [Cout, L_out]. Per piece of output frames, the frames it reads are
+// activated as cols does (zeros outside the signal), split into bf16 parts and multiplied in
+// place (cpu/amx_gemm.h amx_conv): no columns matrix, no DFT. The piece's product stays in
+// cache for `fin` (the conv's bias, residual, ...) when given, else y is without the bias.
+// src: as cols, then finish's b, res, acc (from src n_in on).
 struct AmxConvOp {
     int K, pad, dil;
     bool has_bias;
     Act act;
     float slope;
     const AmxPackedB* w;  // the weight [Cout][K * Cin] (row k Cin + ci), packed at load
+    bool has_fin;
+    FinishOp fin;
+    int n_in;
     Work* work;
 };
 

@@ -214,7 +214,8 @@ CBS_INL void amx_conv_body(ggml_tensor* dst, const AmxConvOp& p) {
     // Pieces of up to 256 frames (their frames' split stays in L2), fewer for a short signal
     // so that both threads have work.
     const int64_t piece = std::min<int64_t>(256, round_up((out_len + 1) / 2, 16));
-    thread_local std::vector<float> buf;
+    const FinishArgs fa = p.has_fin ? finish_args(p.fin, dst, p.n_in) : FinishArgs{};
+    thread_local std::vector<float> buf, product;
     thread_local AmxSplitFrames frames;
     for (int64_t t0, t1; p.work->take(out_len, piece, t0, t1);) {
         const int64_t m = t1 - t0, n = m + halo, r0 = t0 - p.pad;
@@ -227,7 +228,13 @@ CBS_INL void amx_conv_body(ggml_tensor* dst, const AmxConvOp& p) {
                 act_row<V>(row, xd + r * x_row, bias, p.act, p.slope, alpha, inv, C);
         }
         frames.split(buf.data(), C, n, round_up(m, 16) + halo, C);
-        amx_conv(frames, m, p.dil, *p.w, y + t0 * cout, cout);
+        if (!p.has_fin) {
+            amx_conv(frames, m, p.dil, *p.w, y + t0 * cout, cout);
+            continue;
+        }
+        product.resize(static_cast<size_t>(m * cout));
+        amx_conv(frames, m, p.dil, *p.w, product.data(), cout);
+        for (int64_t t = t0; t < t1; ++t) finish_row<V>(y + t * cout, product.data() + (t - t0) * cout, p.fin, fa, t, cout);
     }
 }
 

@@ -206,7 +206,7 @@ CBS_INL void finish_row(float* o, const float* y, const FinishOp& p, const Finis
     const bool is_leaky = p.post == Act::leaky;
     int64_t c = 0;
     if (a.n_bias == 0 || a.n_bias == C) {
-        for (; c + 8 <= C; c += 8) {
+        for (constexpr int64_t lanes = sizeof(V) / sizeof(float); c + lanes <= C; c += lanes) {
             V v = vload<V>(y + c);
             if (a.n_bias) v = v + vload<V>(a.b + c);
             if (res) v = v + vload<V>(res + c);
