@@ -88,6 +88,7 @@ __attribute__((target("avx512f"))) inline bool any_big(const v16& a, float limit
     const __m512 v = reinterpret_cast<__m512>(a);
     return _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(limit), _CMP_NLE_UQ) != 0;
 }
+CBS_INL v16 leaky(const v16& v, float slope) { return v > 0.0f ? v : v * slope; }
 #endif
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
