@@ -46,6 +46,15 @@ AMX_TARGET inline void split16(const float* x, __mmask16 mask, __m512 scale, __m
     split_vec(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x), scale), hi, lo);
 }
 
+// 32 floats, a then b, as 32 high and 32 low parts in that order: one conversion of two
+// vectors for each part, where split_vec takes two a vector.
+AMX_TARGET inline void split32(__m512 a, __m512 b, __m512i& hi, __m512i& lo) {
+    hi = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+    const __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hi)), 16));
+    const __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hi, 1)), 16));
+    lo = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha)));
+}
+
 AMX_TARGET inline __mmask16 first_lanes(int64_t n) {
     return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
 }
@@ -282,14 +291,18 @@ AMX_TARGET void split_block(const float* rows, int64_t ld, int64_t n_rows, int64
     for (int64_t kb = 0; kb < k_blocks; ++kb) {
         uint16_t* hi = out + kb * 2 * kTileElems;
         uint16_t* lo = hi + kTileElems;
+        const int64_t k0 = kb * kTileK;
+        const __mmask16 m0 = first_lanes(std::max<int64_t>(0, k - k0)), m1 = first_lanes(std::max<int64_t>(0, k - k0 - 16));
         for (int64_t r = 0; r < kTileRows; ++r) {
-            for (int64_t h = 0; h < 2; ++h) {
-                const int64_t k0 = kb * kTileK + h * 16;
-                __m256i vh = _mm256_setzero_si256(), vl = _mm256_setzero_si256();
-                if (r < n_rows) split16(rows + r * ld + k0, first_lanes(std::max<int64_t>(0, k - k0)), s, vh, vl);
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + r * kTileK + h * 16), vh);
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + r * kTileK + h * 16), vl);
+            __m512 a = _mm512_setzero_ps(), b = a;
+            if (r < n_rows) {
+                a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, rows + r * ld + k0), s);
+                b = _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, rows + r * ld + k0 + 16), s);
             }
+            __m512i vh, vl;
+            split32(a, b, vh, vl);
+            _mm512_storeu_si512(hi + r * kTileK, vh);
+            _mm512_storeu_si512(lo + r * kTileK, vl);
         }
     }
 }
@@ -399,11 +412,13 @@ AMX_TARGET void AmxSplitFrames::split(const float* frames, int64_t ld, int64_t n
     uint16_t* h = hi_.resize(size);
     uint16_t* l = lo_.resize(size);
     for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < channels; c += 16) {
-            __m256i vh = _mm256_setzero_si256(), vl = vh;
-            if (r < n) split16(frames + r * ld + c, first_lanes(channels - c), vh, vl);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + r * channels + c), vh);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(l + r * channels + c), vl);
+        for (int64_t c = 0; c < channels; c += 32) {  // channels: a multiple of 32
+            __m512 a = _mm512_setzero_ps(), b = a;
+            if (r < n) a = _mm512_loadu_ps(frames + r * ld + c), b = _mm512_loadu_ps(frames + r * ld + c + 16);
+            __m512i vh, vl;
+            split32(a, b, vh, vl);
+            _mm512_storeu_si512(h + r * channels + c, vh);
+            _mm512_storeu_si512(l + r * channels + c, vl);
         }
 }
 
