@@ -293,14 +293,27 @@ void bind_t3(py::module_& m) {
             (self.model->t3_backend ? self.model->t3_abort : self.model->abort).store(on);
         }, py::arg("on") = true, "As ModelFile.abort_compute, for T3's computations (its own backend's flag).")
         .def_property_readonly("arch", [](const PyT3& self) { return self->hp().arch; })
-        .def("logits", [](PyT3& self, std::vector<int32_t> text, std::vector<int32_t> speech,
+        .def("logits", [](py::object self_obj, std::vector<int32_t> text, std::vector<int32_t> speech,
                           py::object speaker_emb, py::object prompt_tokens, py::object exaggeration,
-                          py::object cfg_weight, bool alignment) -> py::object {
+                          py::object cfg_weight, bool alignment, py::object given) -> py::object {
+            PyT3& self = self_obj.cast<PyT3&>();
             const ModelFile& mf = *self.model->file;
             T3Conditioning c = conditioning(mf, self->hp().speaker_embed_size, speaker_emb, prompt_tokens, exaggeration);
             c.guidance = self->alignment() && cfg_weight_value(mf, cfg_weight) > 0.0f;
             if (speech.empty()) throw EngineError("speech_ids must hold at least the start-of-speech token");
-            std::unique_ptr<T3Cache> cache = self->new_cache();
+            std::shared_ptr<T3Cache> cache;
+            if (given.is_none()) {
+                cache = self->new_cache();
+            } else {
+                PyT3Cache& pc = given.cast<PyT3Cache&>();
+                if (!pc.t3_ref.is(self_obj)) throw EngineError("the cache belongs to another T3");
+                cache = pc.cache;
+                cache->acquire();
+            }
+            struct Release {
+                T3Cache* c;
+                ~Release() { if (c) c->release(); }
+            } release{given.is_none() ? nullptr : cache.get()};
             std::vector<float> out = released([&] {
                 return self->prompt(*cache, c, text, speech, static_cast<int>(speech.size()), 0);
             });
@@ -312,8 +325,9 @@ void bind_t3(py::module_& m) {
             return py::make_tuple(logits, to_numpy(cache->align, {heads, cache->align_rows, cache->align_cols}));
         }, py::arg("text_ids"), py::arg("speech_ids"), py::arg("speaker_emb") = py::none(),
            py::arg("prompt_tokens") = py::none(), py::arg("exaggeration") = py::none(),
-           py::arg("cfg_weight") = py::none(), py::arg("alignment") = false,
-           "Teacher-forced speech logits [len(speech_ids), speech_vocab] (on a temporary cache). The "
+           py::arg("cfg_weight") = py::none(), py::arg("alignment") = false, py::arg("cache") = py::none(),
+           "Teacher-forced speech logits [len(speech_ids), speech_vocab] (on a temporary cache, or `cache`, a "
+           "T3Cache of this T3 whose prefix it keeps as a stream does). The "
            "Multilingual T3 returns [rows, len(speech_ids), speech_vocab] (rows 2: cond, uncond, when "
            "cfg_weight > 0) as T3.inference computes them (the start token twice); alignment=True adds its "
            "alignment heads' attention over the text [heads, 1 + len(speech_ids), len(text_ids)].")

@@ -278,20 +278,24 @@ static bool vnni_weight(const ggml_tensor* a, CpuProducts how) {
 }
 #endif
 
-ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts how) {
+ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts how, int64_t columns) {
     // T3's Q4_0 weights on the CPU (cpu/q4_matmul.h): a long prompt's many columns through
     // the AMX tiles or sgemm below (the weights converted and packed per product), a decoding
     // step and a short prompt (a sentence's text) through our kernel, which reads the weights
     // once for all its columns, where converting and packing every weight per product costs
     // more than it saves.
     const bool packed = q4_is_packed(a);
+    (void)columns;
 #ifdef CBS_HAVE_BLAS
-    if (packed)
-        how = b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && b->ne[1] >= q4_kernel_max_columns() ? CpuProducts::fast
-                                                                                                        : CpuProducts::ggml;
+    if (packed) {
+        if (columns <= 0) columns = b->ne[1];
+        how = b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && columns >= q4_kernel_max_columns() ? CpuProducts::fast
+                                                                                                      : CpuProducts::ggml;
+    }
     const bool blas = how.blas();
     const bool weight_like = ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && b->type == GGML_TYPE_F32 &&
-                             b->nb[0] == sizeof(float) && b->ne[1] >= 16 && a->ne[1] >= 16 && a->ne[0] == b->ne[0];
+                             b->nb[0] == sizeof(float) && (b->ne[1] >= 16 || (packed && how.blas())) && a->ne[1] >= 16 &&
+                             a->ne[0] == b->ne[0];
     // Exact products of an f32 weight with more rows than b has (the S3Tokenizer's 1280 x 5120
     // matrices over a few hundred frames): split by the weight's rows too, so that each thread
     // packs only its share of the weight, where blas_matmul's split of b's rows has every
@@ -337,8 +341,8 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
     return r;
 }
 
-ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x) {
-    if (q4_is_packed(w)) return matmul(ctx, w, x, false);
+ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int64_t columns) {
+    if (q4_is_packed(w)) return matmul(ctx, w, x, false, columns);
     ggml_tensor* r = ggml_mul_mat(ctx, w, x);
     // An f32 weight over more columns than the vector kernel takes (a prompt) at f32, as matmul
     // asks, not TF32; a step's few columns are f32 arithmetic there already, which the f32 path

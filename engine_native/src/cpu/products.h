@@ -41,7 +41,9 @@ CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight);
 // `fast` with AMX: the same splits, each product on AMX tiles (a 2-D `a` split by its rows
 // between the threads, whatever its type); without AMX, on AVX512-VNNI, a Q4_0 `a`'s products
 // in int16 (b's rows rounded once per product, a's rows unpacked by pieces).
-ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts blas);
+// `columns` (T3's packed Q4_0 weights only): choose the kernel as for a product of that many
+// columns, not b's own (a prompt's rows computed apart give the same values as together).
+ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts blas, int64_t columns = 0);
 
 // A causal convolution's product on AMX tiles (fast products where the CPU has them): w
 // [k * C_in, C_out] with k frames' values in order of time (all of a frame's channels, then the
@@ -62,7 +64,7 @@ constexpr int64_t kGpuF32VectorColumns = 3;
 // kGpuF32VectorColumns columns,
 // ggml's default precision otherwise); matmul's path for T3's packed Q4_0 weights on the CPU
 // (cpu/q4_matmul.h).
-ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x);
+ggml_tensor* mul_mat_weight(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int64_t columns = 0);
 
 // The columns from which a product of T3's packed Q4_0 weights leaves our kernel (cpu/q4_matmul.h)
 // for AMX or sgemm on the converted weights (a prompt's many columns): 64 with AMX, 128 on

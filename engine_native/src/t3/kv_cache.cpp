@@ -57,6 +57,7 @@ void T3Cache::reserve(int n_tokens) {
     buf_ = nullptr;
     n_cache_ = 0;
     n_prefix_ = 0;
+    uncond_text = 0;  // only the prefix moves over
     ggml_init_params params{ggml_tensor_overhead() * (2 * hp_.n_layer + 1), nullptr, true};
     ctx_ = ggml_init(params);
     k_.clear();

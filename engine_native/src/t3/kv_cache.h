@@ -60,7 +60,13 @@ public:
         prefix_cond_ = cond;
         n_prefix_ = n;
     }
-    void clear_prefix() { n_prefix_ = 0; }
+    void clear_prefix() { n_prefix_ = 0, uncond_text = 0; }
+    // Positions of row 1 after the prefix that hold the unconditional row's text (llama with
+    // guidance): its text is position embeddings only, so these keys and values are the same
+    // for any text at least this long with the same prefix, and a later prompt computes only
+    // the rest. The last guided prompt's text length; 0 when unknown.
+    int uncond_text = 0;
+    int uncond_class = -1;  // the kernels that prompt took (T3Llama::guided_prompt_class)
 
     // Exclusive use by one stream: acquire() throws BusyError when another holds it.
     void acquire();

@@ -182,6 +182,16 @@ ggml_tensor* T3Llama::perceiver_block(ggml_context* ctx, ggml_tensor* x1, ggml_t
 // position embeddings only.
 ggml_tensor* T3Llama::build_inputs(ggml_context* ctx, GraphInputs& in, const std::vector<int32_t>& text,
                                    const std::vector<int32_t>& speech, int first_speech_pos, int rows) {
+    ggml_tensor* sp = speech_inputs(ctx, in, speech, first_speech_pos);
+    if (text.empty()) return rows == 1 ? sp : ggml_concat(ctx, sp, sp, 1);
+    ggml_tensor* tpos = ggml_get_rows(ctx, text_pos_, in.ids(ctx, arange(0, static_cast<int>(text.size()))));
+    ggml_tensor* x = ggml_concat(ctx, ggml_add(ctx, ggml_get_rows(ctx, text_emb_, in.ids(ctx, text)), tpos), sp, 1);
+    if (rows == 2) x = ggml_concat(ctx, x, ggml_concat(ctx, tpos, sp, 1), 1);
+    return x;
+}
+
+ggml_tensor* T3Llama::speech_inputs(ggml_context* ctx, GraphInputs& in, const std::vector<int32_t>& speech,
+                                    int first_speech_pos) {
     std::vector<int32_t> ids, pos;
     if (first_speech_pos == 0) {
         ids.push_back(speech[0]);
@@ -191,13 +201,7 @@ ggml_tensor* T3Llama::build_inputs(ggml_context* ctx, GraphInputs& in, const std
         ids.push_back(speech[j]);
         pos.push_back(first_speech_pos + static_cast<int>(j));
     }
-    ggml_tensor* sp = ggml_add(ctx, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, ids)),
-                               ggml_get_rows(ctx, speech_pos_, in.ids(ctx, pos)));
-    if (text.empty()) return rows == 1 ? sp : ggml_concat(ctx, sp, sp, 1);
-    ggml_tensor* tpos = ggml_get_rows(ctx, text_pos_, in.ids(ctx, arange(0, static_cast<int>(text.size()))));
-    ggml_tensor* x = ggml_concat(ctx, ggml_add(ctx, ggml_get_rows(ctx, text_emb_, in.ids(ctx, text)), tpos), sp, 1);
-    if (rows == 2) x = ggml_concat(ctx, x, ggml_concat(ctx, tpos, sp, 1), 1);
-    return x;
+    return ggml_add(ctx, ggml_get_rows(ctx, speech_emb_, in.ids(ctx, ids)), ggml_get_rows(ctx, speech_pos_, in.ids(ctx, pos)));
 }
 
 // HF apply_rotary_pos_emb: x * cos + rotate_half(x) * sin on x [D, H, n, rows], with
@@ -260,10 +264,11 @@ void T3Llama::rope_tables(int first, int n, std::vector<float>& cos, std::vector
 // as inputs, so the graph can be replayed for the next token.
 ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInputs& in, T3Cache& cache, ggml_tensor* x,
                                   int n_new, int rows, bool all_seqs, ggml_tensor* mask, TapSpec* taps,
-                                  const StepInputs* step) {
+                                  const StepInputs* step, const RowTail* tail) {
     const int E = hp_.n_embd, H = hp_.n_head, D = hp_.head_dim();
     const int n_kv = step ? step->n_kv : cache.n_past + n_new;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int n_cols = n_new + (tail ? tail->n : 0);  // x's columns a row (with a tail: both rows')
 
     ggml_tensor *rc, *rs;
     if (step) {
@@ -272,14 +277,28 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
     } else {
         std::vector<float> cos, sin;
         rope_tables(cache.n_past, n_new, cos, sin);
-        rc = ggml_reshape_4d(ctx, in.f32(ctx, std::move(cos), D, n_new), D, 1, n_new, 1);
-        rs = ggml_reshape_4d(ctx, in.f32(ctx, std::move(sin), D, n_new), D, 1, n_new, 1);
+        if (tail) {
+            std::vector<float> c1, s1;
+            rope_tables(cache.n_past + n_new - tail->n, tail->n, c1, s1);
+            cos.insert(cos.end(), c1.begin(), c1.end());
+            sin.insert(sin.end(), s1.begin(), s1.end());
+        }
+        rc = ggml_reshape_4d(ctx, in.f32(ctx, std::move(cos), D, n_cols), D, 1, n_cols, 1);
+        rs = ggml_reshape_4d(ctx, in.f32(ctx, std::move(sin), D, n_cols), D, 1, n_cols, 1);
     }
 
     auto cache_view = [&](ggml_tensor* c, int first, int n, int seq0, int n_seq) {
         return ggml_view_4d(ctx, c, D, n, H, n_seq, c->nb[1], c->nb[2], c->nb[3], first * c->nb[1] + seq0 * c->nb[3]);
     };
-    const Product product = [ctx](ggml_tensor* w, ggml_tensor* a) { return mul_mat_weight(ctx, w, a); };
+    // (with a tail: the kernels the two-row prompt's 2 n_new columns take)
+    const int64_t kernel_columns = tail ? 2 * int64_t{n_new} : 0;
+    // A guided prompt of a quantised model on the CPU takes T3's own attention at any length
+    // (ggml's, from 64 queries, gives a query other values with fewer beside it): its values per
+    // query whatever the queries, so cached unconditional keys and values serve a later prompt.
+    const int att_queries = !step && (rows == 2 || tail) && guided_prompt_class(cache, n_new) >= 0 ? 1 : n_new;
+    const Product product = [ctx, kernel_columns](ggml_tensor* w, ggml_tensor* a) {
+        return mul_mat_weight(ctx, w, a, kernel_columns);
+    };
     // Joined products (attention_inputs): a step's everywhere; a prompt's on the CPU, whose
     // products sum each value alike whatever the weight's rows (test_t3_llama.py checks it).
     const bool join = step != nullptr || backend_is_cpu(backend_);
@@ -297,12 +316,33 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
         if (fuse)
             attention_inputs(ctx, L, x, n_new, rows, rc, rs, product_after_norm(L.attn_norm), join, &q, &k, &v);
         else
-            attention_inputs(ctx, L, ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm), n_new, rows, rc, rs,
+            attention_inputs(ctx, L, ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.attn_norm), n_cols, rows, rc, rs,
                              product, join, &q, &k, &v);
 
         ggml_tensor* att;
         if (step) {
             att = step_attention(ctx, gf, cache, il, q, k, v, step->kv_row, n_kv, rows, mask);
+        } else if (tail) {
+            // Each row's columns to its own cache row and attention, the kernel the two-row prompt takes.
+            const bool own = decode_attention_applies(cache.k(il), att_queries, backend_is_cpu(backend_));
+            auto attend = [&](int seq, int c0, int n, ggml_tensor* m) {
+                auto cols = [&](ggml_tensor* t) {
+                    return ggml_view_4d(ctx, t, D, H, n, 1, t->nb[1], t->nb[2], t->nb[3], c0 * t->nb[2]);
+                };
+                for (auto [t, c] : {std::pair{k, cache.k(il)}, std::pair{v, cache.v(il)}})
+                    ggml_build_forward_expand(
+                        gf, ggml_cpy(ctx, ggml_permute(ctx, cols(t), 0, 2, 1, 3), cache_view(c, n_kv - n, n, seq, 1)));
+                ggml_tensor *k_all = cache_view(cache.k(il), 0, n_kv, seq, 1), *v_all = cache_view(cache.v(il), 0, n_kv, seq, 1);
+                ggml_tensor* a;
+                if (own) {
+                    a = decode_attention(ctx, cols(q), k_all, v_all, m);
+                } else {
+                    a = ggml_flash_attn_ext(ctx, ggml_permute(ctx, cols(q), 0, 2, 1, 3), k_all, v_all, m, scale, 0.0f, 0.0f);
+                    ggml_flash_attn_ext_set_prec(a, GGML_PREC_F32);
+                }
+                return ggml_reshape_2d(ctx, a, E, n);
+            };
+            att = ggml_concat(ctx, attend(0, 0, n_new, mask), attend(1, n_new, tail->n, tail->mask), 1);
         } else {
             // Append this call's keys and values (expanded first: the attention below reads
             // the cache through views, after these copies in graph order).
@@ -313,18 +353,18 @@ ggml_tensor* T3Llama::transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInput
                 ggml_build_forward_expand(gf, ggml_cpy(ctx, v_new, cache_view(cache.v(il), cache.n_past, n_new, s, rows)));
             }
             ggml_tensor *k_all = cache_view(cache.k(il), 0, n_kv, 0, rows), *v_all = cache_view(cache.v(il), 0, n_kv, 0, rows);
-            if (decode_attention_applies(cache.k(il), n_new, backend_is_cpu(backend_))) {  // a short prompt
+            if (decode_attention_applies(cache.k(il), att_queries, backend_is_cpu(backend_))) {  // a short or guided prompt
                 att = decode_attention(ctx, q, k_all, v_all, mask);
             } else {
                 att = ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3), k_all, v_all, mask, scale, 0.0f, 0.0f);
                 ggml_flash_attn_ext_set_prec(att, GGML_PREC_F32);
             }
         }
-        ggml_tensor* att2 = ggml_reshape_2d(ctx, att, E, n_new * rows);
-        x = fuse ? step_linear_residual(ctx, att2, L.wo, nullptr, x) : ggml_add(ctx, x, mul_mat_weight(ctx, L.wo, att2));
+        ggml_tensor* att2 = ggml_reshape_2d(ctx, att, E, n_cols * rows);
+        x = fuse ? step_linear_residual(ctx, att2, L.wo, nullptr, x) : ggml_add(ctx, x, product(L.wo, att2));
         ggml_tensor* h = fuse ? ffn_hidden(ctx, L, x, product_after_norm(L.ffn_norm), join)
                               : ffn_hidden(ctx, L, ggml_mul(ctx, ggml_rms_norm(ctx, x, hp_.ln_eps), L.ffn_norm), product, join);
-        x = fuse ? step_linear_residual(ctx, h, L.down, nullptr, x) : ggml_add(ctx, x, mul_mat_weight(ctx, L.down, h));
+        x = fuse ? step_linear_residual(ctx, h, L.down, nullptr, x) : ggml_add(ctx, x, product(L.down, h));
 
         // The alignment heads of row 0: softmax(q K^T * scale + mask) over every key (the
         // eager attention the reference's analyzer reads), kept for the text columns.
@@ -402,6 +442,14 @@ void T3Llama::keep_taps(T3Cache& cache, std::vector<std::vector<float>>& outs, i
     cache.align_rows = n_rows;
 }
 
+int T3Llama::guided_prompt_class(const T3Cache& cache, int n_new) const {
+    // A quantised model's products on the CPU run per column alike whatever the columns, once the
+    // kernel is chosen; an f32 model's (ggml's) may not: it always runs both rows.
+    if (!backend_is_cpu(backend_) || !q4_is_packed(layers_[0].wo) || !decode_attention_applies(cache.k(0), 1, true))
+        return -1;
+    return 2 * int64_t{n_new} >= q4_kernel_max_columns() ? 1 : 0;
+}
+
 std::vector<float> T3Llama::prompt(T3Cache& cache, const T3Conditioning& cond, const std::vector<int32_t>& text,
                                    const std::vector<int32_t>& speech, int n_out, int reserve_tokens) {
     validate(cond, text, speech);
@@ -414,14 +462,37 @@ std::vector<float> T3Llama::prompt(T3Cache& cache, const T3Conditioning& cond, c
     cache.reserve(n_cond + n_new + std::max(0, reserve_tokens));
     if (!cache.holds_prefix(cond)) run_prefix(cache, cond);
 
-    cache.n_past = n_cond;
     ggml_context* ctx = runner_.begin();
     ggml_cgraph* gf = runner_.graph();
     GraphInputs in;
-    ggml_tensor* x = build_inputs(ctx, in, text, speech, 0, rows);
     TapSpec taps{S, n_new - S, n_cond, S, std::vector<ggml_tensor*>(align_.size())};
-    x = transformer(ctx, gf, in, cache, x, n_new, rows, false, causal_mask(ctx, in, n_cond + n_new, n_new), &taps);
-    std::vector<float> out = finish(cache, head(ctx, x, n_new, rows, n_out), taps, in);
+    // The unconditional row's text already in the cache (an earlier guided prompt with this
+    // prefix and at least this much text, whose kernels this prompt takes too): that row runs
+    // from there on, its columns beside row 0's in one graph (a quantised model on the CPU).
+    const int klass = rows == 2 ? guided_prompt_class(cache, n_new) : -1;
+    const int U = klass >= 0 && cache.uncond_class == klass ? std::min(cache.uncond_text, S) : 0;
+    cache.n_past = n_cond;
+    ggml_tensor* logits;
+    if (U > 0) {
+        ggml_tensor* x1 = speech_inputs(ctx, in, speech, 0);
+        if (U < S) x1 = ggml_concat(ctx, ggml_get_rows(ctx, text_pos_, in.ids(ctx, arange(U, S - U))), x1, 1);
+        const RowTail tail{n_new - U, causal_mask(ctx, in, n_cond + n_new, n_new - U)};
+        ggml_tensor* x = ggml_concat(ctx, build_inputs(ctx, in, text, speech, 0, 1), x1, 1);
+        x = transformer(ctx, gf, in, cache, x, n_new, 1, false, causal_mask(ctx, in, n_cond + n_new, n_new), &taps,
+                        nullptr, &tail);
+        // each row's last n_out positions, as head() takes them from two rows
+        auto last = [&](int end) {
+            return ggml_view_2d(ctx, x, hp_.n_embd, n_out, x->nb[1], static_cast<size_t>(end - n_out) * x->nb[1]);
+        };
+        ggml_tensor* h = ggml_concat(ctx, last(n_new), last(n_new + tail.n), 1);
+        logits = mul_mat_weight(ctx, head_w_, ggml_mul(ctx, ggml_rms_norm(ctx, h, hp_.ln_eps), norm_));
+    } else {
+        ggml_tensor* x = build_inputs(ctx, in, text, speech, 0, rows);
+        x = transformer(ctx, gf, in, cache, x, n_new, rows, false, causal_mask(ctx, in, n_cond + n_new, n_new), &taps);
+        logits = head(ctx, x, n_new, rows, n_out);
+    }
+    std::vector<float> out = finish(cache, logits, taps, in);
+    if (rows == 2) cache.uncond_text = S, cache.uncond_class = klass;
     cache.n_past = n_cond + n_new;
     cache.n_rows = rows;
     cache.n_speech = static_cast<int>(speech.size());

@@ -9,7 +9,10 @@
 // - with guidance (T3Conditioning::guidance) every call runs two rows in one batch:
 //   row 0 conditional, row 1 with the text's token embeddings zeroed (position
 //   embeddings only), each over its own half of a two-row cache. The conditioning
-//   prefix is the same in both rows and runs once.
+//   prefix is the same in both rows and runs once. Row 1's text after it depends on its
+//   length alone, so a later guided prompt on the same cache (a quantised model on the CPU)
+//   reuses it and computes only row 1's rest, with the kernels the whole prompt would take:
+//   the same logits, bit for bit (T3Cache::uncond_text).
 // - the alignment heads (chatterbox.t3.align.heads, (layer, head) pairs) of row 0 leave
 //   their post-softmax attention over the text in the cache for the alignment analyzer.
 // Every dimension comes from the GGUF (MULTILINGUAL.md sections 2-5).
@@ -73,6 +76,14 @@ private:
         ggml_tensor *kv_row, *cos, *sin;
         int n_kv;
     };
+    // A guided prompt whose unconditional row has its first positions cached (T3Cache::uncond_text):
+    // x holds row 0's n_new columns, then row 1's last n of them (mask: theirs). Products and
+    // attention run as the two-row prompt's would (its columns, its attention kernel), so
+    // row 1's values equal that prompt's.
+    struct RowTail {
+        int n;
+        ggml_tensor* mask;
+    };
 
     void validate(const T3Conditioning& cond, const std::vector<int32_t>& text,
                   const std::vector<int32_t>& speech) const;
@@ -80,6 +91,10 @@ private:
     ggml_tensor* perceiver_block(ggml_context* ctx, ggml_tensor* x1, ggml_tensor* x2);
     ggml_tensor* build_inputs(ggml_context* ctx, GraphInputs& in, const std::vector<int32_t>& text,
                               const std::vector<int32_t>& speech, int first_speech_pos, int rows);
+    // The speech part of a prompt's inputs [E, n]: the start token twice at learned position
+    // 0 when first_speech_pos is 0, then each token at its position.
+    ggml_tensor* speech_inputs(ggml_context* ctx, GraphInputs& in, const std::vector<int32_t>& speech,
+                               int first_speech_pos);
     ggml_tensor* rope(ggml_context* ctx, ggml_tensor* x, ggml_tensor* cos, ggml_tensor* sin);
     // A layer's products of h [E, n * rows] through `product` (mul_mat_weight, or the batched
     // step's grouped form): q and k with RoPE and v, each [D, H, n, rows]; the FFN's
@@ -94,7 +109,10 @@ private:
     ggml_tensor* ffn_hidden(ggml_context* ctx, const Layer& L, ggml_tensor* h, const Product& product, bool join);
     ggml_tensor* transformer(ggml_context* ctx, ggml_cgraph* gf, GraphInputs& in, T3Cache& cache, ggml_tensor* x,
                              int n_new, int rows, bool all_seqs, ggml_tensor* mask, TapSpec* taps,
-                             const StepInputs* step = nullptr);
+                             const StepInputs* step = nullptr, const RowTail* tail = nullptr);
+    // Which kernel a guided prompt's products of n_new positions a row take on this host (-1: no
+    // cached unconditional keys and values serve it): those of a prompt of the same class serve it.
+    int guided_prompt_class(const T3Cache& cache, int n_new) const;
     // A step's attention for this token's q, k, v [D, H, 1, rows]: k and v written at the
     // cache row kv_row (I32 [1]), the first n_kv positions read; -> [D, H, 1, rows]. On the
     // CPU over an f16 cache (a quantised model's), the engine's own (t3/decode_attention.h),

@@ -257,6 +257,28 @@ def test_cache_reuse_keys_the_prefix_on_exaggeration(model):
         assert got == want, kw
 
 
+def test_guided_prompts_reuse_the_unconditional_text_bit_for_bit():
+    """The unconditional row's text is position embeddings only, so after the same prefix its
+    keys and values are the same for any text as long: a guided prompt on a cache that holds
+    them (a quantised model on the CPU) computes that row from there on, beside row 0 with the
+    two-row prompt's kernels. Its logits equal a fresh cache's bit for bit, for a shorter text,
+    a longer one (the rest of its text computed) and one whose prompt takes other products
+    (then both rows run), and a sampled stream on the cache says what a fresh one says."""
+    from engine_native import _core
+    t3 = debug._component(model_path("mtl", "q4_0", size=SIZE), "T3")
+    rng = np.random.default_rng(3)
+    texts = [np.r_[SOT, rng.integers(3, 2454, n - 2), EOT].tolist() for n in (90, 60, 75, 12, 90)]
+    cache, speech = _core.T3Cache(t3), [START, 17, 400]
+    for text in texts:
+        got = t3.logits(text, speech, cfg_weight=0.5, cache=cache)
+        want = t3.logits(text, speech, cfg_weight=0.5)
+        assert got.shape == (2, 3, 8194) and np.array_equal(got, want), len(text)
+    s = t3.stream(texts[1], 12, 5, cache=cache, cfg_weight=0.5)
+    tokens = s.next(12)
+    s.close()
+    assert tokens == t3.generate(texts[1], 12, 5, cfg_weight=0.5)
+
+
 def test_bad_inputs_raise_engine_errors(model):
     with pytest.raises(engine_native.EngineError, match="text token id 9999"):
         debug.t3_logits(model, [SOT, 9999, EOT], [START])
