@@ -4,7 +4,8 @@
 //
 // Layout: a signal of C channels and L frames is a ggml tensor ne [C, L] (channel
 // fastest). The graph (hift_graph.cpp) runs on CPU kernels of ours (ggml custom ops,
-// hift/kernels.h): the resblock convolutions through the DFT, the others as "columns"
+// hift/kernels.h): the resblock convolutions through the DFT (on AMX tiles for a quantised
+// model where the CPU has them: amx_conv), the others as "columns"
 // (for each output frame, the K input frames it reads, side by side) times the re-ordered
 // weight, with Snake and the other activations fused into the kernels that read the signal.
 #pragma once

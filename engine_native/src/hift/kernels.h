@@ -7,7 +7,8 @@
 // signals of up to 64 x 60000 floats. So HiFT runs on a few kernels of its own, each a
 // ggml custom op that shares its work out between ggml's threads:
 //  - the resblock convolutions (almost all the work) through the DFT: see "FFT
-//    convolution" below;
+//    convolution" below; a quantised model's, where the CPU has AMX, as direct products on
+//    its tiles (amx_conv), as are ConvTranspose1d's;
 //  - the other convolutions and ConvTranspose1d's products as `rgemm`, a register-
 //    blocked matrix product that reads the padded signal in place (`cols` pads it and
 //    applies the activation), then `finish` (bias, residual, the next activation) or

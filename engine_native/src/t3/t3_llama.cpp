@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/backend.h"
@@ -445,7 +447,11 @@ void T3Llama::keep_taps(T3Cache& cache, std::vector<std::vector<float>>& outs, i
 int T3Llama::guided_prompt_class(const T3Cache& cache, int n_new) const {
     // A quantised model's products on the CPU run per column alike whatever the columns, once the
     // kernel is chosen; an f32 model's (ggml's) may not: it always runs both rows.
-    if (!backend_is_cpu(backend_) || !q4_is_packed(layers_[0].wo) || !decode_attention_applies(cache.k(0), 1, true))
+    static const bool reuse = [] {  // CBS_T3_UNCOND=0: both rows always run (benchmarks)
+        const char* v = std::getenv("CBS_T3_UNCOND");
+        return !v || std::strcmp(v, "0") != 0;
+    }();
+    if (!reuse || !backend_is_cpu(backend_) || !q4_is_packed(layers_[0].wo) || !decode_attention_applies(cache.k(0), 1, true))
         return -1;
     return 2 * int64_t{n_new} >= q4_kernel_max_columns() ? 1 : 0;
 }
