@@ -6,13 +6,23 @@
 
 namespace cbs::hiftk {
 
+// The activation's inputs of a kernel that reads its signal as cols does: the pending bias
+// when has_bias, then Snake's alpha and 1 / alpha, from src[1] on.
+struct ActInputs {
+    const float *bias, *alpha, *inv;
+};
+static ActInputs act_inputs(const ggml_tensor* dst, bool has_bias, Act act) {
+    int si = 1;
+    ActInputs a{};
+    if (has_bias) a.bias = data_f32(dst->src[si++]);
+    if (act == Act::snake) a.alpha = data_f32(dst->src[si++]), a.inv = data_f32(dst->src[si++]);
+    return a;
+}
+
 template <bool kWide>
 CBS_INL void cols_body(ggml_tensor* dst, const ColsOp& p) {
     const ggml_tensor* x = dst->src[0];
-    int si = 1;
-    const float* bias = p.has_bias ? data_f32(dst->src[si++]) : nullptr;
-    const float* alpha = p.act == Act::snake ? data_f32(dst->src[si++]) : nullptr;
-    const float* inv = p.act == Act::snake ? data_f32(dst->src[si++]) : nullptr;
+    const auto [bias, alpha, inv] = act_inputs(dst, p.has_bias, p.act);
     const int64_t C = x->ne[0], L = x->ne[1], kc = dst->ne[0], out_len = dst->ne[1];
     const size_t x_row = x->nb[1] / sizeof(float);
     const float* xd = data_f32(x);
@@ -203,10 +213,7 @@ CBS_INL void up_body(ggml_tensor* dst, const UpOp& p) {
 template <class V>
 CBS_INL void amx_conv_body(ggml_tensor* dst, const AmxConvOp& p) {
     const ggml_tensor* x = dst->src[0];
-    int si = 1;
-    const float* bias = p.has_bias ? data_f32(dst->src[si++]) : nullptr;
-    const float* alpha = p.act == Act::snake ? data_f32(dst->src[si++]) : nullptr;
-    const float* inv = p.act == Act::snake ? data_f32(dst->src[si++]) : nullptr;
+    const auto [bias, alpha, inv] = act_inputs(dst, p.has_bias, p.act);
     const int64_t C = x->ne[0], L = x->ne[1], cout = dst->ne[0], out_len = dst->ne[1];
     const int64_t halo = int64_t(p.K - 1) * p.dil, x_row = x->nb[1] / sizeof(float);
     const float* xd = data_f32(x);
