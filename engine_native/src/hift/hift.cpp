@@ -111,7 +111,7 @@ Hift::Conv Hift::conv(const ModelFile& mf, const HiftConvLayer& l, bool allow_ff
                 for (int64_t k = 0; k < K; ++k) t[(k * cin + ci) * cout + oc] = src[(oc * cin + ci) * K + k];
         c.w = own_.add(panels16(t, K * cin, cout, cout), {16, K * cin * cout / 16});
         c.panels = true;
-        if (c.fft && amx_convs_ && cin % 32 == 0) {
+        if (amx_convs_ && l.stride == 1 && cin % 32 == 0) {  // the resblocks', the f0 predictor's
             amx_weights_.emplace_back().pack_transposed(t.data(), cout, cout, K * cin);
             c.amx = &amx_weights_.back();
         }

@@ -68,6 +68,11 @@ struct Hift::Graph {
             args[n++] = s->alpha;
             args[n++] = s->inv_alpha;
         }
+        if (c.amx) {  // stride 1: the activated frames read in place on AMX tiles
+            amx_ops.push_back({c.K, c.pad, c.dil, pre_bias != nullptr, act, slope, c.amx, false, {}, n, work()});
+            return ggml_custom_4d(ctx, GGML_TYPE_F32, c.cout, out_len, 1, 1, args, n, amx_conv_kernel, GGML_N_TASKS_MAX,
+                                  &amx_ops.back());
+        }
         if (c.panels && c.dil > 1) {  // an FFT conv's short signal: the dilated frames side by side
             const int64_t kc = int64_t{c.K} * c.cin;
             cols_ops.push_back({c.K, c.stride, c.pad, c.dil, pre_bias != nullptr, act, slope, work()});

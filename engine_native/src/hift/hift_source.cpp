@@ -5,7 +5,53 @@
 #include <cstring>
 #include <string>
 
+#include "hift/kernels_simd.h"
+
 namespace cbs {
+
+namespace {
+
+// The source's samples before tanh, 8 at a time: merged[i] = b + the sum over harmonics h, in
+// order, of w[h] ((voiced ? amp sin(2 pi cum[h][i] + phase[h]) : 0) + noise_amp noise[h][i]),
+// for i < n (a multiple of 8; harmonic h's values at h * ld). Every sample takes the same
+// lanes' arithmetic wherever it falls, so a source cut into pieces is the same bit for bit.
+struct MergeArgs {
+    const float *cum, *noise, *phase, *w;
+    int64_t ld, n;
+    int H;
+    float b, amp, noise_amp;
+    bool voiced;
+};
+
+template <bool kWide>
+CBS_INL void merge_body(const MergeArgs& a, float* merged) {
+    using V = hiftk::Vec<kWide>;
+    static const float zeros[8] = {};
+    const float two_pi = static_cast<float>(2.0 * M_PI);
+    for (int64_t i = 0; i < a.n; i += 8) {
+        V m = hiftk::vload<V>(zeros) + a.b;
+        for (int h = 0; h < a.H; ++h) {
+            V s = hiftk::vload<V>(zeros);
+            if (a.voiced) s = hiftk::sin_small(hiftk::vload<V>(a.cum + h * a.ld + i) * two_pi + a.phase[h]) * a.amp;
+            s = s + hiftk::vload<V>(a.noise + h * a.ld + i) * a.noise_amp;
+            m = m + s * a.w[h];
+        }
+        hiftk::vstore(merged + i, m);
+    }
+}
+
+#ifdef CBS_HIFT_X86
+__attribute__((target("avx2,fma"))) void merge_avx2(const MergeArgs& a, float* merged) { merge_body<true>(a, merged); }
+#endif
+
+void merge(const MergeArgs& a, float* merged) {
+#ifdef CBS_HIFT_X86
+    if (hiftk::has_avx2_fma()) return merge_avx2(a, merged);
+#endif
+    merge_body<false>(a, merged);
+}
+
+}  // namespace
 
 NoiseAhead::NoiseAhead(std::mt19937_64 rng, int64_t lead)
     : target_(lead), lead_(lead), rng_(rng), thread_([this] { run(); }) {}
@@ -129,16 +175,19 @@ std::vector<float> HiftSource::excite(const std::vector<float>& f0, const std::v
                                       const NoiseReader& read, int64_t h_stride, int64_t n_stride,
                                       std::vector<double>& acc, const float* given) const {
     const int64_t N = static_cast<int64_t>(f0.size()) * upsample_;
-    const float two_pi = static_cast<float>(2.0 * M_PI);
     std::vector<float> out(N);
     // Harmonic h's phase step in frame t: the same float expression as per sample, once a frame.
     auto steps_of = [&](float f, float* step) {
         for (int h = 0; h < n_harm_; ++h) step[h] = f * static_cast<float>(h + 1) / static_cast<float>(sample_rate_);
     };
     // Samples [begin, end) from the phase sums `sum` at `begin` (advanced to `end`).
+    std::vector<float> phase(phases.begin(), phases.end());
+    phase[0] = 0.0f;  // the fundamental's, as the reference forces it
+    const int64_t ld = hiftk::round_up(upsample_, 8);  // a frame's samples, padded to whole vectors
     auto piece = [&](int64_t begin, int64_t end, std::vector<double>& sum) {
         constexpr int64_t kChunk = 4096;  // samples of noise read at a time (given == nullptr)
         std::vector<float> chunk(given ? 0 : static_cast<size_t>(kChunk * n_harm_)), step(n_harm_);
+        std::vector<float> cum(static_cast<size_t>(n_harm_ * ld), 0.0f), noise(cum.size(), 0.0f), merged(ld);
         for (int64_t c0 = begin; c0 < end; c0 += kChunk) {
             const int64_t c1 = std::min(end, c0 + kChunk);
             const float* nz;
@@ -157,19 +206,19 @@ std::vector<float> HiftSource::excite(const std::vector<float>& f0, const std::v
                 const bool voiced = f > voiced_threshold_;
                 const float noise_amp = voiced ? noise_std_ : sine_amp_ / 3.0f;
                 steps_of(f, step.data());
-                for (; n < frame_end; ++n) {
-                    float merged = merge_b_;
+                const int64_t len = frame_end - n;
+                for (int64_t i = 0; i < len; ++i)  // the phase sums in order (double), the noise gathered
                     for (int h = 0; h < n_harm_; ++h) {
                         sum[h] += step[h];
-                        float cum = static_cast<float>(sum[h]);
-                        cum = cum - std::floor(cum);  // torch.remainder(x, 1)
-                        const float phase = h == 0 ? 0.0f : phases[h];
-                        float s = sine_amp_ * std::sin(two_pi * cum + phase);
-                        s = (voiced ? s : 0.0f) + noise_amp * nz[h * h_stride + (n - base) * n_stride];
-                        merged += merge_w_[h] * s;
+                        const float c = static_cast<float>(sum[h]);
+                        cum[h * ld + i] = c - std::floor(c);  // torch.remainder(x, 1)
+                        noise[h * ld + i] = nz[h * h_stride + (n + i - base) * n_stride];
                     }
-                    out[n] = std::tanh(merged);
-                }
+                merge({cum.data(), noise.data(), phase.data(), merge_w_.data(), ld, hiftk::round_up(len, 8), n_harm_,
+                       merge_b_, sine_amp_, noise_amp, voiced},
+                      merged.data());
+                for (int64_t i = 0; i < len; ++i) out[n + i] = std::tanh(merged[i]);
+                n = frame_end;
             }
         }
     };

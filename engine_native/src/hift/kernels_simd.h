@@ -93,14 +93,14 @@ CBS_INL v16 leaky(const v16& v, float slope) { return v > 0.0f ? v : v * slope; 
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// sin(x)^2 of 8 floats: x = j pi + r (pi in three parts, the first two short enough that
-// j times them is exact for |j| < 8192), sin(x)^2 = sin(r)^2 with sin(r) from its Taylor
-// series to r^13 (truncation < 7e-10 on |r| <= pi/2). Off sin(x)^2 by at most 2.6e-7
-// for |x| < 8192, as much as sinf(x)^2 is; callers take larger x elsewhere.
+// sin(r) for x = j pi + r, and j (pi in three parts, the first two short enough that j times
+// them is exact for |j| < 8192), from sin's Taylor series to r^13 (truncation < 7e-10 on
+// |r| <= pi/2). sin(x)^2 (sin_sq) from it is off by at most 2.6e-7 for |x| < 8192, as much
+// as sinf(x)^2 is; callers take larger x elsewhere.
 template <class V>
-CBS_INL V sin_sq(const V& x) {
+CBS_INL V sin_reduced(const V& x, V& j) {
     const float round = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
-    const V j = (x * 0.318309886183790672f + round) - round;
+    j = (x * 0.318309886183790672f + round) - round;
     V r = x - j * 3.140625f;
     r = r - j * 9.67502593994140625e-4f;
     r = r - j * 1.509957990978376432e-7f;
@@ -110,8 +110,24 @@ CBS_INL V sin_sq(const V& x) {
     p = p * z - 1.0f / 5040.0f;
     p = p * z + 1.0f / 120.0f;
     p = p * z - 1.0f / 6.0f;
-    const V sr = p * z * r + r;
+    return p * z * r + r;
+}
+
+template <class V>
+CBS_INL V sin_sq(const V& x) {
+    V j;
+    const V sr = sin_reduced(x, j);
     return sr * sr;
+}
+
+// sin(x) for |x| < 8192: (-1)^j sin(r).
+template <class V>
+CBS_INL V sin_small(const V& x) {
+    V j;
+    const V sr = sin_reduced(x, j);
+    const float round = 12582912.0f;
+    const V odd = j - ((j * 0.5f - 0.25f + round) - round) * 2.0f;  // j - 2 floor(j / 2): 0 or 1
+    return sr - odd * 2.0f * sr;
 }
 
 // y = act(x (+ b)) for one frame of n channels; alpha/inv only for Snake, which is

@@ -69,8 +69,9 @@ def test_hift_decode_matches_reference(reference, T):
 @pytest.mark.parametrize("T", [12, 500])
 def test_quantised_model_decode_matches_reference(reference, T):
     """A quantised model's HiFT (the same f32 weights) takes the fast products where the CPU has
-    AMX: every resblock conv as direct products on AMX tiles (bf16x3), whatever the length; the
-    decode stays within the f32 tolerance of the reference. Without AMX it is the f32 path."""
+    AMX: every resblock conv, ConvTranspose1d and f0 condnet conv (past the first) as direct
+    products on AMX tiles (bf16x3), whatever the length; the decode stays within the f32
+    tolerance of the reference, f0 within 1e-4. Without AMX it is the f32 path."""
     from engine_native import _core
 
     r = reference[T]
@@ -80,6 +81,10 @@ def test_quantised_model_decode_matches_reference(reference, T):
     print(f"hift_decode q4_0 T={T}: rel {rel:.2e} max_abs {max_abs:.2e}")
     assert got.shape == r["wav"].shape and rel <= 1e-4
     assert np.array_equal(got, exact) != _core.amx_available()
+    f0 = debug.hift_f0(model_path("turbo", "q4_0"), r["mel"])  # its condnet's convs too
+    rel, max_abs = _rel(f0, r["f0"])
+    print(f"hift_f0 q4_0 T={T}: rel {rel:.2e} max_abs {max_abs:.2e}")
+    assert rel <= 1e-4
 
 
 def test_bad_shapes_raise_engine_error():
