@@ -74,8 +74,7 @@ S3TokenizerV2::S3TokenizerV2(const ModelFile& mf, ggml_backend_t backend)
     // A quantised model's tokens take the fast products as its S3Gen does: within ~1e-5 of
     // f32 per product, so a token flips only where an FSQ input lies that close to a rounding
     // boundary (the reference itself has such ties). An f32 model keeps the exact products.
-    if (const ggml_tensor* s3gen = mf.find_tensor("s3gen.enc.encoders.0.feed_forward.w_1.weight"))
-        products_ = products_for(backend, s3gen);
+    products_ = s3gen_products(mf, backend);
 }
 
 // Conv1d(kernel 3, stride 2, padding 1) of x [L, C_in] (time fastest) via im2col, the kernel

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/model_file.h"
 #include "cpu/amx_gemm.h"
 #include "cpu/blas.h"
 #include "cpu/op_helpers.h"
@@ -19,6 +20,11 @@ namespace cbs {
 CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight) {
     if (!backend_is_cpu(backend)) return CpuProducts::ggml;
     return weight->type == GGML_TYPE_F32 ? CpuProducts::exact : CpuProducts::fast;
+}
+
+CpuProducts s3gen_products(const ModelFile& mf, ggml_backend_t backend) {
+    if (const ggml_tensor* w = mf.find_tensor("s3gen.enc.encoders.0.feed_forward.w_1.weight")) return products_for(backend, w);
+    return CpuProducts(backend_is_cpu(backend));
 }
 
 #ifdef CBS_HAVE_BLAS

@@ -8,6 +8,8 @@
 
 namespace cbs {
 
+class ModelFile;
+
 // How a graph's f32 matrix products run on the CPU (the `blas` argument below). From a bool,
 // the callers' on_cpu flag: true is `exact`, false `ggml`.
 struct CpuProducts {
@@ -31,6 +33,10 @@ struct CpuProducts {
 // The products for a component whose matrices include `weight`: ggml off the CPU, exact for an
 // f32 weight, fast for a quantised or f16 one.
 CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight);
+// The products a model's S3Gen takes (products_for its encoder's first weight), which the CPU
+// components beside it follow (the S3Tokenizer, HiFT): fast for a quantised model, whose
+// matrices are approximate by far more already. A file without S3Gen: exact on the CPU.
+CpuProducts s3gen_products(const ModelFile& mf, ggml_backend_t backend);
 
 // ggml_mul_mat(a, b) ([K, M, ...] x [K, N, ...] -> [M, N, ...], a broadcast over b's
 // batches). With `blas` (a CPU backend's graph) and OpenBLAS built in, f32 operands whose

@@ -33,8 +33,7 @@ Hift::Hift(const ModelFile& mf, ggml_backend_t backend)
     // The kernels above read and write tensor memory directly.
     if (!backend_is_cpu(backend_)) throw EngineError("the HiFT vocoder runs on the CPU backend only");
     const HiftLayers layers = HiftLayers::from(mf, hp_);
-    if (const ggml_tensor* s3gen = mf.find_tensor("s3gen.enc.encoders.0.feed_forward.w_1.weight"))
-        amx_convs_ = amx_tag(products_for(backend, s3gen)) != nullptr;
+    amx_convs_ = amx_tag(s3gen_products(mf, backend)) != nullptr;
 
     for (const HiftConvLayer& c : layers.f0_convs) f0_convs_.push_back(conv(mf, c));
     f0_cls_w_ = f32_weight(mf, layers.f0_cls_w);

@@ -94,7 +94,8 @@ private:
     HiftStft stft_;                 // the host STFT of the source and ISTFT of the output
     std::vector<float> post_bias_;  // conv_post's bias, added on the host with the ISTFT
 
-    // A quantised model's resblock convs and ConvTranspose1d products run on AMX tiles (the fast
+    // A quantised model's stride-1 convs of 32k channels (resblocks', the f0 predictor's) and
+    // ConvTranspose1d products run on AMX tiles (the fast
     // products its S3Gen takes, within ~1e-5 of f32 a product) where the CPU has them: several
     // times the DFT's speed. An f32 model keeps the exact path. Their weights, packed at load.
     bool amx_convs_ = false;

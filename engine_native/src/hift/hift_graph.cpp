@@ -56,22 +56,49 @@ struct Hift::Graph {
                               GGML_N_TASKS_MAX, &rgemm_ops.back());
     }
 
+    // A signal and the bias still to be added to it (by the op that reads it next).
+    struct Sig {
+        ggml_tensor* t;
+        ggml_tensor* bias;
+    };
+
+    // A stride-1 conv of act(x.t + x.bias) on AMX tiles (c.amx) over out_len frames, `fin`
+    // (bias, res, acc, div, post) in the same node when given, else with c's bias left pending.
+    Sig amx_conv_block(const Conv& c, Sig x, Act act, const Snake* s, float slope, int64_t out_len,
+                       const FinishOp* fin, ggml_tensor* res, ggml_tensor* acc) {
+        ggml_tensor* args[7] = {x.t};
+        int n = 1;
+        if (x.bias) args[n++] = x.bias;
+        if (act == Act::snake) {
+            args[n++] = s->alpha;
+            args[n++] = s->inv_alpha;
+        }
+        const int n_in = n;
+        FinishOp f{};
+        if (fin) {
+            f = {true, res != nullptr, acc != nullptr, fin->div, fin->post, fin->slope, nullptr};
+            args[n++] = c.b;
+            if (res) args[n++] = res;
+            if (acc) args[n++] = acc;
+        }
+        amx_ops.push_back({c.K, c.pad, c.dil, x.bias != nullptr, act, slope, c.amx, fin != nullptr, f, n_in, work()});
+        ggml_tensor* y = ggml_custom_4d(ctx, GGML_TYPE_F32, c.cout, out_len, 1, 1, args, n, amx_conv_kernel,
+                                        GGML_N_TASKS_MAX, &amx_ops.back());
+        return {y, fin ? nullptr : c.b};
+    }
+
     // act(x + pre_bias) convolved with c, without c's bias: ne [cout_pad, L_out].
     ggml_tensor* conv(const Conv& c, ggml_tensor* x, ggml_tensor* pre_bias = nullptr, Act act = Act::none,
                       const Snake* s = nullptr, float slope = 0.0f) {
         const int64_t out_len = (x->ne[1] + 2 * c.pad - int64_t(c.dil) * (c.K - 1) - 1) / c.stride + 1;
         if (out_len < 1) throw EngineError("HiFT input is too short for its convolutions");
+        if (c.amx) return amx_conv_block(c, {x, pre_bias}, act, s, slope, out_len, nullptr, nullptr, nullptr).t;
         ggml_tensor* args[4] = {x};
         int n = 1;
         if (pre_bias) args[n++] = pre_bias;
         if (act == Act::snake) {
             args[n++] = s->alpha;
             args[n++] = s->inv_alpha;
-        }
-        if (c.amx) {  // stride 1: the activated frames read in place on AMX tiles
-            amx_ops.push_back({c.K, c.pad, c.dil, pre_bias != nullptr, act, slope, c.amx, false, {}, n, work()});
-            return ggml_custom_4d(ctx, GGML_TYPE_F32, c.cout, out_len, 1, 1, args, n, amx_conv_kernel, GGML_N_TASKS_MAX,
-                                  &amx_ops.back());
         }
         if (c.panels && c.dil > 1) {  // an FFT conv's short signal: the dilated frames side by side
             const int64_t kc = int64_t{c.K} * c.cin;
@@ -124,41 +151,11 @@ struct Hift::Graph {
                               GGML_N_TASKS_MAX, &finish_ops.back());
     }
 
-    // A signal and the bias still to be added to it (by the op that reads it next).
-    struct Sig {
-        ggml_tensor* t;
-        ggml_tensor* bias;
-    };
-
-    // conv_block on AMX tiles (a resblock's conv: stride 1, "same" padding), `fin` in the same node.
-    Sig amx_conv_block(const Conv& c, Sig x, Act act, const Snake* s, const FinishOp* fin, ggml_tensor* res,
-                       ggml_tensor* acc) {
-        ggml_tensor* args[7] = {x.t};
-        int n = 1;
-        if (x.bias) args[n++] = x.bias;
-        if (act == Act::snake) {
-            args[n++] = s->alpha;
-            args[n++] = s->inv_alpha;
-        }
-        const int n_in = n;
-        FinishOp f{};
-        if (fin) {
-            f = {true, res != nullptr, acc != nullptr, fin->div, fin->post, fin->slope, nullptr};
-            args[n++] = c.b;
-            if (res) args[n++] = res;
-            if (acc) args[n++] = acc;
-        }
-        amx_ops.push_back({c.K, c.pad, c.dil, x.bias != nullptr, act, 0.0f, c.amx, fin != nullptr, f, n_in, work()});
-        ggml_tensor* y = ggml_custom_4d(ctx, GGML_TYPE_F32, c.cout, x.t->ne[1], 1, 1, args, n, amx_conv_kernel,
-                                        GGML_N_TASKS_MAX, &amx_ops.back());
-        return {y, fin ? nullptr : c.b};
-    }
-
     // c(act(x.t + x.bias)), then `fin` (bias, res, acc, div, post) when given, else with
     // c's bias left pending.
     Sig conv_block(const Conv& c, Sig x, Act act, const Snake* s, const FinishOp* fin = nullptr,
                    ggml_tensor* res = nullptr, ggml_tensor* acc = nullptr) {
-        if (c.amx) return amx_conv_block(c, x, act, s, fin, res, acc);
+        if (c.amx) return amx_conv_block(c, x, act, s, 0.0f, x.t->ne[1], fin, res, acc);  // "same" padding
         if (!c.fft || direct_is_cheaper(c, x.t->ne[1])) {
             ggml_tensor* y = conv(c, x.t, x.bias, act, s);
             if (!fin) return {y, c.b};
