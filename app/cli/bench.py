@@ -42,7 +42,8 @@ def _kernels_line() -> str:
     forced = " (forced: --cpu avx2)" if os.environ.get(FORCED_MARK) == "avx2" else ""
     variant = s.get("cpu_variant") or "native build"
     return (f"  CPU {s['devices'][0]['description']}: {' '.join(s['cpu_features'])}\n"
-            f"  kernels{forced}: ggml CPU module {variant}; T3 Q4_0 {s.get('q4_kernel_isa', '-')}; "
+            f"  kernels{forced}: ggml CPU module {variant}; T3 Q4_0 {s.get('q4_kernel_isa', '-')} "
+            f"(prompts from {s.get('q4_kernel_max_columns', '-')} columns: {s.get('t3_prompt_products', '-')}); "
             f"S3Gen f32 products OpenBLAS {s.get('blas_core', '-')}; AMX {'on' if s.get('amx') else 'off'}; "
             f"S3Gen int16 products {s.get('int16_products') or 'off'}")
 

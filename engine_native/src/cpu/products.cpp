@@ -13,6 +13,7 @@
 #include "cpu/blas.h"
 #include "cpu/op_helpers.h"
 #include "cpu/q4_matmul.h"
+#include "cpu/q8_gemm.h"
 #include "cpu/vnni_gemm.h"
 
 namespace cbs {
@@ -232,10 +233,13 @@ static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benc
 #endif
 
 int64_t q4_kernel_max_columns() {
-    // With AMX the tiles win from 64 columns; without, the kernel's int8 products beat sgemm on
-    // the converted weights further: to ~300 columns in the AVX2 form, ~100-150 on AVX-512
+    // With AMX the tiles win from 64 columns; without, on AVX-512 VNNI, the int8 tile
+    // (cpu/q8_gemm.h) from ~50 (below, unpacking every weight for it costs more than the
+    // kernel's slower products: docs/CPU_STAGES.md); else the kernel's int8 products beat sgemm
+    // on the converted weights further: to ~300 columns in the AVX2 form, ~100-150 on AVX-512
     // (docs/CPU_AVX2.md, a Multilingual prompt's ~90 columns).
     if (amx_available()) return 64;
+    if (int8_tile_available()) return 48;
     return std::strcmp(q4_kernel_isa(), "AVX2") == 0 ? 256 : 128;
 }
 
@@ -277,10 +281,50 @@ static void vnni_weight_matmul(ggml_tensor* dst, int, int, void*) {
     }
 }
 
+// T3's packed Q4_0 weights over a prompt's columns, on AVX-512 VNNI without AMX: the decoding
+// kernel's int8 products as a register tile (cpu/q8_gemm.h), b's rows rounded to Q8_0 once per
+// product by a node of their own (q8_split), then pieces of kVnniRows weight rows taken by
+// whichever thread is free, each unpacked into the tile's layout and multiplied by all of b.
+static void* q8_split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
+    return split_batch(split, b, i2, i3, I8Rows::bytes(b->ne[1], b->ne[0]));
+}
+
+static void q8_split(ggml_tensor* dst, int ith, int nth, void*) {
+    const ggml_tensor* b = dst->src[0];
+    const int64_t K = b->ne[0], N = b->ne[1];
+    if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
+    I8Rows rows;
+    for_each_batch(b, [&](int64_t i2, int64_t i3) {
+        rows.view(q8_split_batch(dst, b, i2, i3), N, K);
+        rows.quantize(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), N * ith / nth, N * (ith + 1) / nth);
+    });
+}
+
+static void q8_weight_matmul(ggml_tensor* dst, int, int, void*) {
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
+    const int64_t ldc = dst->nb[1] / sizeof(float);
+    thread_local I8Weight wp;
+    I8Rows rows;
+    for (int64_t m0; (m0 = split_counter(split)->fetch_add(kVnniRows)) < M;) {
+        q4_unpack_rows_i8(a, m0, std::min(kVnniRows, M - m0), wp);
+        for_each_batch(b, [&](int64_t i2, int64_t i3) {
+            rows.view(q8_split_batch(split, b, i2, i3), N, K);
+            q8_gemm(rows, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+        });
+    }
+}
+
 // Whether a's products with b go to vnni_weight_matmul.
 static bool vnni_weight(const ggml_tensor* a, CpuProducts how) {
     return how.kind == CpuProducts::fast && !amx_available() && int16_products_available() && a->type == GGML_TYPE_Q4_0 &&
            !q4_is_packed(a) && a->ne[0] % 32 == 0;
+}
+
+// Whether T3's packed weight a takes q8_weight_matmul over many columns of b (there is no AMX).
+static bool q8_tile(const ggml_tensor* a, const ggml_tensor* b) {
+    return !amx_available() && int8_tile_available() && b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) &&
+           ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && a->ne[0] == b->ne[0] && a->ne[0] % 32 == 0;
 }
 #endif
 
@@ -293,6 +337,17 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
     const bool packed = q4_is_packed(a);
     (void)columns;
 #ifdef CBS_HAVE_BLAS
+    if (packed && q8_tile(a, b)) {
+        if (columns <= 0) columns = b->ne[1];
+        if (columns >= q4_kernel_max_columns()) {
+            const int64_t bytes = kSplitHeader + static_cast<int64_t>(I8Rows::bytes(b->ne[1], b->ne[0])) * b->ne[2] * b->ne[3];
+            ggml_tensor* args[3] = {a, b, ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &b, 1, q8_split,
+                                                         GGML_N_TASKS_MAX, nullptr)};
+            return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 3, q8_weight_matmul,
+                                  GGML_N_TASKS_MAX, nullptr);
+        }
+        return q4_matmul(ctx, a, b);
+    }
     if (packed) {
         if (columns <= 0) columns = b->ne[1];
         how = b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && columns >= q4_kernel_max_columns() ? CpuProducts::fast

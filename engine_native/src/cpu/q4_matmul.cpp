@@ -1,4 +1,5 @@
 #include "cpu/q4_matmul.h"
+#include "cpu/q8_gemm.h"
 
 #include "cpu/avx2_reduce.h"
 
@@ -491,6 +492,37 @@ static void one_block_to_f32(const void* w, int64_t r, int64_t b, float* out) {
 }
 
 void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out) { rows_to_f32<true>(w, r0, n, out); }
+
+// The layout's stream in order (PackedBlock's arithmetic, group by group and chunk by chunk).
+#ifdef CBS_Q4_X86
+AVX512_TARGET static void unpack_rows_i8(const ggml_tensor* w, int64_t r0, int64_t n, I8Weight& out) {
+    const int64_t N = w->ne[1], nb = w->ne[0] / kBlock;
+    const auto* data = static_cast<const uint8_t*>(w->data);
+    out.reset(n, w->ne[0]);
+    for (int64_t g0 = r0; g0 < r0 + n; g0 += kRows) {
+        const int64_t G = std::min(kRows, N - g0), rows = std::min(G, r0 + n - g0);
+        for (int64_t b0 = 0; b0 < nb; b0 += kChunk) {
+            const int64_t c = std::min(kChunk, nb - b0);
+            const uint8_t* chunk = data + (g0 * nb + G * b0) * 18;
+            const auto* scales = reinterpret_cast<const ggml_fp16_t*>(chunk);
+            const uint8_t* nibbles = chunk + G * c * 2;
+            for (int64_t p = 0; p < c; p += kGroup) {
+                const int64_t q = std::min(kGroup, c - p);
+                for (int64_t i = 0; i < rows; ++i)
+                    for (int64_t j = p; j < p + q; ++j)
+                        out.set_block(g0 + i - r0, b0 + j, _cvtsh_ss(scales[i * c + j]),
+                                      nibbles + G * p * 16 + i * q * 16 + (j - p) * 16);
+            }
+        }
+    }
+}
+
+void q4_unpack_rows_i8(const ggml_tensor* w, int64_t r0, int64_t n, I8Weight& out) {
+    if (int8_tile_available()) unpack_rows_i8(w, r0, n, out);
+}
+#else
+void q4_unpack_rows_i8(const ggml_tensor*, int64_t, int64_t, I8Weight&) {}
+#endif
 
 void q4_0_rows_to_f32(const ggml_tensor* w, int64_t r0, int64_t n, float* out) { rows_to_f32<false>(w, r0, n, out); }
 

@@ -26,6 +26,8 @@
 
 namespace cbs {
 
+class I8Weight;
+
 // Whether this CPU runs the kernel (AVX-512 F/BW/VL/VNNI, else AVX2 with FMA and F16C) and
 // CBS_Q4_MATMUL is not 0.
 bool q4_packed_available();
@@ -39,6 +41,10 @@ void q4_pack(const void* src, void* dst, int64_t n_rows, int64_t K);
 
 // Rows r0 .. r0+n-1 of a packed weight as f32 (n x K values at out).
 void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out);
+
+// Rows r0 .. r0+n-1 (r0 a multiple of 8) of a packed weight into the int8 tile's layout
+// (cpu/q8_gemm.h), where the CPU has the tile.
+void q4_unpack_rows_i8(const ggml_tensor* w, int64_t r0, int64_t n, I8Weight& out);
 
 // Rows r0 .. r0+n-1 of a Q4_0 weight in ggml's own layout (not packed) as f32 into `out`
 // (n x ne[0]): ggml's dequantize_row_q4_0, vectorised (ggml's is a scalar loop in ggml-base,

@@ -1,14 +1,15 @@
 """T3's CPU kernels of our own. Q4_0 matrix products on the CPU through the engine's own kernel (cpu/q4_matmul.h,
-AVX-512 VNNI or AVX2; sgemm or AMX on the converted weights from q4_kernel_max_columns: 64 with AMX, 128 or 256 without) against ggml's Q4_0 kernel
-and against the exact product of the dequantised weights (float64), on random shapes that
-include a row count not divisible by 8 (the kernel's row groups) and a block count that is odd and not a multiple
-of 16 (the kernel's tails).
+AVX-512 VNNI or AVX2) and, from q4_kernel_max_columns columns on, AMX or sgemm on the converted weights (64 with
+AMX, 256 in the AVX2 form) or, on AVX-512 VNNI without AMX, the int8 tile (cpu/q8_gemm.h, from 48), against ggml's
+Q4_0 kernel and against the exact product of the dequantised weights (float64), on random shapes that
+include a row count not divisible by 8 (the kernel's row groups) or 16 (the tile's), and a block count that is
+odd and not a multiple of 16 (the kernel's tails).
 
-Tolerances: the kernel against ggml's kernel rel <= 1e-5 (both round the activations to
-Q8_0 the same way and sum the same integers; only the float sums' order differs; seen
-~1e-7); the sgemm path against the exact product rel <= 1e-5 (it keeps the activations
-f32, where ggml rounds them to 8 bits: ggml's own error against the exact product, ~5e-3,
-is printed beside).
+Tolerances: the kernel and the int8 tile against ggml's kernel rel <= 1e-5 (all round the
+activations to Q8_0 the same way and sum the same integers; only the float sums' order
+differs; seen ~1e-7); the sgemm path against the exact product rel <= 1e-5 (it keeps the
+activations f32, where ggml rounds them to 8 bits: ggml's own error against the exact
+product, ~5e-3, is printed beside).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _rel(a, b):
 
 @needs_kernel
 @pytest.mark.parametrize("n,k,m", [(1024, 1024, 1), (4099, 1056, 1), (70, 4096, 2), (515, 544, 7), (301, 1056, 20),
-                                   (301, 1056, 70), (301, 1056, 300)])
+                                   (301, 1056, 70), (301, 1056, 300), (4099, 1056, 130)])
 def test_q4_products(n, k, m):
     rng = np.random.default_rng(n + k + m)
     w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
@@ -45,10 +46,41 @@ def test_q4_products(n, k, m):
     print(f"N={n} K={k} M={m}: ours vs ggml rel {_rel(ours, ggml):.2e}, vs exact {_rel(ours, exact):.2e}, "
           f"ggml vs exact {_rel(ggml, exact):.2e}")
     assert ours.shape == ggml.shape == (m, n)
-    if m < _core.system_info()["q4_kernel_max_columns"]:  # our kernel; else sgemm or AMX
+    info = _core.system_info()
+    if m < info["q4_kernel_max_columns"] or info["t3_prompt_products"] == "int8 tile":  # ggml's integers
         assert _rel(ours, ggml) <= 1e-5
-    else:
+    else:  # sgemm or AMX
         assert _rel(ours, exact) <= 1e-5
+
+
+_PROMPT_PRODUCTS = """
+import json, numpy as np
+from engine_native import _core
+out = {"products": _core.system_info()["t3_prompt_products"], "rel": []}
+for n, k, m in [(301, 1056, 300), (4099, 1056, 130)]:
+    rng = np.random.default_rng(n + k + m)
+    w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    ours, ggml, w_dq = _core.q4_matmul_pair(w, x, threads=2)
+    exact = x.astype(np.float64) @ w_dq.astype(np.float64).T
+    out["rel"].append(float(np.linalg.norm(ours - exact) / np.linalg.norm(exact)))
+print(json.dumps(out))
+"""
+
+
+@needs_kernel
+def test_q4_prompt_products_without_the_int8_tile():
+    """Where the int8 tile takes a prompt's products, the path it replaced (CBS_Q8_TILE=0: sgemm
+    on the converted weights, or AMX) in a process of its own, against the exact product as above:
+    rel <= 1e-5. Elsewhere the tests above ran it already."""
+    if _core.system_info()["t3_prompt_products"] != "int8 tile":
+        pytest.skip("the int8 tile does not run here: the tests above cover the prompt's products")
+    env = dict(os.environ, CBS_Q8_TILE="0")
+    done = subprocess.run([sys.executable, "-c", _PROMPT_PRODUCTS], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"{out['products']} vs exact rel {', '.join(f'{r:.2e}' for r in out['rel'])}")
+    assert out["products"] != "int8 tile" and max(out["rel"]) <= 1e-5
 
 
 _AVX2_KERNEL = """
