@@ -216,16 +216,16 @@ PYBIND11_MODULE(_core, m) {
         d["q4_kernel_isa"] = std::string(cbs::q4_kernel_isa());
         d["q4_kernel_max_columns"] = cbs::q4_kernel_max_columns();
         // From q4_kernel_max_columns columns on: AMX, the int8 tile, or sgemm on the converted weights.
-        d["t3_prompt_products"] = std::string(cbs::amx_available()         ? "AMX"
-                                              : cbs::int8_tile_available() ? "int8 tile"
-                                                                           : "sgemm");
+        d["t3_prompt_products"] = cbs::amx_available()           ? std::string("AMX")
+                                  : cbs::int8_tile_available() ? "int8 tile, " + std::string(cbs::int8_tile_isa())
+                                                               : std::string("sgemm");
         d["amx"] = cbs::amx_available();
         d["int16_products"] = cbs::amx_available() ? std::string() : std::string(cbs::int16_products_isa());
         return d;
     }, "ggml version, CPU features and variant, loaded backends and devices, default thread count, whether the "
        "CPU's f32 matrix products use OpenBLAS (and its kernels, blas_core), whether T3's Q4_0 products on the CPU use the engine's own kernel (and its instruction set, q4_kernel_isa: "
        "'AVX-512 VNNI', 'AVX2' or '') and how a prompt's products from q4_kernel_max_columns columns run "
-       "(t3_prompt_products: 'AMX', 'int8 tile' or 'sgemm'), whether a quantised model's S3Gen products "
+       "(t3_prompt_products: 'AMX', 'int8 tile, AVX-512 VNNI', 'int8 tile, AVX2' or 'sgemm'), whether a quantised model's S3Gen products "
        "run on AMX tiles (amx) or, without AMX, its Q4_0 products in int16 (int16_products: 'AVX-512 VNNI', "
        "'AVX-VNNI', 'AVX2' or '').");
 

@@ -233,14 +233,15 @@ static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benc
 #endif
 
 int64_t q4_kernel_max_columns() {
-    // With AMX the tiles win from 64 columns; without, on AVX-512 VNNI, the int8 tile
-    // (cpu/q8_gemm.h) from ~50 (below, unpacking every weight for it costs more than the
-    // kernel's slower products: docs/CPU_STAGES.md); else the kernel's int8 products beat sgemm
-    // on the converted weights further: to ~300 columns in the AVX2 form, ~100-150 on AVX-512
-    // (docs/CPU_AVX2.md, a Multilingual prompt's ~90 columns).
+    // With AMX the tiles win from 64 columns; without, the int8 tile (cpu/q8_gemm.h) from ~50
+    // on AVX-512 VNNI, ~60 in its AVX2 form (below, unpacking every weight for it costs more
+    // than the kernel's slower products save: docs/CPU_STAGES.md). Without the tile
+    // (CBS_Q8_TILE=0), the kernel's int8 products beat sgemm on the converted weights to ~300
+    // columns in the AVX2 form, ~100-150 on AVX-512 (docs/CPU_AVX2.md).
+    const bool avx2 = std::strcmp(q4_kernel_isa(), "AVX2") == 0;
     if (amx_available()) return 64;
-    if (int8_tile_available()) return 48;
-    return std::strcmp(q4_kernel_isa(), "AVX2") == 0 ? 256 : 128;
+    if (int8_tile_available()) return std::strcmp(int8_tile_isa(), "AVX2") == 0 ? 64 : 48;
+    return avx2 ? 256 : 128;
 }
 
 #ifdef CBS_HAVE_BLAS
@@ -281,7 +282,7 @@ static void vnni_weight_matmul(ggml_tensor* dst, int, int, void*) {
     }
 }
 
-// T3's packed Q4_0 weights over a prompt's columns, on AVX-512 VNNI without AMX: the decoding
+// T3's packed Q4_0 weights over a prompt's columns, without AMX (AVX-512 VNNI or AVX2): the decoding
 // kernel's int8 products as a register tile (cpu/q8_gemm.h), b's rows rounded to Q8_0 once per
 // product by a node of their own (q8_split), then pieces of kVnniRows weight rows taken by
 // whichever thread is free, each unpacked into the tile's layout and multiplied by all of b.

@@ -495,7 +495,7 @@ void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out) { r
 
 // The layout's stream in order (PackedBlock's arithmetic, group by group and chunk by chunk).
 #ifdef CBS_Q4_X86
-AVX512_TARGET static void unpack_rows_i8(const ggml_tensor* w, int64_t r0, int64_t n, I8Weight& out) {
+AVX2_TARGET static void unpack_rows_i8(const ggml_tensor* w, int64_t r0, int64_t n, I8Weight& out) {
     const int64_t N = w->ne[1], nb = w->ne[0] / kBlock;
     const auto* data = static_cast<const uint8_t*>(w->data);
     out.reset(n, w->ne[0]);

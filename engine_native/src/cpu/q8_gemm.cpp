@@ -8,8 +8,11 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "cpu/avx2_reduce.h"
 #define CBS_Q8_X86 1
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 #endif
 
 namespace cbs {
@@ -50,16 +53,22 @@ void I8Weight::reset(int64_t n, int64_t k) {
 
 namespace {
 
-bool cpu_has_tile() {
-    static const bool yes = [] {
+enum class Isa { none, avx2, avx512 };
+
+// AVX-512 VNNI where the CPU has it, else AVX2 (with FMA and F16C); CBS_Q8_TILE=0 none,
+// CBS_Q8_TILE=avx2 the AVX2 form on any CPU that has it (an AVX-512 machine's tests and benches).
+Isa isa() {
+    static const Isa chosen = [] {
         const char* env = std::getenv("CBS_Q8_TILE");
-        if (env && std::strcmp(env, "0") == 0) return false;
+        if (env && std::strcmp(env, "0") == 0) return Isa::none;
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+        if (env && std::strcmp(env, "avx2") == 0) return avx2 ? Isa::avx2 : Isa::none;
+        return avx512 ? Isa::avx512 : avx2 ? Isa::avx2 : Isa::none;
     }();
-    return yes;
+    return chosen;
 }
 
 // Rows as the decoding kernel rounds a column (q4_matmul.cpp quantize_column_avx512): the
@@ -79,6 +88,34 @@ VNNI_TARGET void quantize_rows(const float* rows, int64_t ld, int64_t r0, int64_
             _mm_storeu_si128(reinterpret_cast<__m128i*>(v + 16), _mm512_cvtepi32_epi8(q1));
             scales[i * blocks + b] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(amax / 127.0f));
             offsets[i * blocks + b] = 8.0f * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+        }
+    }
+}
+
+AVX2_TARGET void quantize_rows_avx2(const float* rows, int64_t ld, int64_t r0, int64_t r1, int64_t k, int8_t* values,
+                                    float* scales, float* offsets) {
+    const int64_t blocks = k / kBlock;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleave
+    for (int64_t i = r0; i < r1; ++i) {
+        const float* x = rows + i * ld;
+        for (int64_t b = 0; b < blocks; ++b) {
+            __m256 v[4];
+            __m256 amax8 = _mm256_setzero_ps();
+            for (int j = 0; j < 4; ++j) {
+                v[j] = _mm256_loadu_ps(x + b * kBlock + 8 * j);
+                amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, v[j]));
+            }
+            const float amax = hmax8(amax8);
+            const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+            __m256i q[4];
+            for (int j = 0; j < 4; ++j) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id));
+            const __m256i bytes = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), order);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(values + i * k + b * kBlock), bytes);
+            scales[i * blocks + b] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(amax / 127.0f));
+            offsets[i * blocks + b] =
+                8.0f * static_cast<float>(hsum8(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]))));
         }
     }
 }
@@ -131,7 +168,52 @@ VNNI_TARGET void tile(const I8Rows& a, int64_t i0, const I8Weight& w, int64_t g0
     }
 }
 
-// tile<R, G> for R in 1..4 (a template's arguments from the run-time R).
+// The same on AVX2 over half a group (8 weight rows, 32 bytes a step): vpmaddubsw for the
+// products (pairs summed in int16), the 8 steps of a block summed in int16 (at most 8 * 2 * 15
+// * 127 = 30480: no overflow), then vpmaddwd by ones into the block's int32 sums. R rows of A
+// x 8 weight rows: 2R + 3 of the 16 registers.
+template <int R>
+AVX2_TARGET void tile_avx2(const I8Rows& a, int64_t i0, const I8Weight& w, int64_t g, int half, float* C, int64_t ldc) {
+    const int64_t blocks = a.k() / kBlock;
+    const uint8_t* wg = w.group(g) + half * 32;
+    const float* wscale = w.group_scales(g) + half * 8;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 sum[R];
+    for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+        __m256i acc[R];
+        for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int s = 0; s < kSteps; ++s) {
+            const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(wg + (b * kSteps + s) * 4 * kLanes));
+            for (int r = 0; r < R; ++r) {
+                int32_t x4;
+                std::memcpy(&x4, a.values(i0 + r) + b * kBlock + 4 * s, sizeof x4);
+                acc[r] = _mm256_add_epi16(acc[r], _mm256_maddubs_epi16(wv, _mm256_set1_epi32(x4)));
+            }
+        }
+        const __m256 ws = _mm256_loadu_ps(wscale + b * kLanes);
+        for (int r = 0; r < R; ++r) {
+            const __m256 dot = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(acc[r], ones)),
+                                             _mm256_set1_ps(a.offsets(i0 + r)[b]));
+            sum[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(ws, _mm256_set1_ps(a.scales(i0 + r)[b])), sum[r]);
+        }
+    }
+    const int64_t j0 = g * kLanes + half * 8, n = std::min<int64_t>(8, w.rows() - j0);
+    if (n <= 0) return;
+    for (int r = 0; r < R; ++r) {
+        float* out = C + (i0 + r) * ldc + j0;
+        if (n == 8) {
+            _mm256_storeu_ps(out, sum[r]);
+        } else {
+            alignas(32) float tmp[8];
+            _mm256_store_ps(tmp, sum[r]);
+            std::memcpy(out, tmp, static_cast<size_t>(n) * sizeof(float));
+        }
+    }
+}
+
+// tile<R, G> (or tile_avx2<R>) for R in 1..4 (a template's arguments from the run-time R).
 template <int G>
 void tile_rows(int R, const I8Rows& a, int64_t i0, const I8Weight& w, int64_t g0, float* C, int64_t ldc) {
     switch (R) {
@@ -142,16 +224,34 @@ void tile_rows(int R, const I8Rows& a, int64_t i0, const I8Weight& w, int64_t g0
     }
 }
 
+void tile_rows_avx2(int R, const I8Rows& a, int64_t i0, const I8Weight& w, int64_t g, int half, float* C, int64_t ldc) {
+    switch (R) {
+        case 4: return tile_avx2<4>(a, i0, w, g, half, C, ldc);
+        case 3: return tile_avx2<3>(a, i0, w, g, half, C, ldc);
+        case 2: return tile_avx2<2>(a, i0, w, g, half, C, ldc);
+        default: return tile_avx2<1>(a, i0, w, g, half, C, ldc);
+    }
+}
+
 }  // namespace
 
-bool int8_tile_available() { return cpu_has_tile(); }
+bool int8_tile_available() { return isa() != Isa::none; }
+
+const char* int8_tile_isa() { return isa() == Isa::avx512 ? "AVX-512 VNNI" : isa() == Isa::avx2 ? "AVX2" : ""; }
 
 void I8Rows::quantize(const float* rows, int64_t ld, int64_t r0, int64_t r1) {
-    if (cpu_has_tile()) quantize_rows(rows, ld, r0, r1, k_, values_, scales_, offsets_);
+    if (isa() == Isa::avx512) quantize_rows(rows, ld, r0, r1, k_, values_, scales_, offsets_);
+    else if (isa() == Isa::avx2) quantize_rows_avx2(rows, ld, r0, r1, k_, values_, scales_, offsets_);
 }
 
 void q8_gemm(const I8Rows& a, const I8Weight& w, float* C, int64_t ldc) {
-    if (!cpu_has_tile()) return;
+    if (isa() == Isa::avx2) {
+        for (int64_t g = 0; g < w.groups(); ++g)
+            for (int half = 0; half < 2; ++half)
+                for (int64_t i0 = 0; i0 < a.rows(); i0 += kTileRows)
+                    tile_rows_avx2(static_cast<int>(std::min(kTileRows, a.rows() - i0)), a, i0, w, g, half, C, ldc);
+    }
+    if (isa() != Isa::avx512) return;
     for (int64_t g0 = 0; g0 < w.groups(); g0 += kTileGroups) {  // a piece of weight rows against all of A
         const int64_t G = std::min(kTileGroups, w.groups() - g0);
         for (int64_t i0 = 0; i0 < a.rows(); i0 += kTileRows) {
@@ -166,6 +266,7 @@ void q8_gemm(const I8Rows& a, const I8Weight& w, float* C, int64_t ldc) {
 #else
 
 bool int8_tile_available() { return false; }
+const char* int8_tile_isa() { return ""; }
 void I8Rows::quantize(const float*, int64_t, int64_t, int64_t) {}
 void q8_gemm(const I8Rows&, const I8Weight&, float*, int64_t) {}
 

@@ -1,5 +1,5 @@
-// T3's Q4_0 products over a prompt's many columns in 8-bit integers, on AVX-512 VNNI without
-// AMX (AMD Zen 4 and Zen 5, Intel Ice Lake and Cascade Lake).
+// T3's Q4_0 products over a prompt's many columns in 8-bit integers, on CPUs without AMX:
+// AVX-512 VNNI (AMD Zen 4 and Zen 5, Intel Ice Lake and Cascade Lake) or AVX2 (the rest).
 //
 // The decoding kernel (cpu/q4_matmul.h) already multiplies T3's weights by activations rounded
 // as ggml's Q8_0 rounds them; it reads the weights once for all its columns, so a step is bound
@@ -7,9 +7,10 @@
 // a third of what the CPU's integer units do. This product takes the same integer dot products
 // (the same activation bytes, sum (n - 8) q per block as sum n q - 8 sum q) as a register tile:
 // 16 weight rows' 4 values of a block in one 64-byte vector (their nibbles as unsigned bytes),
-// one broadcast of a column's 4 values, one vpdpbusd for 64 multiply-adds; each block's int32
-// sums (at most 32 * 15 * 127: exact in f32) scaled by the two blocks' scales into f32 sums.
-// Only the order of the float sums differs from the kernel's (and ggml's).
+// one broadcast of a column's 4 values, one vpdpbusd for 64 multiply-adds (on AVX2, half the
+// vector: vpmaddubsw, summed in int16 over a block); each block's int32 sums (at most 32 * 15 *
+// 127: exact in f32) scaled by the two blocks' scales into f32 sums. Only the order of the
+// float sums differs from the kernel's (and ggml's).
 //
 // C = A B^T with A [m x k] the activations (f32 rows, rounded once per product) and B [n x k]
 // the weight rows (block_q4_0, unpacked by the thread that multiplies them); k a multiple of 32.
@@ -24,8 +25,11 @@
 
 namespace cbs {
 
-// AVX-512 F/BW/VL/VNNI on this CPU, and CBS_Q8_TILE is not 0.
+// AVX-512 F/BW/VL/VNNI, or AVX2 with FMA and F16C, on this CPU, and CBS_Q8_TILE is not 0
+// (CBS_Q8_TILE=avx2: the AVX2 form on an AVX-512 CPU too).
 bool int8_tile_available();
+// Which form runs: "AVX-512 VNNI", "AVX2" or "" (none).
+const char* int8_tile_isa();
 
 // A's rows rounded to Q8_0 (per 32 values: scale max|x| / 127 as fp16, values rounded to
 // nearest even, as the decoding kernel rounds them): row i's k bytes at values(i), per block
