@@ -15,7 +15,7 @@ from pathlib import Path
 # forced to its Haswell variant where the build has variants (CBS_CPU_ALL_VARIANTS=ON, the
 # wheel's default); a native build keeps its own, which the report says. The reference is
 # held to AVX2 too (PyTorch's ATen kernels, oneDNN, MKL).
-AVX2_ENV = {"CBS_Q4_KERNEL": "avx2", "CBS_AMX": "0", "CBS_VNNI": "avx2", "CBS_HIFT_AVX512": "0",
+AVX2_ENV = {"CBS_Q4_KERNEL": "avx2", "CBS_Q8_TILE": "avx2", "CBS_AMX": "0", "CBS_VNNI": "avx2", "CBS_HIFT_AVX512": "0",
             "CBS_OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_CORETYPE": "Haswell",
             "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 FORCED_MARK = "CBS_BENCH_CPU"

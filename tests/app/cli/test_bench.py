@@ -13,7 +13,7 @@ from tests.helpers.models import model_path
 
 PROBE = ("from engine_native import system_info\n"
          "s = system_info()\n"
-         "print(s['q4_kernel_isa'], s['blas_core'], s['amx'], repr(s['int16_products']))\n")
+         "print(s['q4_kernel_isa'], s['blas_core'], s['amx'], repr(s['int16_products']), repr(s['t3_prompt_products']))\n")
 
 
 def test_avx2_switches_choose_the_avx2_kernels():
@@ -21,8 +21,8 @@ def test_avx2_switches_choose_the_avx2_kernels():
     res = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, **AVX2_ENV))
     assert res.returncode == 0, res.stderr
-    isa, blas, amx, int16 = res.stdout.split()
-    assert (isa, blas.lower(), amx, int16) == ("AVX2", "haswell", "False", "'AVX2'"), res.stdout
+    isa, blas, amx, int16, prompts = res.stdout.split(maxsplit=4)
+    assert (isa, blas.lower(), amx, int16, prompts.strip()) == ("AVX2", "haswell", "False", "'AVX2'", "'int8 tile, AVX2'"), res.stdout
 
 
 def test_bench_reports_the_forced_kernels(tmp_path):
@@ -33,7 +33,7 @@ def test_bench_reports_the_forced_kernels(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     line = next(ln for ln in res.stdout.splitlines() if "kernels (forced: --cpu avx2)" in ln)
     assert "T3 Q4_0 AVX2" in line and "OpenBLAS Haswell" in line and "AMX off" in line, line
-    assert "S3Gen int16 products AVX2" in line, line
+    assert "S3Gen int16 products AVX2" in line and "int8 tile, AVX2" in line, line
     # the bounds (engine_native/bounds.py): the f32 rate at OpenBLAS Haswell's width, and both rows
     host = next(ln for ln in res.stdout.splitlines() if ln.startswith("  host, 2 threads: reads"))
     assert "(8 lanes, the exact products' width)" in host, host
