@@ -245,84 +245,78 @@ int64_t q4_kernel_max_columns() {
 }
 
 #ifdef CBS_HAVE_BLAS
-// `fast` without AMX: a Q4_0 weight's products in int16 on AVX512-VNNI (cpu/vnni_gemm.h),
-// b's rows rounded once per product by a node of their own (vnni_split), then pieces of
-// kVnniRows weight rows taken by whichever thread is free, each unpacked and multiplied by
-// all of b (the split's counter, as amx_weight_matmul).
-static constexpr int64_t kVnniRows = 48;  // 3 groups of 16: one tile wide (cpu/vnni_gemm.cpp)
+// Weight rows a piece of the integer products (below): 3 groups of 16, one tile wide
+// (cpu/vnni_gemm.cpp, cpu/q8_gemm.cpp); pieces taken as amx_weight_matmul's are.
+static constexpr int64_t kVnniRows = 48;
 
-static void* vnni_split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
-    return split_batch(split, b, i2, i3, I16Rows::bytes(b->ne[1], b->ne[0]));
+// The integer products' two nodes, for Rows and Weight of cpu/vnni_gemm.h (int16) or
+// cpu/q8_gemm.h (int8): b's rows rounded by every thread a share (the split), then pieces of
+// kVnniRows weight rows taken by whichever thread is free, each unpacked by `unpack` and
+// multiplied by all of b by `gemm`.
+template <class Rows>
+static void* rows_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
+    return split_batch(split, b, i2, i3, Rows::bytes(b->ne[1], b->ne[0]));
 }
 
-static void vnni_split(ggml_tensor* dst, int ith, int nth, void*) {
+template <class Rows>
+static void rows_split(ggml_tensor* dst, int ith, int nth, void*) {
     const ggml_tensor* b = dst->src[0];
     const int64_t K = b->ne[0], N = b->ne[1];
     if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
-    I16Rows rows;
+    Rows rows;
     for_each_batch(b, [&](int64_t i2, int64_t i3) {
-        rows.view(vnni_split_batch(dst, b, i2, i3), N, K);
+        rows.view(rows_batch<Rows>(dst, b, i2, i3), N, K);
         rows.quantize(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), N * ith / nth, N * (ith + 1) / nth);
     });
 }
 
-static void vnni_weight_matmul(ggml_tensor* dst, int, int, void*) {
+template <class Rows, class Weight, void (*unpack)(const ggml_tensor*, int64_t, int64_t, Weight&),
+          void (*gemm)(const Rows&, const Weight&, float*, int64_t)>
+static void integer_weight_matmul(ggml_tensor* dst, int, int, void*) {
     const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
     const int64_t ldc = dst->nb[1] / sizeof(float);
-    thread_local I16Weight wp;
-    I16Rows rows;
+    thread_local Weight wp;
+    Rows rows;
     for (int64_t m0; (m0 = split_counter(split)->fetch_add(kVnniRows)) < M;) {
-        const int64_t m = std::min(kVnniRows, M - m0);
-        wp.unpack_q4_0(static_cast<const char*>(a->data) + m0 * a->nb[1], a->nb[1], m, K);
+        unpack(a, m0, std::min(kVnniRows, M - m0), wp);
         for_each_batch(b, [&](int64_t i2, int64_t i3) {
-            rows.view(vnni_split_batch(split, b, i2, i3), N, K);
-            vnni_gemm(rows, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
+            rows.view(rows_batch<Rows>(split, b, i2, i3), N, K);
+            gemm(rows, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
         });
     }
 }
 
-// T3's packed Q4_0 weights over a prompt's columns, without AMX (AVX-512 VNNI or AVX2): the decoding
-// kernel's int8 products as a register tile (cpu/q8_gemm.h), b's rows rounded to Q8_0 once per
-// product by a node of their own (q8_split), then pieces of kVnniRows weight rows taken by
-// whichever thread is free, each unpacked into the tile's layout and multiplied by all of b.
-static void* q8_split_batch(const ggml_tensor* split, const ggml_tensor* b, int64_t i2, int64_t i3) {
-    return split_batch(split, b, i2, i3, I8Rows::bytes(b->ne[1], b->ne[0]));
+// The graph's nodes for a's products with b through integer_weight_matmul.
+template <class Rows, class Weight, void (*unpack)(const ggml_tensor*, int64_t, int64_t, Weight&),
+          void (*gemm)(const Rows&, const Weight&, float*, int64_t)>
+static ggml_tensor* integer_product(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b) {
+    const int64_t bytes = kSplitHeader + static_cast<int64_t>(Rows::bytes(b->ne[1], b->ne[0])) * b->ne[2] * b->ne[3];
+    ggml_tensor* args[3] = {a, b, ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &b, 1, rows_split<Rows>,
+                                                 GGML_N_TASKS_MAX, nullptr)};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 3,
+                          integer_weight_matmul<Rows, Weight, unpack, gemm>, GGML_N_TASKS_MAX, nullptr);
 }
 
-static void q8_split(ggml_tensor* dst, int ith, int nth, void*) {
-    const ggml_tensor* b = dst->src[0];
-    const int64_t K = b->ne[0], N = b->ne[1];
-    if (ith == 0) split_counter(dst)->store(0);  // the graph's barrier publishes it before the product
-    I8Rows rows;
-    for_each_batch(b, [&](int64_t i2, int64_t i3) {
-        rows.view(q8_split_batch(dst, b, i2, i3), N, K);
-        rows.quantize(row_at(b, 0, i2, i3), b->nb[1] / sizeof(float), N * ith / nth, N * (ith + 1) / nth);
-    });
+// `fast` without AMX: a ggml Q4_0 weight's products in int16 on AVX512-VNNI (cpu/vnni_gemm.h);
+// its rows unpacked for them.
+static void unpack_i16(const ggml_tensor* a, int64_t m0, int64_t m, I16Weight& w) {
+    w.unpack_q4_0(static_cast<const char*>(a->data) + m0 * a->nb[1], a->nb[1], m, a->ne[0]);
 }
 
-static void q8_weight_matmul(ggml_tensor* dst, int, int, void*) {
-    const ggml_tensor *a = dst->src[0], *b = dst->src[1], *split = dst->src[2];
-    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1];
-    const int64_t ldc = dst->nb[1] / sizeof(float);
-    thread_local I8Weight wp;
-    I8Rows rows;
-    for (int64_t m0; (m0 = split_counter(split)->fetch_add(kVnniRows)) < M;) {
-        q4_unpack_rows_i8(a, m0, std::min(kVnniRows, M - m0), wp);
-        for_each_batch(b, [&](int64_t i2, int64_t i3) {
-            rows.view(q8_split_batch(split, b, i2, i3), N, K);
-            q8_gemm(rows, wp, const_cast<float*>(row_at(dst, 0, i2, i3)) + m0, ldc);
-        });
-    }
+// T3's packed Q4_0 weights over a prompt's columns, without AMX (AVX-512 VNNI or AVX2): the
+// decoding kernel's int8 products as a register tile (cpu/q8_gemm.h), b's rows rounded to Q8_0.
+static ggml_tensor* q8_product(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b) {
+    return integer_product<I8Rows, I8Weight, q4_unpack_rows_i8, q8_gemm>(ctx, a, b);
 }
 
-// Whether a's products with b go to vnni_weight_matmul.
+// Whether a's products with b go to the int16 products.
 static bool vnni_weight(const ggml_tensor* a, CpuProducts how) {
     return how.kind == CpuProducts::fast && !amx_available() && int16_products_available() && a->type == GGML_TYPE_Q4_0 &&
            !q4_is_packed(a) && a->ne[0] % 32 == 0;
 }
 
-// Whether T3's packed weight a takes q8_weight_matmul over many columns of b (there is no AMX).
+// Whether T3's packed weight a takes the int8 tile over many columns of b (there is no AMX).
 static bool q8_tile(const ggml_tensor* a, const ggml_tensor* b) {
     return !amx_available() && int8_tile_available() && b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) &&
            ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && a->ne[0] == b->ne[0] && a->ne[0] % 32 == 0;
@@ -340,14 +334,7 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
 #ifdef CBS_HAVE_BLAS
     if (packed && q8_tile(a, b)) {
         if (columns <= 0) columns = b->ne[1];
-        if (columns >= q4_kernel_max_columns()) {
-            const int64_t bytes = kSplitHeader + static_cast<int64_t>(I8Rows::bytes(b->ne[1], b->ne[0])) * b->ne[2] * b->ne[3];
-            ggml_tensor* args[3] = {a, b, ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &b, 1, q8_split,
-                                                         GGML_N_TASKS_MAX, nullptr)};
-            return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 3, q8_weight_matmul,
-                                  GGML_N_TASKS_MAX, nullptr);
-        }
-        return q4_matmul(ctx, a, b);
+        return columns >= q4_kernel_max_columns() ? q8_product(ctx, a, b) : q4_matmul(ctx, a, b);
     }
     if (packed) {
         if (columns <= 0) columns = b->ne[1];
@@ -369,14 +356,7 @@ ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProduc
     if (blas && weight_like && ((a->type != GGML_TYPE_F32 && ggml_get_type_traits(a->type)->to_float &&
                                  blas_quant_enabled()) ||
                                 (a->type == GGML_TYPE_F32 && (amx_tag(how) || wide_f32_weight)))) {
-        if (vnni_weight(a, how)) {
-            const int64_t bytes = kSplitHeader + static_cast<int64_t>(I16Rows::bytes(b->ne[1], b->ne[0])) *
-                                                     b->ne[2] * b->ne[3];
-            ggml_tensor* args[3] = {a, b, ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &b, 1, vnni_split,
-                                                         GGML_N_TASKS_MAX, nullptr)};
-            return ggml_custom_4d(ctx, GGML_TYPE_F32, a->ne[1], b->ne[1], b->ne[2], b->ne[3], args, 3,
-                                  vnni_weight_matmul, GGML_N_TASKS_MAX, nullptr);
-        }
+        if (vnni_weight(a, how)) return integer_product<I16Rows, I16Weight, unpack_i16, vnni_gemm>(ctx, a, b);
         void* amx = amx_tag(how);
         ggml_tensor* args[3] = {a, b, nullptr};
         if (amx) {

@@ -91,16 +91,18 @@ def test_q4_0_weights_read_as_ggml_reads_them():
 
 def test_q4_0_weights_reach_the_products_as_their_f32_values():
     """A Q4_0 weight, in ggml's layout or T3's packed one (a prompt's columns, past the packed
-    kernel's reach: the AMX tiles, or sgemm without AMX), is multiplied as the f32 values it
-    stands for: its blocks go to AMX's tiles straight from their codes (AmxPackedB::pack from
-    q4_block_to_f32), bit for bit the product of those values stored as f32."""
+    kernel's reach: the AMX tiles, or sgemm where neither AMX nor the int8 tile runs), is
+    multiplied as the f32 values it stands for: its blocks go to AMX's tiles straight from their
+    codes (AmxPackedB::pack from q4_block_to_f32), bit for bit the product of those values stored
+    as f32. (The int8 tile rounds the activations as ggml does: test_q4_matmul.py.)"""
     rng = np.random.default_rng(5)
     w = (rng.standard_normal((96, 256)) * 0.05).astype(np.float32)
     x = rng.standard_normal((300, 256)).astype(np.float32)
     mode = "fast" if AMX else "exact"  # without AMX a Q4_0 weight's fast product may be int16
-    packed = _core.linear_product(w, x, "q4_0_packed", "fast")
-    assert np.array_equal(packed, _core.linear_product(w, x, "q4_0", mode))
-    assert np.array_equal(packed, _core.linear_product(_q4_0_round_trip(w), x, "f32", mode))
+    ggml_layout = _core.linear_product(w, x, "q4_0", mode)
+    assert np.array_equal(ggml_layout, _core.linear_product(_q4_0_round_trip(w), x, "f32", mode))
+    if not _core.system_info()["t3_prompt_products"].startswith("int8 tile"):
+        assert np.array_equal(_core.linear_product(w, x, "q4_0_packed", "fast"), ggml_layout)
 
 
 @pytest.mark.parametrize("h,tq,tk,d", [(8, 1000, 1000, 64), (3, 300, 77, 64), (2, 17, 500, 32)])
