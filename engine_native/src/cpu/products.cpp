@@ -238,10 +238,9 @@ int64_t q4_kernel_max_columns() {
     // than the kernel's slower products save: docs/CPU_STAGES.md). Without the tile
     // (CBS_Q8_TILE=0), the kernel's int8 products beat sgemm on the converted weights to ~300
     // columns in the AVX2 form, ~100-150 on AVX-512 (docs/CPU_AVX2.md).
-    const bool avx2 = std::strcmp(q4_kernel_isa(), "AVX2") == 0;
     if (amx_available()) return 64;
     if (int8_tile_available()) return std::strcmp(int8_tile_isa(), "AVX2") == 0 ? 64 : 48;
-    return avx2 ? 256 : 128;
+    return std::strcmp(q4_kernel_isa(), "AVX2") == 0 ? 256 : 128;
 }
 
 #ifdef CBS_HAVE_BLAS
@@ -325,21 +324,18 @@ static bool q8_tile(const ggml_tensor* a, const ggml_tensor* b) {
 
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts how, int64_t columns) {
     // T3's Q4_0 weights on the CPU (cpu/q4_matmul.h): a long prompt's many columns through
-    // the AMX tiles or sgemm below (the weights converted and packed per product), a decoding
-    // step and a short prompt (a sentence's text) through our kernel, which reads the weights
-    // once for all its columns, where converting and packing every weight per product costs
-    // more than it saves.
+    // the int8 tile (without AMX), or the AMX tiles or sgemm below (the weights unpacked or
+    // converted per product), a decoding step and a short prompt (a sentence's text) through
+    // our kernel, which reads the weights once for all its columns, where unpacking every
+    // weight per product costs more than it saves.
     const bool packed = q4_is_packed(a);
     (void)columns;
 #ifdef CBS_HAVE_BLAS
-    if (packed && q8_tile(a, b)) {
-        if (columns <= 0) columns = b->ne[1];
-        return columns >= q4_kernel_max_columns() ? q8_product(ctx, a, b) : q4_matmul(ctx, a, b);
-    }
     if (packed) {
         if (columns <= 0) columns = b->ne[1];
-        how = b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && columns >= q4_kernel_max_columns() ? CpuProducts::fast
-                                                                                                      : CpuProducts::ggml;
+        const bool many = columns >= q4_kernel_max_columns();
+        if (q8_tile(a, b)) return many ? q8_product(ctx, a, b) : q4_matmul(ctx, a, b);
+        how = b->type == GGML_TYPE_F32 && b->nb[0] == sizeof(float) && many ? CpuProducts::fast : CpuProducts::ggml;
     }
     const bool blas = how.blas();
     const bool weight_like = ggml_is_contiguous(a) && a->ne[2] == 1 && a->ne[3] == 1 && b->type == GGML_TYPE_F32 &&
