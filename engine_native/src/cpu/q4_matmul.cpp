@@ -2,6 +2,7 @@
 #include "cpu/q8_gemm.h"
 
 #include "cpu/avx2_reduce.h"
+#include "cpu/q8_block.h"
 
 #include <algorithm>
 #include <cmath>
@@ -73,11 +74,10 @@ std::unordered_set<const ggml_tensor*>& packed_set() {
     return s;
 }
 
-// The scale and Q4_0 offset of block b from its |max| and the sum of its 8-bit values.
-inline void block_scales(const ActLayout& L, uint8_t* col, int64_t b, float amax, int sum) {
-    float *d = L.scales(col), *off = L.offsets(col);
-    d[b] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(amax / 127.0f));
-    off[b] = 8.0f * static_cast<float>(sum) * d[b];
+// Block b's scale and Q4_0 offset (8 * scale * the sum of its 8-bit values).
+inline void block_scales(const ActLayout& L, uint8_t* col, int64_t b, Q8Block r) {
+    L.scales(col)[b] = r.scale;
+    L.offsets(col)[b] = 8.0f * static_cast<float>(r.sum) * r.scale;
 }
 
 // Where block b's values 0-15 go in a column (its values 16-31 follow 64 bytes later).
@@ -108,40 +108,19 @@ AVX512_TARGET void quantize_column_avx512(const float* in, uint8_t* col, const A
     int8_t* q = L.values(col);
     std::memset(col, 0, static_cast<size_t>(L.bytes));
     for (int64_t b = 0; b < L.blocks; ++b) {
-        const __m512 x0 = _mm512_loadu_ps(in + b * kBlock), x1 = _mm512_loadu_ps(in + b * kBlock + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-        const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
         int8_t* v = block_values(q, b);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(v), _mm512_cvtepi32_epi8(q0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(v + 64), _mm512_cvtepi32_epi8(q1));
-        block_scales(L, col, b, amax, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+        const Q8Block r = q8_block_avx512(in + b * kBlock, v, v + 64);
+        block_scales(L, col, b, r);
     }
 }
 
 AVX2_TARGET void quantize_column_avx2(const float* in, uint8_t* col, const ActLayout& L) {
     int8_t* q = L.values(col);
     std::memset(col, 0, static_cast<size_t>(L.bytes));
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleave
     for (int64_t b = 0; b < L.blocks; ++b) {
-        __m256 x[4];
-        __m256 amax8 = _mm256_setzero_ps();
-        for (int j = 0; j < 4; ++j) {
-            x[j] = _mm256_loadu_ps(in + b * kBlock + 8 * j);
-            amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, x[j]));
-        }
-        const float amax = hmax8(amax8);
-        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-        __m256i qi[4];
-        for (int j = 0; j < 4; ++j) qi[j] = _mm256_cvtps_epi32(_mm256_mul_ps(x[j], id));
-        const int sum = hsum8(_mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3])));
-        const __m256i bytes = _mm256_permutevar8x32_epi32(
-            _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])), order);
         int8_t* v = block_values(q, b);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(v), _mm256_castsi256_si128(bytes));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(v + 64), _mm256_extracti128_si256(bytes, 1));
-        block_scales(L, col, b, amax, sum);
+        const Q8Block r = q8_block_avx2(in + b * kBlock, v, v + 64);
+        block_scales(L, col, b, r);
     }
 }
 
@@ -165,7 +144,7 @@ void quantize_column(const float* in, uint8_t* col, const ActLayout& L) {
             out[(j < 16 ? 0 : 64) + (j & 15)] = static_cast<int8_t>(v8);
             sum += v8;
         }
-        block_scales(L, col, b, amax, sum);
+        block_scales(L, col, b, {q8_scale(amax), sum});
     }
 }
 

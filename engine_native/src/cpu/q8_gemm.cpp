@@ -9,7 +9,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#include "cpu/avx2_reduce.h"
+#include "cpu/q8_block.h"
 #define CBS_Q8_X86 1
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
@@ -71,53 +71,29 @@ Isa isa() {
     return chosen;
 }
 
-// Rows as the decoding kernel rounds a column (q4_matmul.cpp quantize_column_avx512): the
-// same products and conversions, so the same bytes and scales.
-VNNI_TARGET void quantize_rows(const float* rows, int64_t ld, int64_t r0, int64_t r1, int64_t k, int8_t* values,
+// Rows rounded as the decoding kernel rounds a column (cpu/q8_block.h); the offset kept as
+// 8 * sum, its scale applied with the block's product.
+template <Q8Block (*round)(const float*, int8_t*, int8_t*)>
+inline void quantize_rows_with(const float* rows, int64_t ld, int64_t r0, int64_t r1, int64_t k, int8_t* values,
                                float* scales, float* offsets) {
     const int64_t blocks = k / kBlock;
-    for (int64_t i = r0; i < r1; ++i) {
-        const float* x = rows + i * ld;
+    for (int64_t i = r0; i < r1; ++i)
         for (int64_t b = 0; b < blocks; ++b) {
-            const __m512 x0 = _mm512_loadu_ps(x + b * kBlock), x1 = _mm512_loadu_ps(x + b * kBlock + 16);
-            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-            const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
             int8_t* v = values + i * k + b * kBlock;
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(v), _mm512_cvtepi32_epi8(q0));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(v + 16), _mm512_cvtepi32_epi8(q1));
-            scales[i * blocks + b] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(amax / 127.0f));
-            offsets[i * blocks + b] = 8.0f * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
+            const Q8Block r = round(rows + i * ld + b * kBlock, v, v + 16);
+            scales[i * blocks + b] = r.scale;
+            offsets[i * blocks + b] = 8.0f * static_cast<float>(r.sum);
         }
-    }
+}
+
+VNNI_TARGET void quantize_rows(const float* rows, int64_t ld, int64_t r0, int64_t r1, int64_t k, int8_t* values,
+                               float* scales, float* offsets) {
+    quantize_rows_with<q8_block_avx512>(rows, ld, r0, r1, k, values, scales, offsets);
 }
 
 AVX2_TARGET void quantize_rows_avx2(const float* rows, int64_t ld, int64_t r0, int64_t r1, int64_t k, int8_t* values,
                                     float* scales, float* offsets) {
-    const int64_t blocks = k / kBlock;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lane interleave
-    for (int64_t i = r0; i < r1; ++i) {
-        const float* x = rows + i * ld;
-        for (int64_t b = 0; b < blocks; ++b) {
-            __m256 v[4];
-            __m256 amax8 = _mm256_setzero_ps();
-            for (int j = 0; j < 4; ++j) {
-                v[j] = _mm256_loadu_ps(x + b * kBlock + 8 * j);
-                amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, v[j]));
-            }
-            const float amax = hmax8(amax8);
-            const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-            __m256i q[4];
-            for (int j = 0; j < 4; ++j) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id));
-            const __m256i bytes = _mm256_permutevar8x32_epi32(
-                _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), order);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(values + i * k + b * kBlock), bytes);
-            scales[i * blocks + b] = ggml_fp16_to_fp32(ggml_fp32_to_fp16(amax / 127.0f));
-            offsets[i * blocks + b] =
-                8.0f * static_cast<float>(hsum8(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]))));
-        }
-    }
+    quantize_rows_with<q8_block_avx2>(rows, ld, r0, r1, k, values, scales, offsets);
 }
 
 VNNI_TARGET inline __m512i broadcast4(const int8_t* p) {
