@@ -211,15 +211,50 @@ static void amx_conv_split(ggml_tensor* dst, int ith, int nth, void* userdata) {
         }
 }
 
+// The same convolution through sgemm where there are no AMX tiles: BLAS takes no rows that
+// overlap, so one product per tap j (the frames t - k + 1 + j of every output t, x's own rows
+// one frame apart, against the weight's columns of that tap), summed into the output: the last
+// tap first over every row, then the earlier ones over the rows whose frame for them is in x
+// (none reach before its first; with `left_context` all do). No im2col matrix, no padded copy.
+// Each thread takes a share of each batch's rows.
+static void sgemm_conv(ggml_tensor* dst, int ith, int nth, void* userdata) {
+    openblas_one_thread();
+    const ggml_tensor *w = dst->src[0], *x = dst->src[1];
+    const int64_t code = reinterpret_cast<intptr_t>(userdata), k = code < 0 ? -code : code;
+    const int64_t C = x->ne[0], M = w->ne[1], T = dst->ne[1], shift = code < 0 ? 0 : k - 1;
+    const int64_t batches = x->ne[2] * x->ne[3];
+    const int64_t chunks = batches >= nth ? 1 : (nth + batches - 1) / batches, rows = (T + chunks - 1) / chunks;
+    const int ldx = static_cast<int>(x->nb[1] / sizeof(float)), ldw = static_cast<int>(w->nb[1] / sizeof(float));
+    const int ldc = static_cast<int>(dst->nb[1] / sizeof(float));
+    for (int64_t u = ith; u < batches * chunks; u += nth) {
+        const int64_t r0 = (u % chunks) * rows, r1 = std::min(T, r0 + rows), i2 = (u / chunks) % x->ne[2], i3 = (u / chunks) / x->ne[2];
+        const float* frames = row_at(x, 0, i2, i3);
+        float* out = const_cast<float*>(row_at(dst, 0, i2, i3));
+        for (int64_t n = 0; n < k; ++n) {
+            const int64_t j = (n + k - 1) % k, t0 = std::max(r0, shift - j);  // taps k-1, 0, 1, ..
+            if (t0 >= r1) continue;
+            scipy_cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(r1 - t0), static_cast<int>(M),
+                              static_cast<int>(C), 1.0f, frames + (t0 - shift + j) * ldx, ldx,
+                              static_cast<const float*>(w->data) + j * C, ldw, n == 0 ? 0.0f : 1.0f, out + t0 * ldc, ldc);
+        }
+    }
+}
+
 ggml_tensor* causal_conv_product(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int64_t k, CpuProducts how,
                                  bool left_context) {
     const int64_t T = left_context ? x->ne[1] - (k - 1) : x->ne[1];
-    if (!amx_tag(how) || x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) || x->nb[1] % sizeof(float) != 0 ||
-        w->ne[0] != k * x->ne[0] || ggml_n_dims(w) != 2 || (w->type != GGML_TYPE_F32 && !ggml_get_type_traits(w->type)->to_float) ||
-        q4_is_packed(w) || T < 1)
+    if (how.kind != CpuProducts::fast || x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) ||
+        x->nb[1] % sizeof(float) != 0 || w->ne[0] != k * x->ne[0] || ggml_n_dims(w) != 2 ||
+        (w->type != GGML_TYPE_F32 && !ggml_get_type_traits(w->type)->to_float) || q4_is_packed(w) || T < 1)
         return nullptr;
-    const int64_t bytes = kSplitHeader + static_cast<int64_t>(AmxSplitA::bytes(T, w->ne[0])) * x->ne[2] * x->ne[3];
     const intptr_t code = left_context ? -k : k;
+    if (!amx_tag(how)) {
+        if (w->type != GGML_TYPE_F32 || !ggml_is_contiguous(w)) return nullptr;
+        ggml_tensor* args[2] = {w, x};
+        return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], T, x->ne[2], x->ne[3], args, 2, sgemm_conv, GGML_N_TASKS_MAX,
+                              reinterpret_cast<void*>(code));
+    }
+    const int64_t bytes = kSplitHeader + static_cast<int64_t>(AmxSplitA::bytes(T, w->ne[0])) * x->ne[2] * x->ne[3];
     ggml_tensor* args[3] = {w, x, ggml_custom_4d(ctx, GGML_TYPE_I8, bytes, 1, 1, 1, &x, 1, amx_conv_split, GGML_N_TASKS_MAX,
                                                  reinterpret_cast<void*>(code))};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], T, x->ne[2], x->ne[3], args, 3, weight_matmul, GGML_N_TASKS_MAX,

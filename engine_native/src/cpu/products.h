@@ -51,13 +51,14 @@ CpuProducts s3gen_products(const ModelFile& mf, ggml_backend_t backend);
 // columns, not b's own (a prompt's rows computed apart give the same values as together).
 ggml_tensor* matmul(ggml_context* ctx, ggml_tensor* a, ggml_tensor* b, CpuProducts blas, int64_t columns = 0);
 
-// A causal convolution's product on AMX tiles (fast products where the CPU has them): w
-// [k * C_in, C_out] with k frames' values in order of time (all of a frame's channels, then the
-// next frame's: not PyTorch's order, which has each channel's k taps together) times the
-// columns of x [C_in, T, B] (frames in rows) with k - 1 zero frames before the first ->
-// [C_out, T, B]; `left_context`: x's first k - 1 frames are the context before the first
-// output, no zeros (-> T - k + 1 frames). The im2col matrix is never made: its rows are x's
-// frames read in place. nullptr where this does not apply (no AMX, or shapes it does not take).
+// A causal convolution's product in the fast products: w [k * C_in, C_out] with k frames'
+// values in order of time (all of a frame's channels, then the next frame's: not PyTorch's
+// order, which has each channel's k taps together) times the columns of x [C_in, T, B] (frames
+// in rows) with k - 1 zero frames before the first -> [C_out, T, B]; `left_context`: x's first
+// k - 1 frames are the context before the first output, no zeros (-> T - k + 1 frames). The
+// im2col matrix is never made: its rows are x's frames read in place, on AMX tiles where the
+// CPU has them, else by sgemm a tap at a time (an f32 w). nullptr where this does not apply
+// (exact products, or shapes it does not take).
 ggml_tensor* causal_conv_product(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int64_t k, CpuProducts how,
                                  bool left_context = false);
 

@@ -7,7 +7,6 @@
 #include "core/backend.h"
 #include "core/graph_helpers.h"
 #include "cpu/activations.h"
-#include "cpu/amx_gemm.h"
 #include "cpu/attention.h"
 
 namespace cbs {
@@ -112,7 +111,7 @@ CfmEstimator::CfmEstimator(const ModelFile& mf, ggml_backend_t backend)
     const char* fuse = std::getenv("CBS_CFM_QKV");  // "0": the three products (a comparison)
     if ((!on_cpu_ || products_.kind == CpuProducts::fast) && !(fuse && std::string(fuse) == "0")) fuse_qkv(mf, backend);
     const char* convs = std::getenv("CBS_CFM_CONV");  // "0": im2col and the product (a comparison)
-    if (on_cpu_ && products_.kind == CpuProducts::fast && amx_available() && !(convs && std::string(convs) == "0"))
+    if (on_cpu_ && products_.kind == CpuProducts::fast && !(convs && std::string(convs) == "0"))
         order_convs_by_time(mf, backend);
     const char* replay = std::getenv("CBS_CFM_REPLAY");
     replay_steps_ = !on_cpu_ && !(replay && std::string(replay) == "0");

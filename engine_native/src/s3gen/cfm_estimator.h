@@ -148,9 +148,10 @@ private:
     // per-operation cost of its ~4000 small operations). Skipped (the three products kept)
     // where their types differ or the device has no room.
     void fuse_qkv(const ModelFile& mf, ggml_backend_t backend);
-    // On the CPU with AMX (fast products): each f32 causal convolution's weight [k, C_in, C_out]
+    // On the CPU in the fast products: each f32 causal convolution's weight [k, C_in, C_out]
     // as [k * C_in, C_out] with its k frames in order of time (cpu/products.h
-    // causal_conv_product, which needs no im2col), in a buffer of our own.
+    // causal_conv_product, which needs no im2col), in a buffer of our own (a second copy of
+    // the convolutions' weights: ~30 MB for the full-size estimator).
     void order_convs_by_time(const ModelFile& mf, ggml_backend_t backend);
 
     // How a graph under construction meets a prefix: Collect creates step 0's tensors (their

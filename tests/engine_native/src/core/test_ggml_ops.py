@@ -197,8 +197,11 @@ def test_quantised_s3gen_fast_vs_exact(tmp_path, form):
     # unfused: the CFM's q, k and v as three products (CBS_CFM_QKV=0), where fast takes one
     # over the joined weight, and each layer norm as ggml's three operations (CBS_LAYER_NORM=0),
     # where fast takes one node (cpu/layer_norm.h): the same sums, so the same bits.
-    # im2col: the CFM's causal convolutions through im2col (CBS_CFM_CONV=0), where fast with AMX
-    # reads their input frames in place against time-ordered weights: sums in another order.
+    # im2col: the CFM's causal convolutions through im2col (CBS_CFM_CONV=0), where fast reads
+    # their input frames in place against time-ordered weights (AMX tiles; else sgemm a tap at a
+    # time): sums in another order. With AMX that moves the mel by ~1e-6; the int16 products
+    # round every activation to 16 bits, so there the last bits of a convolution's sums move
+    # later roundings too: fast against exact's scale.
     for name, switches in (("fast", fast), ("unfused", dict(fast, CBS_CFM_QKV="0", CBS_LAYER_NORM="0")),
                            ("im2col", dict(fast, CBS_CFM_CONV="0")), ("exact", {"CBS_AMX": "0", "CBS_VNNI": "0"})):
         out = tmp_path / f"mel-{name}.npy"
@@ -213,7 +216,7 @@ def test_quantised_s3gen_fast_vs_exact(tmp_path, form):
     assert 0 < rel <= 1e-4
     assert np.array_equal(mels["fast"], mels["unfused"])
     print(f"convolutions without im2col: mel rel {_rel(mels['fast'], mels['im2col']):.2e} from im2col's")
-    assert _rel(mels["fast"], mels["im2col"]) <= 2e-5
+    assert _rel(mels["fast"], mels["im2col"]) <= (2e-5 if AMX and form == "native" else 1e-4)
 
 
 def test_fast_products_do_not_depend_on_the_threads():
