@@ -472,7 +472,8 @@ static void one_block_to_f32(const void* w, int64_t r, int64_t b, float* out) {
 
 void q4_unpack_rows(const ggml_tensor* w, int64_t r0, int64_t n, float* out) { rows_to_f32<true>(w, r0, n, out); }
 
-// The layout's stream in order (PackedBlock's arithmetic, group by group and chunk by chunk).
+// The layout's stream in order (PackedBlock's arithmetic, group by group and chunk by chunk),
+// not block_at's arithmetic per block: a long prompt unpacks every weight (docs/CPU_STAGES.md).
 #ifdef CBS_Q4_X86
 AVX2_TARGET static void unpack_rows_i8(const ggml_tensor* w, int64_t r0, int64_t n, I8Weight& out) {
     const int64_t N = w->ne[1], nb = w->ne[0] / kBlock;

@@ -226,6 +226,7 @@ void q8_gemm(const I8Rows& a, const I8Weight& w, float* C, int64_t ldc) {
             for (int half = 0; half < 2; ++half)
                 for (int64_t i0 = 0; i0 < a.rows(); i0 += kTileRows)
                     tile_rows_avx2(static_cast<int>(std::min(kTileRows, a.rows() - i0)), a, i0, w, g, half, C, ldc);
+        return;
     }
     if (isa() != Isa::avx512) return;
     for (int64_t g0 = 0; g0 < w.groups(); g0 += kTileGroups) {  // a piece of weight rows against all of A
