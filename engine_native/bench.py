@@ -56,16 +56,17 @@ class StageWatch:
 
 def run_bench(model_path, *, threads: int | None = None, n_tokens: int = 250, seed: int = 0,
               device: str = "auto", language: str | None = None, exaggeration: float | None = None,
-              cfg_weight: float | None = None, watermark: bool = True) -> dict:
+              cfg_weight: float | None = None, watermark: bool = True, decoder=None) -> dict:
     """`language`, `exaggeration`, `cfg_weight`: a Multilingual model's settings (None: its
     defaults, the language detected: English). `watermark`: the engine marks its audio (the
-    default), and first audio is timed without the mark too."""
+    default), and first audio is timed without the mark too. `decoder`: Engine's."""
     t0 = time.perf_counter()
-    engine = Engine(model_path, threads=threads, device=device, watermark=watermark)
+    engine = Engine(model_path, threads=threads, device=device, watermark=watermark, decoder=decoder)
     stages = engine.stages
     mtl = {"language": language, "exaggeration": exaggeration, "cfg_weight": cfg_weight}
     r = {"load_ms": _ms(t0), "variant": engine.variant, "quantization": engine.info["quantization"],
-         "threads": threads or engine.info["threads"], "device": engine.device, "hift_device": engine.info["hift_device"]}
+         "threads": threads or engine.info["threads"], "device": engine.device, "hift_device": engine.info["hift_device"],
+         "decoder": engine.info["decoder"], "cfm_steps": engine.defaults["cfm_steps"]}
     if engine.device != "cpu":
         # A device's first graphs load kernels and build its caches: time the second run.
         engine.synthesize(BENCH_TEXT, seed=seed, max_tokens=min(n_tokens, 50), **mtl)
@@ -174,13 +175,13 @@ def bound_figures(engine: Engine, r: dict, voice, speech_frames: int) -> dict:
     """The host's read bandwidth and f32 FMA rate, measured now, and the least time they allow
     a T3 step and the CFM's passes of this run in f32 (engine_native/bounds.py)."""
     config, cfm = engine.stages.config, engine.stages.flow.cfm
-    header = read_header(engine.path)
+    header, s3gen_header = read_header(engine.path), read_header(engine.info["decoder"] or engine.path)
     rates = bounds.host_rates(r["threads"])
     rows = 2 if config.mtl else 1  # the Multilingual T3 samples with guidance: two rows a step
     positions = bounds.t3_prompt_positions(header, voice.cond_prompt_speech_tokens.size, len(r["text_ids"]))
     frames = engine.stages.flow.prompt(voice, None)[1].shape[0] + speech_frames
     passes = cfm.n_timesteps * (2 if cfm.guided else 1)
-    step_bytes, cfm_macs = bounds.t3_step_bytes(header), bounds.cfm_macs_per_pass(header, frames) * passes
+    step_bytes, cfm_macs = bounds.t3_step_bytes(header), bounds.cfm_macs_per_pass(s3gen_header, frames) * passes
     return {"host_read_gbps": rates["read_gbps"], "host_fma_gmacs": rates["fma_gmacs"],
             "host_fma_lanes": rates["fma_lanes"], "t3_step_mb": step_bytes / 1e6,
             "t3_kv_mb": bounds.t3_kv_bytes_per_position(header, rows) * (positions + r["t3_tokens"] / 2) / 1e6,

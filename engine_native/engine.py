@@ -18,6 +18,15 @@ AI's Perth implicit watermark (imperceptible; `chatterbox-studio detect` or
 `engine_native.watermark` finds it), on by default: `Engine(model, watermark=False)` or
 `engine.watermark = False` turns it off for every later synthesize/stream of that engine.
 
+Decoder: `Engine(model, decoder=other_model)` decodes the model's speech tokens with another
+model file's S3Gen and HiFT. Every Chatterbox model reads the same S3 speech tokens (the 25 Hz
+S3Tokenizer's 6,561 codes) and conditions S3Gen on a voice by the same recipe and shapes (the
+prompt's tokens, its 80-band mel, CAMPPlus's x-vector; the decoder takes the voice's as the
+model's own cloning made them), so a Turbo or Nano file gives the Multilingual model Turbo's
+meanflow decoder: 2 CFM evaluations (low-latency: 1) instead of 20 (10 guided steps), with the
+decoder's sound instead of the model's own S3Gen's (docs/CPU_MULTILINGUAL.md measures both).
+Never implied: without `decoder` the model's own S3Gen decodes, as the reference does.
+
 Concurrency: any number of threads may call one Engine (`pipeline.concurrency`): native
 computations run with the GIL released, in arrival order; every generation has its own T3
 session, so concurrent streams interleave chunk by chunk and each caller gets its whole
@@ -66,16 +75,16 @@ PRESETS = {
 # steps stays at 0.995 (docs/CPU.md). `Engine.presets` applies it.
 GUIDED_LOW_LATENCY_CFM_STEPS = 7
 
-
 class Engine:
     def __init__(self, model_path: str | os.PathLike, *, device: str = "auto", threads: int | None = None,
-                 backend: str | None = None, watermark: bool = True):
+                 backend: str | None = None, watermark: bool = True, decoder: str | os.PathLike | None = None):
         """`device`: "auto" (the fastest present), "cpu", "cuda:0", "vulkan:0", ... (`devices()`
         lists them); one that is not present raises DeviceError naming those that are. A device
         that fails to start or to hold the model falls back to the CPU: `device_note` says why.
         `backend` is the former name of `device`. `watermark`: mark what the engine speaks
         with the Perth watermark (the `watermark` property); on, a missing watermark model is
-        a ModelError naming the command that makes it."""
+        a ModelError naming the command that makes it. `decoder`: another model file whose S3Gen
+        and HiFT turn this model's speech tokens into audio instead of its own (the module's "Decoder")."""
         t0 = time.perf_counter()
         self.path = Path(model_path)
         if not self.path.is_file():
@@ -85,7 +94,10 @@ class Engine:
         if watermark:
             find_model()  # a missing watermark model fails before the model loads
         self._threads = int(threads or 0)  # 0: one per core
-        self.stages = Stages(self.path, str(backend or device).lower(), self._threads)
+        if decoder is not None and not Path(decoder).is_file():
+            raise ModelError(f"decoder model file not found: {decoder}")
+        self.stages = Stages(self.path, str(backend or device).lower(), self._threads,
+                             None if decoder is None else Path(decoder))
         self._watermark = False
         self.watermark = watermark
         config = self.stages.config

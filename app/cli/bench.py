@@ -105,7 +105,7 @@ def cmd_bench(args) -> int:
     try:
         r = run_bench(args.model, threads=args.threads, n_tokens=args.tokens, device=args.device,
                       language=args.language, exaggeration=args.exaggeration, cfg_weight=args.cfg_weight,
-                      watermark=not args.no_watermark)
+                      watermark=not args.no_watermark, decoder=args.decoder)
     except EngineError as e:
         print(f"chatterbox-studio: error: {e}", file=sys.stderr)
         return 1
@@ -127,6 +127,8 @@ def cmd_bench(args) -> int:
     print(f"chatterbox-studio bench: {r['variant']} {r['quantization']} on {r['device']} (HiFT on {r['hift_device']}), "
           f"{r['threads']} threads, "
           f"{r['t3_tokens']} speech tokens ({r['audio_s']:.2f} s of audio)")
+    if r["decoder"]:
+        print(f"  decoder: {r['decoder']} ({r['cfm_steps']} CFM steps; the reference decodes with its own S3Gen)")
     print(_kernels_line())
     if "host_read_gbps" in r:
         print(f"  host, {r['threads']} threads: reads {r['host_read_gbps']:.1f} GB/s, f32 FMA {r['host_fma_gmacs']:.0f} G "
@@ -209,6 +211,7 @@ def _print_release(r: dict) -> None:
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="measure speed on a fixed 10 s workload (optionally beside PyTorch)")
     p.add_argument("-m", "--model", required=True, help="the model .gguf")
+    p.add_argument("--decoder", metavar="MODEL.gguf", help="decode with this model's S3Gen and HiFT (Engine's decoder)")
     p.add_argument("--reference", metavar="SNAPSHOT_DIR",
                    help="also time the PyTorch reference on this snapshot (the model's source weights)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: all cores)")

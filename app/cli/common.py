@@ -57,6 +57,7 @@ def check_output_target(target: str | None) -> None:
 
 def add_engine_arguments(p: argparse.ArgumentParser, *, sampling: bool = True) -> None:
     p.add_argument("-m", "--model", required=True, help="the model .gguf")
+    add_decoder_argument(p)
     add_option_argument(p, "threads", default=None, help="CPU threads (default: all cores)")
     add_device_argument(p)
     if not sampling:
@@ -98,6 +99,13 @@ def add_multilingual_arguments(p: argparse.ArgumentParser) -> None:
         add_option_argument(g, name)
 
 
+def add_decoder_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--decoder", metavar="MODEL.gguf",
+                   help="decode the model's speech with this model's S3Gen and HiFT instead of its own: a Turbo "
+                   "or Nano file gives the Multilingual model Turbo's 1-2 step decoder (several times faster; "
+                   "the decoder's sound, not the Multilingual S3Gen's)")
+
+
 def add_device_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", metavar="DEVICE",
                    help="where the engine runs: auto (the fastest present), cpu, cuda:0, vulkan:0, ... "
@@ -121,10 +129,12 @@ def load_engine(args):
         check_voice_file(args.voice)
     t0 = time.perf_counter()
     engine = Engine(args.model, device=getattr(args, "device", "auto"), threads=args.threads,
-                    watermark=marks_speech(args))
+                    watermark=marks_speech(args), decoder=getattr(args, "decoder", None))
     log(f"model     {args.model} ({engine.variant} {engine.info['quantization']}, on {engine.device}, loaded in "
         f"{(time.perf_counter() - t0):.1f} s)" + ("" if engine.watermark or not hasattr(args, "no_watermark")
                                                  else "; not watermarking (--no-watermark)"))
+    if engine.info["decoder"]:
+        log(f"decoder   {engine.info['decoder']} (its S3Gen and HiFT, {engine.defaults['cfm_steps']} CFM steps)")
     if engine.device_note:
         log(f"device    {engine.device_note}")
     return equip(engine)

@@ -7,7 +7,7 @@ import logging
 import os
 import time
 
-from app.cli.common import WATERMARK_NOTE, log
+from app.cli.common import WATERMARK_NOTE, add_decoder_argument, log
 from app.server.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -66,7 +66,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 f"and port, no path); got {origin!r}")
             return 1
     api_key = args.api_key or os.environ.get("CHATTERBOX_API_KEY") or None
-    config = ServerConfig(model=args.model, host=args.host, port=args.port, api_key=api_key,
+    if args.cluster and args.decoder:
+        log("chatterbox-studio: error: --decoder is not offered with --cluster (the cluster's servers load the model "
+            "alone); serve it on this machine, or on the cluster without --decoder")
+        return 1
+    config = ServerConfig(model=args.model, decoder=args.decoder, host=args.host, port=args.port, api_key=api_key,
                           voices_dir=args.voices or library_dir(), threads=args.threads, device=args.device, queue=args.queue,
                           parallel=args.parallel, replicas=args.replicas or 1, max_input_chars=args.max_input_chars,
                           max_body_bytes=args.max_body_bytes, max_audio_seconds=args.max_audio_seconds,
@@ -139,6 +143,7 @@ def add_parser(sub) -> None:
                        "GET /v1/audio/voices) on this machine, with the voices of a library folder. "
                        "Needs the 'server' extra (FastAPI, uvicorn).")
     p.add_argument("-m", "--model", required=True, help="the model .gguf")
+    add_decoder_argument(p)
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free port)")

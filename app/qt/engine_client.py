@@ -80,10 +80,11 @@ class EngineClient(QObject):
 
     # --- the operations -----------------------------------------------------------------------------
 
-    def load_model(self, path: str, threads: int = 0, device: str = "auto", *, watermark: bool = True, success=None,
-                   failure=None) -> EngineJob:
+    def load_model(self, path: str, threads: int = 0, device: str = "auto", *, watermark: bool = True, decoder: str = "",
+                   success=None, failure=None) -> EngineJob:
         """Load a model (the old one is freed first; `watermark`: its speech marked, the
-        engine's default); modelChanged tells everyone."""
+        engine's default; `decoder`: a Multilingual model's, see EngineWorker.load_model);
+        modelChanged tells everyone."""
         self.cancel_background()  # scores for the old model: the load must not wait behind them
 
         def ok(result):
@@ -103,7 +104,7 @@ class EngineClient(QObject):
             if failure:
                 failure(e)
 
-        return self.submit(lambda w, _job: w.load_model(path, threads, device, watermark), label="load model",
+        return self.submit(lambda w, _job: w.load_model(path, threads, device, watermark, decoder), label="load model",
                            success=ok, failure=bad)
 
     def set_watermark(self, on: bool, *, success=None, failure=None) -> EngineJob:

@@ -160,21 +160,43 @@ class EngineWorker(QObject):
 
     # --- the operations (EngineClient's methods of the same names) ---------------------------------
 
-    def load_model(self, path: str, threads: int, device: str, watermark: bool = True) -> dict:
+    def load_model(self, path: str, threads: int, device: str, watermark: bool = True, decoder: str = "") -> dict:
+        """`decoder`: for a Multilingual model, another model file whose S3Gen and HiFT decode
+        its speech (Engine's decoder); ignored for other models. One that cannot be used
+        (moved, damaged, not a decoder of these tokens) leaves the model's own, with a note."""
         import functools
 
         from app.core.speaker_identity import equip
-        from engine_native import DeviceError, Engine
+        from engine_native import DeviceError, Engine, ModelError
+        from engine_native.gguf_header import GGUFFileError, read_header
         from engine_native.language import detect_language
 
         self.engine = None  # free the old model first: two models may not fit in memory
         self._voices.clear()
-        note = ""
+        notes = []
+        if decoder:
+            try:
+                decoder = decoder if read_header(path).kv.get("chatterbox.variant") == "mtl" else ""
+            except (OSError, GGUFFileError):
+                decoder = ""  # the model's own load says what is wrong with it
+
+        def load(device: str):
+            nonlocal decoder
+            try:
+                return Engine(path, threads=threads or None, device=device, watermark=watermark, decoder=decoder or None)
+            except ModelError as e:
+                if not decoder or decoder not in str(e):
+                    raise
+                notes.append(f"{e}; decoding with the model's own S3Gen")
+                decoder = ""
+                return Engine(path, threads=threads or None, device=device, watermark=watermark)
+
         try:
-            engine = Engine(path, threads=threads or None, device=device or "auto", watermark=watermark)
+            engine = load(device or "auto")
         except DeviceError as e:  # a device remembered from another machine (or unplugged)
-            engine = Engine(path, threads=threads or None, device="auto", watermark=watermark)
-            note = f"{e}; using {engine.device} instead"
+            engine = load("auto")
+            notes.append(f"{e}; using {engine.device} instead")
+        note = "; ".join(notes)
         self.engine = equip(engine)
         try:  # read here, off the GUI thread: the tokenizer takes seconds to parse
             tags = engine.expression_tags

@@ -1,6 +1,6 @@
 """The model and the devices: loading a model (the model button and the model manager, the
-welcome dialog, the status bar's model line), the compute device and CPU threads (each reloads the model), and the
-audio output device."""
+welcome dialog, the status bar's model line), the Multilingual decoder, the compute device and CPU threads (each
+reloads the model), and the audio output device."""
 
 from __future__ import annotations
 
@@ -38,9 +38,11 @@ class ModelActions(QObject):
         self.manager_dialog = None   # the model manager
 
     def add_menus(self, m) -> None:
-        """Audio output, Compute device and CPU threads, into the ⋯ menu."""
+        """Audio output, Multilingual decoder, Compute device and CPU threads, into the ⋯ menu."""
         self.device_menu = m.addMenu("Audio output")
         self.device_menu.aboutToShow.connect(self.fill_device_menu)
+        self.decoder_menu = m.addMenu("Multilingual decoder")
+        self.decoder_menu.aboutToShow.connect(self.fill_decoder_menu)
         self.compute_menu = m.addMenu("Compute device")
         self.compute_menu.aboutToShow.connect(self.fill_compute_menu)
         self.threads_menu = m.addMenu("CPU threads")
@@ -72,7 +74,8 @@ class ModelActions(QObject):
             self.w.show_error(f"Could not load the model. {msg}", action=("Choose model…", lambda: self.choose_model()))
 
         return self.client.load_model(path, self.settings.threads, self.settings.device,
-                                      watermark=self.settings.watermark, success=ok, failure=bad)
+                                      watermark=self.settings.watermark, decoder=self.settings.decoder,
+                                      success=ok, failure=bad)
 
     def models_dir(self) -> str:
         return os.path.join(self.w.data_dir, "models")
@@ -122,11 +125,44 @@ class ModelActions(QObject):
             self.status_label.setText("No model loaded")
             return
         variant = info.get("variant", "")
-        self.button.setText(f"{VARIANT_NAMES.get(variant, variant or '?')} · {info.get('quantization', '?')}")
+        decoder = " · Turbo decoder" if info.get("decoder") else ""
+        self.button.setText(f"{VARIANT_NAMES.get(variant, variant or '?')} · {info.get('quantization', '?')}{decoder}")
         self.status_label.setText(f"{os.path.basename(info.get('path', ''))} · {info.get('device', 'cpu')} · "
                                   f"{info.get('threads', '?')} threads · ggml {info.get('ggml_version', '')}")
         if info.get("device_note"):  # the device asked for could not be used: say so, it runs anyway
             self.w.statusBar().showMessage(info["device_note"], 15000)
+
+    # --- the Multilingual decoder ---------------------------------------------------------------------
+
+    def decoder_choices(self) -> list[tuple[str, str]]:
+        """(path, label) of the decoders offered: "" (the Multilingual model's own S3Gen), then
+        every Turbo or Nano model in the models folder (Engine's decoder)."""
+        from app.core.model_manager import ModelManager
+
+        out = [("", "Its own (the reference's sound; 20 CFM passes)")]
+        for m in ModelManager(self.models_dir()).installed():
+            if m.variant in ("turbo", "nano"):
+                out.append((m.file, f"{m.name}'s (2 passes, several times faster): {os.path.basename(m.file)}"))
+        chosen = self.settings.decoder
+        if chosen and chosen not in {p for p, _ in out}:
+            out.append((chosen, f"{os.path.basename(chosen)}"))  # chosen from elsewhere (the command line, a move)
+        return out
+
+    def fill_decoder_menu(self) -> None:
+        self.decoder_menu.clear()
+        group = QActionGroup(self.decoder_menu)
+        for path, text in self.decoder_choices():
+            a = self.decoder_menu.addAction(text)
+            a.setCheckable(True)
+            a.setChecked(self.settings.decoder == path)
+            a.triggered.connect(lambda _c=False, p=path: self.set_decoder(p))
+            group.addAction(a)
+
+    def set_decoder(self, path: str) -> None:
+        """Remember the Multilingual decoder; a loaded Multilingual model reloads with it."""
+        self.settings.decoder = path
+        if (self.client.info or {}).get("variant") == "mtl":
+            self._reload()
 
     # --- devices ------------------------------------------------------------------------------------
 

@@ -97,6 +97,9 @@ class Settings:
     model_path = Setting("engine/model_path", str, "")
     model_choice_made = Setting("engine/model_choice_made", bool, False)
     threads = Setting("engine/threads", int, 0)  # 0: let the engine choose
+    # "" = a Multilingual model decodes with its own S3Gen; else a Turbo or Nano file whose
+    # S3Gen and HiFT decode it (Engine's decoder: faster, the decoder's sound)
+    decoder = Setting("engine/decoder", str, "")
     device = Setting("engine/device", str, "auto")  # "auto" (the fastest present), "cpu", "cuda:0", "vulkan:0"...
     voice = Setting("voice/current", str, "")  # "" = the model's built-in voice, else a .voice.gguf path
     output_device = Setting("audio/output_device", str, "")  # "" = the system default

@@ -26,6 +26,7 @@ from app.core.paths import APP, ORG, library_dir  # noqa: F401 - re-exported for
 @dataclass
 class ServerConfig:
     model: str
+    decoder: str | None = None          # another model file whose S3Gen and HiFT decode (Engine's decoder)
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT            # 0: any free port (read it back from ServerHandle.port)
     api_key: str | None = None          # None or "": no key needed

@@ -34,7 +34,8 @@ def bind(host: str, port: int) -> socket.socket:
 def load_engine(config: ServerConfig):
     from engine_native import Engine
 
-    return Engine(config.model, threads=config.threads, device=config.device, watermark=config.watermark)
+    return Engine(config.model, threads=config.threads, device=config.device, watermark=config.watermark,
+                  decoder=config.decoder)
 
 
 def load_replicas(config: ServerConfig) -> list:

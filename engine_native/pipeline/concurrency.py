@@ -49,37 +49,40 @@ class FairLock:
 
 class CancelToken:
     """A cancel flag that also reaches the native T3 loop running for it, and the graph
-    computation (S3Gen encoder, CFM, HiFT) running for it: `armed(model)` points the
-    model's abort flag at this token for one stretch of computations."""
+    computation (S3Gen encoder, CFM, HiFT) running for it: `armed(*models)` points the
+    models' abort flags at this token for one stretch of computations (a model and the
+    decoder model beside it, where there is one)."""
 
     def __init__(self):
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._t3 = None
-        self._model = None
+        self._models = ()
 
     def set(self) -> None:
         with self._lock:
             self._event.set()
             t3 = self._t3
-            if self._model is not None:  # under the lock: never after `armed` has disarmed
-                self._model.abort_compute(True)
+            for model in self._models:  # under the lock: never after `armed` has disarmed
+                model.abort_compute(True)
         if t3 is not None:
             t3.cancel()
 
     @contextmanager
-    def armed(self, model):
-        """While inside, cancelling this token aborts `model`'s computation in flight (it raises
-        Cancelled). Only one generation computes at a time (the engine's lock is held)."""
+    def armed(self, *models):
+        """While inside, cancelling this token aborts the models' computation in flight (it
+        raises Cancelled). Only one generation computes at a time (the engine's lock is held)."""
         with self._lock:
-            self._model = model
-            model.abort_compute(self._event.is_set())
+            self._models = models
+            for model in models:
+                model.abort_compute(self._event.is_set())
         try:
             yield
         finally:
             with self._lock:
-                self._model = None
-                model.abort_compute(False)
+                self._models = ()
+                for model in models:
+                    model.abort_compute(False)
 
     def is_set(self) -> bool:
         return self._event.is_set()

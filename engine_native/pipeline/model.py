@@ -13,7 +13,7 @@ import numpy as np
 
 from engine_native import _core
 from engine_native import options as schema
-from engine_native.errors import DeviceError
+from engine_native.errors import DeviceError, ModelError
 from engine_native.voice import Voice
 
 # On a GPU the S3Gen encoder's compute buffers are sized at load for the built-in voice's
@@ -175,3 +175,33 @@ class Components:
             prompt = f.tensor_f32("voice.prompt_token").size if has_voice else 0
             encoder.reserve(prompt + S3GEN_RESERVE_SPEECH_TOKENS)
         return cls(f, tokenizer, t3, encoder, _core.S3GenCfm(f), _core.HiFT(f), n_threads)
+
+
+@dataclass
+class DecoderParts:
+    """Another model file's S3Gen and HiFT, decoding this model's speech tokens (`Engine(...,
+    decoder=)`): a Turbo or Nano file gives the Multilingual model its one- or two-step meanflow
+    decoder. Its T3, tokenizer and cloning encoders are never loaded."""
+    file: object                   # _core.ModelFile
+    token_encoder: object          # _core.S3GenEncoder
+    cfm: object                    # _core.S3GenCfm
+    hift: object                   # _core.HiFT
+
+    @classmethod
+    def load(cls, path, device: str, threads: int) -> DecoderParts:
+        f = _core.ModelFile(str(path), device=device, threads=threads)
+        return cls(f, _core.S3GenEncoder(f), _core.S3GenCfm(f), _core.HiFT(f))
+
+
+# What a decoder's S3Gen must share with the model whose tokens and voices it takes.
+DECODER_MUST_MATCH = ("speech_codes", "token_rate", "token_mel_ratio", "sample_rate", "tokenizer_rate",
+                      "xvector_size", "n_mels")
+
+
+def check_decoder(model: ModelConfig, decoder: ModelConfig, path) -> None:
+    """ModelError naming what differs when the decoder cannot read the model's speech tokens
+    or its voices' S3Gen conditioning (a codebook, rate or size of its own)."""
+    differ = [f"{k} {getattr(decoder, k)} (the model's {getattr(model, k)})" for k in DECODER_MUST_MATCH
+              if getattr(decoder, k) != getattr(model, k)]
+    if differ:
+        raise ModelError(f"{path} cannot decode this {model.variant} model's speech: its S3Gen has " + ", ".join(differ))

@@ -7,6 +7,7 @@
     stages.marking  watermark_stream.Marking     samples -> watermarked samples (Perth)
     stages.cloner   cloning.VoiceCloner          a recording -> a Voice
     stages.config   model.ModelConfig            the hyper-parameters from the GGUF
+    stages.decoder  model.DecoderParts or None   another file's S3Gen and HiFT (flow, vocoder)
     stages.profiler profile.Profiler             stage timings and hooks
 
 The scheduler (`scheduler`) drives them per sentence. On the CPU, T3 has a backend of its own
@@ -23,7 +24,8 @@ from engine_native import _core
 from engine_native.errors import DeviceError, EngineError, ModelError
 from engine_native.pipeline.cloning import VoiceCloner
 from engine_native.pipeline.concurrency import FairLock
-from engine_native.pipeline.model import Components, ModelConfig, builtin_voice, check_device, core_device
+from engine_native.pipeline.model import (Components, DecoderParts, ModelConfig, builtin_voice, check_decoder,
+                                          check_device, core_device)
 from engine_native.pipeline.profile import Profiler
 from engine_native.pipeline.s3gen_flow import S3GenFlow
 from engine_native.pipeline.t3_session import T3Sessions
@@ -58,22 +60,44 @@ def _load_components(path, requested: str, threads: int) -> tuple[Components, st
             raise ModelError(str(e2)) from None
 
 
+def _load_decoder(path, device: str, threads: int, model: ModelConfig) -> tuple[DecoderParts, ModelConfig]:
+    """Another model file's S3Gen and HiFT on the model's device, with that file's config;
+    ModelError when it cannot be read or cannot decode the model's speech tokens."""
+    try:
+        parts = DecoderParts.load(path, device, threads)
+        config = ModelConfig.read(parts.file, cfm_steps=parts.cfm.n_timesteps, n_mels=parts.hift.in_channels)
+    except EngineError as e:
+        raise ModelError(f"decoder {path}: {e}") from None
+    check_decoder(model, config, path)
+    return parts, config
+
+
 class Stages:
-    def __init__(self, path, device: str, threads: int):
+    def __init__(self, path, device: str, threads: int, decoder=None):
         """Loads the model file at `path` on `device` ("auto", "cpu", "cuda:0", ...);
-        `device_note` says why it runs on the CPU instead, where it does."""
+        `device_note` says why it runs on the CPU instead, where it does. `decoder`: another
+        model file whose S3Gen and HiFT turn this model's speech tokens into audio (the flow
+        and the vocoder; its CFM's steps become the default `cfm_steps`)."""
         parts, self.device_note = _load_components(path, device, threads)
         f = self.file = parts.file
         self.device = f.device
         self.threads = parts.n_threads
-        self.config = ModelConfig.read(f, cfm_steps=parts.cfm.n_timesteps, n_mels=parts.hift.in_channels)
+        self.decoder, flow_config = None, None
+        if decoder is not None:
+            model = ModelConfig.read(f, cfm_steps=parts.cfm.n_timesteps, n_mels=parts.hift.in_channels)
+            self.decoder, flow_config = _load_decoder(decoder, f.device, threads, model)
+        s3gen = self.decoder or parts
+        self.config = ModelConfig.read(f, cfm_steps=s3gen.cfm.n_timesteps, n_mels=s3gen.hift.in_channels)
+        flow_config = flow_config or self.config
+        # Every file whose computations a generation's S3Gen turn runs (cancel, threads).
+        self.files = (f,) if self.decoder is None else (f, self.decoder.file)
         self.builtin_voice = builtin_voice(f, self.config)
         self.lock = FairLock()          # the model's computations (S3Gen, HiFT, cloning), in arrival order
         self.profiler = Profiler()
         self.text = TextFrontEnd(f, parts.tokenizer, self.config)
         self.t3 = T3Sessions(parts.t3, self.config, self.lock, self.profiler)
-        self.flow = S3GenFlow(parts.token_encoder, parts.cfm, self.config, f.device, self.lock, self.profiler)
-        self.vocoder = Vocoder(parts.hift, self.config.trim_fade_samples, self.lock, self.profiler)
+        self.flow = S3GenFlow(s3gen.token_encoder, s3gen.cfm, flow_config, f.device, self.lock, self.profiler)
+        self.vocoder = Vocoder(s3gen.hift, flow_config.trim_fade_samples, self.lock, self.profiler)
         self.marking = Marking(self.config.sample_rate, self.lock, self.profiler)
         self.cloner = VoiceCloner(f, self.config, self.lock, threads)
 
@@ -81,16 +105,18 @@ class Stages:
     def s3gen_turn(self, cancel):
         """S3Gen / HiFT's (and the watermark's) turn, Stop armed; while a stream's T3 worker
         runs, with the threads it leaves free. Gives the thread count in effect."""
-        with self.lock, cancel.armed(self.file):
+        with self.lock, cancel.armed(*self.files):
             beside = self.t3.workers_running > 0
             threads = max(1, self.threads - S3GEN_BESIDE_T3_FEWER_THREADS) if beside else self.threads
             if beside:
-                self.file.set_threads(threads)
+                for f in self.files:
+                    f.set_threads(threads)
             try:
                 yield threads
             finally:
                 if beside:
-                    self.file.set_threads(self.threads)
+                    for f in self.files:
+                        f.set_threads(self.threads)
 
     @contextmanager
     def exclusive(self):
@@ -113,4 +139,5 @@ class Stages:
                 "hift_device": "cpu" if self.vocoder.hift.device == "CPU" else self.device,
                 "cpu_variant": system["cpu_variant"], "ggml_version": system["ggml_version"],
                 "sample_rate": self.config.sample_rate, "hparams": hp, "defaults": dict(self.config.defaults),
-                "languages": self.text.languages}
+                "languages": self.text.languages,
+                "decoder": None if self.decoder is None else self.decoder.file.path}

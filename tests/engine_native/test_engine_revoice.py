@@ -21,103 +21,21 @@ codec2's 16 kHz reading):
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import numpy as np
 import pytest
 
 from engine_native import Engine, NoSpeechError, ParameterError, SourceError, SourceTooShortError, VoiceError
 from engine_native.pipeline import revoice
-from engine_native.pipeline.s3gen_flow import initial_noise
 from engine_native.watermark import default_watermarker
-from tests.helpers import real_speech
+from tests.helpers import real_speech, revoice_parity
 from tests.helpers.models import model_path
 from tests.helpers.parity import rel
 from tests.reference.cache import snapshot_dir
-from tests.reference.runner import run_stage
-
-FULL = os.environ.get("CBS_REVOICE_FULL") == "1"
-SEED = 7
-# A token may differ only where the FSQ input is this close to a rounding boundary (float error:
-# the S3Tokenizer's projection agrees to rel ~1.5e-6).
-TIE = 1e-5
-
-
-def _mp3_44k_stereo(path, tmp) -> str:
-    """A recording re-encoded as 44.1 kHz stereo MP3 (another rate, format and layout)."""
-    out = str(tmp / "source.mp3")
-    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", str(path), "-ac", "2", "-ar", "44100",
-                    out], check=True)
-    return out
-
-
-def _sources(tmp_path_factory) -> dict[str, tuple[np.ndarray, int]]:
-    """name -> (mono float32, rate) as the hardened decoder gives them."""
-    try:
-        hts1a = real_speech.codec2("wav/hts1a.wav")
-        out = {"hts1a-8k-wav-3s": real_speech.read(hts1a)}
-        if FULL:
-            tmp = tmp_path_factory.mktemp("revoice-src")
-            out["hts1a-44k-stereo-mp3-3s"] = real_speech.read(_mp3_44k_stereo(hts1a, tmp))
-            _, en = real_speech.asterisk_prompts("en")
-            _, fr = real_speech.asterisk_prompts("fr")
-            wav, _ = real_speech.pyannote_sample()
-            for name, (x, sr), seconds in [("vk5qi-8k-wav-5s", real_speech.read(real_speech.codec2("wav/vk5qi.wav")), 5),
-                                           ("allison-en-16k-g722-6s", real_speech.read_g722(en[0]), 6),
-                                           ("june-fr-16k-g722-4s", real_speech.read_g722(fr[0]), 4),
-                                           ("pyannote-16k-wav-8s", real_speech.read(wav), 8)]:
-                out[name] = (x[: seconds * sr], sr)
-    except real_speech.FetchError as e:
-        pytest.skip(f"real recordings unavailable: {e}")
-    return out
 
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
-    return _sources(tmp_path_factory)
-
-
-def _voices(engine) -> dict:
-    out = {"builtin": engine.builtin_voice}
-    if FULL:
-        x, sr = real_speech.read(real_speech.codec2("raw/speech_orig_16k.wav"))
-        out["codec2-16k-clone"] = engine.voice_from_audio(x, sr, name="codec2")
-    return out
-
-
-def _parity(engine: Engine, variant: str, snapshot, x: np.ndarray, sr: int, voice, label: str) -> None:
-    lines = [label]
-    (tokens,) = engine.revoice_tokens(x, sr)
-    config = engine.stages.config
-    P, S = voice.prompt_token.size, tokens.size
-    x0 = initial_noise(SEED, config.token_mel_ratio * (P + S), config.n_mels)
-    mel = engine.stages.flow.mel(tokens.tolist(), voice, SEED, final=True)  # revoice's whole pass
-    hift = engine.stages.vocoder.hift
-    source = hift.excitation_continue(hift.f0(mel), hift.source_state(SEED))  # its vocoder's excitation
-    ref = run_stage("vc_generate", snapshot, wav=x, sr=np.asarray(sr), variant=np.array(variant),
-                    prompt_token=voice.prompt_token, prompt_feat=voice.prompt_feat, embedding=voice.embedding,
-                    x0=x0, source=source, force_tokens=tokens)
-    got = engine.revoice(x, sr, voice, seed=SEED)
-
-    assert tokens.shape == ref["tokens"].shape, (tokens.shape, ref["tokens"].shape)
-    differ = np.flatnonzero(tokens != ref["tokens"])
-    # The only difference allowed: a token whose FSQ input (tanh(proj) x 0.999, rounded to
-    # {-1, 0, 1}) lies on a rounding boundary within float error on the reference's side.
-    fsq = np.tanh(ref["proj"].astype(np.float64)) * 0.999
-    tie = np.min(np.abs(np.abs(fsq) - 0.5), axis=1) < TIE
-    lines.append(f"  tokens {S - differ.size}/{S} identical" + (
-        f"; {differ.size} differ, each a rounding tie (reference FSQ input within "
-        f"{np.min(np.abs(np.abs(fsq[differ]) - 0.5), axis=1).max():.1e} of 0.5): S3Gen continues "
-        f"from ours on both sides" if differ.size else ""))
-    r_mel, a_mel = rel(mel, ref["mel"]), float(np.abs(mel - ref["mel"]).max())
-    lines.append(f"  mel {mel.shape} rel {r_mel:.2e} max_abs {a_mel:.2e}")
-    r_wav, a_wav = rel(got, ref["wav"]), float(np.abs(got - ref["wav"]).max())
-    lines.append(f"  wav {got.shape} rel {r_wav:.2e} max_abs {a_wav:.2e} (ref rms {np.sqrt(np.mean(ref['wav'] ** 2)):.2e})")
-    print("\n".join(lines))
-    assert tie[differ].all(), lines
-    assert mel.shape == ref["mel"].shape and r_mel <= 2e-5, lines
-    assert got.shape == ref["wav"].shape and r_wav <= 1e-4, lines
+    return revoice_parity.sources(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -127,17 +45,17 @@ def turbo():
 
 def test_parity_turbo_meanflow_with_chatterbox_vc(turbo, sources):
     snap = snapshot_dir("turbo")
-    for vname, voice in _voices(turbo).items():
+    for vname, voice in revoice_parity.voices(turbo).items():
         for sname, (x, sr) in sources.items():
-            _parity(turbo, "turbo", snap, x, sr, voice, f"turbo {sname} -> {vname}")
+            revoice_parity.check_parity(turbo, "turbo", snap, x, sr, voice, f"turbo {sname} -> {vname}")
 
 
 def test_parity_multilingual_guided_cfm_with_chatterbox_vc(sources):
     engine = Engine(model_path("mtl", size="small"), threads=2, watermark=False)
     snap = snapshot_dir("mtl", size="small")
-    for vname, voice in _voices(engine).items():
+    for vname, voice in revoice_parity.voices(engine).items():
         for sname, (x, sr) in sources.items():
-            _parity(engine, "mtl", snap, x, sr, voice, f"mtl-small {sname} -> {vname}")
+            revoice_parity.check_parity(engine, "mtl", snap, x, sr, voice, f"mtl-small {sname} -> {vname}")
 
 
 # ------------------------------------------------------------------ the API, streams, long sources
