@@ -29,6 +29,8 @@ def open_pool(args):
     from app.cluster import ClusterError, connect
     from app.cluster.pool import WorkerPool
 
+    if getattr(args, "decoder", None):
+        raise UserError("--decoder is not offered with --cluster (the cluster's workers load the model alone)")
     threads = args.threads or 1
     device = getattr(args, "device", "auto")
     device = "cpu" if device == "auto" else device

@@ -68,7 +68,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get("CHATTERBOX_API_KEY") or None
     if args.cluster and args.decoder:
         log("chatterbox-studio: error: --decoder is not offered with --cluster (the cluster's servers load the model "
-            "alone); serve it on this machine, or on the cluster without --decoder")
+            "alone)")
         return 1
     config = ServerConfig(model=args.model, decoder=args.decoder, host=args.host, port=args.port, api_key=api_key,
                           voices_dir=args.voices or library_dir(), threads=args.threads, device=args.device, queue=args.queue,

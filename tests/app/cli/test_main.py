@@ -184,3 +184,27 @@ def test_say_best_of_says_which_embeddings_score_likeness(nano_q4, speaker_encod
     assert res.returncode == 0 and "best-of   2 takes a sentence, likeness by the trained" in res.stderr, res.stderr
     res = _run(*args, "--voice", voice, CBS_SPEAKER_ENCODER="/nonexistent/speaker-encoder.gguf")
     assert res.returncode == 0 and "likeness by the model's VoiceEncoder (no trained speaker encoder" in res.stderr
+
+
+def test_say_with_a_decoder_speaks_through_it_and_a_missing_one_is_one_line(nano_q4, tmp_path):
+    """`--decoder`: Nano's S3Gen and HiFT decode the Multilingual model's speech (the log names
+    it); a decoder file that is not there is one line, before anything is spoken."""
+    import soundfile as sf
+
+    from tests.helpers.models import model_path
+
+    mtl = str(model_path("mtl", size="small"))
+    out = tmp_path / "bonjour.wav"
+    res = _run("say", "Bonjour.", "-m", mtl, "--decoder", nano_q4, "--language", "fr", "--max-tokens", "30",
+               "--seed", "1", "-o", str(out))
+    print("\n" + res.stderr.strip())
+    assert res.returncode == 0, res.stderr
+    assert f"decoder   {nano_q4} (its S3Gen and HiFT, 2 CFM steps)" in res.stderr
+    audio, rate = sf.read(out)
+    assert rate == 24000 and audio.size > 0
+    gone = tmp_path / "gone.gguf"
+    res = _run("say", "Bonjour.", "-m", mtl, "--decoder", str(gone), "-o", str(tmp_path / "x.wav"))
+    assert res.returncode == 1 and res.stderr.strip() == f"chatterbox-studio: error: decoder model file not found: {gone}"
+    for cmd in (("say", "Bonjour.", "-m", mtl), ("serve", "-m", mtl)):  # a cluster's workers load the model alone
+        res = _run(*cmd, "--decoder", nano_q4, "--cluster", "127.0.0.1:1")
+        assert res.returncode == 1 and "--decoder is not offered with --cluster" in res.stderr, res.stderr

@@ -120,6 +120,44 @@ def test_a_voice_of_another_variant_is_remade_from_its_recording(window, qtbot, 
     assert remade.variant == "mtl" and remade.meta.get("remade_from") == "nano"
 
 
+def test_the_decoder_menu_loads_turbos_decoder_and_one_gone_leaves_the_models_own(window, qtbot, tmp_path):
+    """The ⋯ menu's Multilingual decoder: Turbo's S3Gen and HiFT decode the model's speech (the
+    model reloads with it, the model button says so, a take plays); a decoder file gone since
+    leaves the model's own S3Gen, and the status bar says why."""
+    from tests.helpers.models import model_path
+
+    w, models = window, window.models
+    turbo = str(model_path("turbo"))
+    loaded = []
+    w.client.modelChanged.connect(loaded.append)
+    try:
+        models.fill_decoder_menu()
+        assert models.decoder_menu.actions()[0].text().startswith("Its own") and models.decoder_menu.actions()[0].isChecked()
+        models.set_decoder(turbo)
+        _wait(qtbot, lambda: loaded and loaded[-1], 300, "the model with Turbo's decoder")
+        assert loaded[-1]["decoder"] == turbo and loaded[-1]["variant"] == "mtl"
+        assert w.toolbar.model_button.text().endswith("Turbo decoder")
+        models.fill_decoder_menu()
+        assert [a.text() for a in models.decoder_menu.actions() if a.isChecked()] == [os.path.basename(turbo)]
+        w.editor.set_text("Bonjour à tous.")
+        qtbot.mouseClick(w.editor.play_button, Qt.LeftButton)
+        c = w.controller
+        _wait(qtbot, lambda: c.state == "idle" and c.take is not None and c.take.frames > 0, 600, "the take")
+        assert not w.last_error, w.last_error
+        loaded.clear()
+        models.set_decoder(str(tmp_path / "moved.gguf"))
+        _wait(qtbot, lambda: loaded and loaded[-1], 300, "the model with its own S3Gen")
+        assert loaded[-1]["decoder"] is None and "moved.gguf" in loaded[-1]["device_note"]
+        assert not w.toolbar.model_button.text().endswith("Turbo decoder")
+    finally:
+        w.client.modelChanged.disconnect(loaded.append)
+        loaded.clear()
+        w.client.modelChanged.connect(loaded.append)
+        models.set_decoder("")
+        _wait(qtbot, lambda: loaded and loaded[-1], 300, "the model again")
+        w.client.modelChanged.disconnect(loaded.append)
+
+
 def test_a_turbo_family_model_hides_the_picker_and_its_options(window, qtbot):
     from tests.helpers.models import model_path
 

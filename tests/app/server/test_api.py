@@ -429,3 +429,22 @@ def test_the_app_runs_the_server_in_process(qtbot, tmp_path, server):
     with pytest.raises(openai.APIConnectionError):
         c.models.list()
     window.close()
+
+
+def test_a_server_with_a_decoder_loads_it_in_every_replica_and_speaks_through_it(tmp_path):
+    """`serve --decoder` (ServerConfig.decoder): each replica's engine decodes the Multilingual
+    model's speech with Nano's S3Gen and HiFT (whole tokens of audio: the Multilingual T3 may stop
+    before max_tokens, and Nano's decoder adds its 3 silence tokens)."""
+    from app.server import ServerConfig, ServerHandle
+
+    handle = ServerHandle(ServerConfig(model=str(model_path("mtl", size="small")), decoder=str(model_path("nano", "q4_0")),
+                                       port=0, api_key=KEY, voices_dir=str(tmp_path), replicas=2)).start()
+    try:
+        assert handle.wait_ready(120), handle.error
+        engines = [w.engine for w in handle.service.worker.workers]
+        assert len(engines) == 2 and all(e.info["decoder"] == str(model_path("nano", "q4_0")) for e in engines)
+        client = openai.OpenAI(base_url=handle.url, api_key=KEY, max_retries=0, timeout=300)
+        pcm = speak(client, response_format="pcm", extra={"language": "fr"}, input="Bonjour.")
+        assert len(pcm) % (2 * 2 * 480) == 0 and 2 * samples_for(1) <= len(pcm) <= 2 * samples_for(N)
+    finally:
+        handle.stop()
