@@ -21,6 +21,8 @@ from engine_native.voice import Voice
 # sentence up to that long then allocates nothing (docs/CPU.md and docs/GPU.md give the
 # first-encode figures).
 S3GEN_RESERVE_SPEECH_TOKENS = 500
+# The tensors of S3Gen (token encoder, CFM) and HiFT: a model decoded by another file's leaves them unread.
+S3GEN_PREFIXES = ("s3gen.", "hift.")
 
 
 def devices() -> list[dict]:
@@ -153,14 +155,16 @@ class Components:
     file: object                   # _core.ModelFile
     tokenizer: object              # _core.Gpt2Tokenizer, or text_mtl.MtlTokenizer
     t3: object                     # _core.T3 (on a backend of its own: it runs beside S3Gen)
-    token_encoder: object          # _core.S3GenEncoder: S3Gen's conformer over speech tokens
-    cfm: object                    # _core.S3GenCfm
-    hift: object                   # _core.HiFT, on the model's device (a device OOM: the CPU)
+    token_encoder: object          # _core.S3GenEncoder: S3Gen's conformer over speech tokens (None: a decoder's)
+    cfm: object                    # _core.S3GenCfm (None: a decoder's)
+    hift: object                   # _core.HiFT, on the model's device (a device OOM: the CPU; None: a decoder's)
     n_threads: int
 
     @classmethod
-    def load(cls, path, device: str, threads: int) -> Components:
-        f = _core.ModelFile(str(path), device=device, threads=threads)
+    def load(cls, path, device: str, threads: int, s3gen: bool = True) -> Components:
+        """`s3gen` False (another file decodes): S3Gen's and HiFT's weights are left unread and
+        their components not made (token_encoder, cfm and hift None)."""
+        f = _core.ModelFile(str(path), device=device, threads=threads, lazy=[] if s3gen else list(S3GEN_PREFIXES))
         if f.get_string("chatterbox.variant") == "mtl":
             from engine_native.text_mtl import MtlTokenizer
 
@@ -169,6 +173,8 @@ class Components:
             tokenizer = _core.Gpt2Tokenizer(str(path))
         n_threads = threads or _core.system_info()["default_threads"]
         t3 = _core.T3(f, threads=n_threads)
+        if not s3gen:
+            return cls(f, tokenizer, t3, None, None, None, n_threads)
         encoder = _core.S3GenEncoder(f)
         if f.device != "cpu":
             has_voice = "voice.prompt_token" in f.tensor_names()
@@ -189,7 +195,7 @@ class DecoderParts:
 
     @classmethod
     def load(cls, path, device: str, threads: int) -> DecoderParts:
-        f = _core.ModelFile(str(path), device=device, threads=threads)
+        f = _core.ModelFile(str(path), device=device, threads=threads, lazy=["t3."])  # its T3 never runs
         return cls(f, _core.S3GenEncoder(f), _core.S3GenCfm(f), _core.HiFT(f))
 
 

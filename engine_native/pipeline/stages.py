@@ -41,12 +41,12 @@ from engine_native.pipeline.watermark_stream import Marking
 S3GEN_BESIDE_T3_FEWER_THREADS = 1
 
 
-def _load_components(path, requested: str, threads: int) -> tuple[Components, str]:
+def _load_components(path, requested: str, threads: int, s3gen: bool = True) -> tuple[Components, str]:
     """The model's components on the requested device, else (a device that fails to start or
-    to hold the model) on the CPU with a note saying why."""
+    to hold the model) on the CPU with a note saying why. `s3gen`: Components.load's."""
     check_device(requested)
     try:
-        return Components.load(path, requested, threads), ""
+        return Components.load(path, requested, threads, s3gen), ""
     except DeviceError:
         raise
     except EngineError as e:
@@ -55,20 +55,19 @@ def _load_components(path, requested: str, threads: int) -> tuple[Components, st
         note = f"{requested} failed ({e}); running on the CPU"
         warnings.warn(f"chatterbox-studio: {note}", RuntimeWarning, stacklevel=4)  # at Engine(...)'s caller
         try:
-            return Components.load(path, "cpu", threads), note
+            return Components.load(path, "cpu", threads, s3gen), note
         except EngineError as e2:
             raise ModelError(str(e2)) from None
 
 
-def _load_decoder(path, device: str, threads: int, model: ModelConfig) -> tuple[DecoderParts, ModelConfig]:
+def _load_decoder(path, device: str, threads: int) -> tuple[DecoderParts, ModelConfig]:
     """Another model file's S3Gen and HiFT on the model's device, with that file's config;
-    ModelError when it cannot be read or cannot decode the model's speech tokens."""
+    ModelError naming it when it cannot be read."""
     try:
         parts = DecoderParts.load(path, device, threads)
         config = ModelConfig.read(parts.file, cfm_steps=parts.cfm.n_timesteps, n_mels=parts.hift.in_channels)
     except EngineError as e:
         raise ModelError(f"decoder {path}: {e}") from None
-    check_decoder(model, config, path)
     return parts, config
 
 
@@ -78,17 +77,20 @@ class Stages:
         `device_note` says why it runs on the CPU instead, where it does. `decoder`: another
         model file whose S3Gen and HiFT turn this model's speech tokens into audio (the flow
         and the vocoder; its CFM's steps become the default `cfm_steps`)."""
-        parts, self.device_note = _load_components(path, device, threads)
+        parts, self.device_note = _load_components(path, device, threads, s3gen=decoder is None)
         f = self.file = parts.file
         self.device = f.device
         self.threads = parts.n_threads
-        self.decoder, flow_config = None, None
-        if decoder is not None:
-            model = ModelConfig.read(f, cfm_steps=parts.cfm.n_timesteps, n_mels=parts.hift.in_channels)
-            self.decoder, flow_config = _load_decoder(decoder, f.device, threads, model)
+        self.decoder = None
+        if decoder is None:
+            self.config = flow_config = ModelConfig.read(f, cfm_steps=parts.cfm.n_timesteps, n_mels=parts.hift.in_channels)
+        else:
+            self.decoder, flow_config = _load_decoder(decoder, f.device, threads)
+            # The model's own values, but the decoder's CFM steps as the default cfm_steps.
+            self.config = ModelConfig.read(f, cfm_steps=self.decoder.cfm.n_timesteps,
+                                           n_mels=f.tensor_info("voice.prompt_feat")[1][0])
+            check_decoder(self.config, flow_config, decoder)
         s3gen = self.decoder or parts
-        self.config = ModelConfig.read(f, cfm_steps=s3gen.cfm.n_timesteps, n_mels=s3gen.hift.in_channels)
-        flow_config = flow_config or self.config
         # Every file whose computations a generation's S3Gen turn runs (cancel, threads).
         self.files = (f,) if self.decoder is None else (f, self.decoder.file)
         self.builtin_voice = builtin_voice(f, self.config)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from engine_native import Engine, ModelError
+from engine_native.gguf_header import read_header
 from engine_native.options import derived_seed
 from engine_native.pipeline.s3gen_flow import initial_noise
 from tests.helpers import revoice_parity
@@ -59,6 +60,10 @@ def test_the_decoder_sets_the_steps_and_presets_and_leaves_t3_the_models_own(eng
     plain = Engine(mtl_path, threads=2, watermark=False)
     opts = {"seed": SEED, "language": "fr", "max_tokens": 60}
     assert engine.speech_tokens(TEXT, **opts) == plain.speech_tokens(TEXT, **opts)
+    # Only what runs is read: the model's own S3Gen and HiFT stay unread, and the decoder's T3.
+    s3gen = (lambda path: sum(t.nbytes for t in read_header(path).tensors if t.name.startswith(("s3gen.", "hift."))))
+    assert engine.stages.file.buffer_bytes <= plain.stages.file.buffer_bytes - s3gen(mtl_path)
+    assert engine.stages.decoder.file.buffer_bytes <= 1.05 * s3gen(turbo_path)
 
 
 def test_revoicing_through_the_decoder_matches_chatterbox_vc_with_turbos_s3gen(engine, sources):

@@ -111,7 +111,8 @@ PYBIND11_MODULE(_core, m) {
 
     using Model = cbs::PyModel;
     py::class_<Model>(m, "ModelFile", "A Chatterbox GGUF model loaded into a ggml backend buffer.")
-        .def(py::init([](const std::string& path, const std::string& device, int threads) {
+        .def(py::init([](const std::string& path, const std::string& device, int threads,
+                         const std::vector<std::string>& lazy) {
                  auto model = std::make_unique<Model>();
                  py::gil_scoped_release release;
                  const int n_threads = threads > 0 ? threads : cbs::default_thread_count();
@@ -123,11 +124,12 @@ PYBIND11_MODULE(_core, m) {
                      if (b) cbs::set_abort_callback(b, [](void* flag) {
                          return static_cast<std::atomic<bool>*>(flag)->load(std::memory_order_relaxed);
                      }, &model->abort);
-                 model->file = std::make_unique<cbs::ModelFile>(path, model->backend.get());
+                 model->file = std::make_unique<cbs::ModelFile>(path, model->backend.get(), lazy);
                  return model;
              }),
-             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 0,
-             "Loads a model onto `device` (auto, cpu, cuda:0, vulkan:0, ...; see devices()).")
+             py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 0, py::arg("lazy") = std::vector<std::string>{},
+             "Loads a model onto `device` (auto, cpu, cuda:0, vulkan:0, ...; see devices()). `lazy`: tensor name "
+             "prefixes read only when a component first asks for them (beside the cloning encoders').")
         .def_property_readonly("path", [](const Model& m) { return m.file->path(); })
         .def_property_readonly("variant", [](const Model& m) { return m.file->variant(); })
         .def_property_readonly("backend", [](const Model& m) { return std::string(ggml_backend_name(m.backend.get())); })

@@ -63,7 +63,8 @@ const std::vector<std::string>& ModelFile::lazy_prefixes() {
     return prefixes;
 }
 
-ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_(backend), path_(path) {
+ModelFile::ModelFile(const std::string& path, ggml_backend_t backend, const std::vector<std::string>& also_lazy)
+    : backend_(backend), path_(path) {
     open(&ctx_);
     try {
         // The file's data section must hold every tensor it declares (truncation check).
@@ -71,6 +72,7 @@ ModelFile::ModelFile(const std::string& path, ggml_backend_t backend) : backend_
         const uint64_t file_size = static_cast<uint64_t>(f.tellg());
         const size_t data_offset = gguf_get_data_offset(gguf_);
         for (const std::string& p : lazy_prefixes()) lazy_.push_back({p, {}, nullptr});
+        for (const std::string& p : also_lazy) lazy_.push_back({p, {}, nullptr});
         std::vector<int64_t> resident;
         for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) {
             const char* name = gguf_get_tensor_name(gguf_, i);

@@ -38,8 +38,10 @@ namespace cbs {
 
 class ModelFile {
 public:
-    // Loads metadata and all tensors into a buffer of `backend`'s default type.
-    ModelFile(const std::string& path, ggml_backend_t backend);
+    // Loads metadata and all tensors into a buffer of `backend`'s default type. `also_lazy`:
+    // name prefixes loaded on first use too, beside lazy_prefixes() (a file of which only
+    // some components run: another model's decoder leaves its T3 unread).
+    ModelFile(const std::string& path, ggml_backend_t backend, const std::vector<std::string>& also_lazy = {});
     // Reads the metadata only (no tensor data, no backend buffer; tensors() is empty):
     // for readers such as the tokenizer that need no weights.
     struct MetadataOnly {};

@@ -24,7 +24,10 @@ CpuProducts products_for(ggml_backend_t backend, const ggml_tensor* weight) {
 }
 
 CpuProducts s3gen_products(const ModelFile& mf, ggml_backend_t backend) {
-    if (const ggml_tensor* w = mf.find_tensor("s3gen.enc.encoders.0.feed_forward.w_1.weight")) return products_for(backend, w);
+    // Its type from the metadata: the weight's data may not be loaded (a model decoded by
+    // another file's S3Gen leaves its own lazy, and the S3Tokenizer asks here too).
+    const auto& all = mf.tensors();
+    if (auto w = all.find("s3gen.enc.encoders.0.feed_forward.w_1.weight"); w != all.end()) return products_for(backend, w->second);
     return CpuProducts(backend_is_cpu(backend));
 }
 
