@@ -151,12 +151,16 @@ class ModelActions(QObject):
     def fill_decoder_menu(self) -> None:
         self.decoder_menu.clear()
         group = QActionGroup(self.decoder_menu)
-        for path, text in self.decoder_choices():
+        choices = self.decoder_choices()
+        for path, text in choices:
             a = self.decoder_menu.addAction(text)
             a.setCheckable(True)
             a.setChecked(self.settings.decoder == path)
             a.triggered.connect(lambda _c=False, p=path: self.set_decoder(p))
             group.addAction(a)
+        if len(choices) == 1:  # nothing to choose yet: say where a decoder comes from
+            self.decoder_menu.addSeparator()
+            self.decoder_menu.addAction("Get Turbo or Nano (Models…) to decode faster", lambda: self.open_manager())
 
     def set_decoder(self, path: str) -> None:
         """Remember the Multilingual decoder; a loaded Multilingual model reloads with it."""
