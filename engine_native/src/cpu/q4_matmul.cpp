@@ -2,8 +2,6 @@
 #include "cpu/q8_gemm.h"
 
 #include "cpu/avx2_reduce.h"
-#include "cpu/q4_dot.h"
-#include "cpu/q4_layout.h"
 #include "cpu/q8_block.h"
 
 #include <algorithm>
@@ -23,8 +21,13 @@ namespace cbs {
 
 namespace {
 
-using namespace q4;
-
+constexpr int64_t kBlock = 32;    // values per Q4_0 / Q8_0 block
+constexpr int64_t kChunk = 16;    // blocks per step of the kernel (one zmm of scales)
+constexpr int64_t kGroup = 4;     // blocks per 64-byte load of weights
+constexpr int64_t kRows = 8;      // rows interleaved in one stream (the last group: the rest)
+// Bytes ahead of the weight stream, prefetched into L2 (not L1: L1 prefetches hold the few
+// fill buffers a core has); 12 K was the best distance measured (docs/CPU.md).
+constexpr int kPrefetch = 12288;
 constexpr int64_t kOwnQuantizeColumns = 4;  // up to this many columns each thread quantises itself
 
 struct BlockQ4 {  // ggml's block_q4_0
@@ -49,6 +52,22 @@ struct PackedBlock {
     }
 };
 
+// One column of quantised activations: kChunk-padded blocks, values grouped by kGroup = 4
+// blocks b .. b+3 to match one 64-byte load of their weights, whose low nibbles are values
+// 0-15 and high nibbles 16-31 of each block: [b 0-15 | .. | b+3 0-15][b 16-31 | .. | b+3 16-31];
+// then each block's scale and 8 * scale * sum(q) (the Q4_0 offset: sum (n - 8) q = sum n q - 8 sum q).
+struct ActLayout {
+    int64_t blocks, padded, bytes;
+    explicit ActLayout(int64_t K)
+        : blocks(K / kBlock), padded((K / kBlock + kChunk - 1) / kChunk * kChunk), bytes(padded * (kBlock + 8)) {}
+    int8_t* values(uint8_t* col) const { return reinterpret_cast<int8_t*>(col); }
+    float* scales(uint8_t* col) const { return reinterpret_cast<float*>(col + padded * kBlock); }
+    float* offsets(uint8_t* col) const { return scales(col) + padded; }
+    const int8_t* values(const uint8_t* col) const { return reinterpret_cast<const int8_t*>(col); }
+    const float* scales(const uint8_t* col) const { return reinterpret_cast<const float*>(col + padded * kBlock); }
+    const float* offsets(const uint8_t* col) const { return scales(col) + padded; }
+};
+
 std::mutex g_mutex;
 std::unordered_set<const ggml_tensor*>& packed_set() {
     static std::unordered_set<const ggml_tensor*> s;
@@ -69,6 +88,22 @@ inline int8_t* block_values(int8_t* q, int64_t b) { return q + (b & ~(kGroup - 1
 // round-to-nearest-even conversions: the same bytes; a decoding step quantises ~170 K values
 // per thread, too many for the scalar loop).
 #ifdef CBS_Q4_X86
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+#define AVX2_TARGET __attribute__((target("avx2,f16c,fma")))
+
+// The AVX-512 kernel where the CPU has AVX-512 F/BW/VL/VNNI; else the AVX2 one (8-lane
+// vectors, maddubs for dpbusd) over the same packed layout. CBS_Q4_KERNEL=avx2 takes the
+// AVX2 one anyway (so that an AVX-512 machine's tests cover it too).
+bool use_avx512() {
+    static const bool yes = [] {
+        const char* v = std::getenv("CBS_Q4_KERNEL");
+        if (v && std::strcmp(v, "avx2") == 0) return false;
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    }();
+    return yes;
+}
+
 AVX512_TARGET void quantize_column_avx512(const float* in, uint8_t* col, const ActLayout& L) {
     int8_t* q = L.values(col);
     std::memset(col, 0, static_cast<size_t>(L.bytes));
@@ -127,10 +162,144 @@ void quantize_columns(ggml_tensor* dst, int ith, int nth, void*) {
 }
 
 #ifdef CBS_Q4_X86
+// A group of R packed rows (nb blocks each, from its first byte) times one activation
+// column: out[i] = sum over blocks of dw * da * (sum n q) - dw * offset. Each step loads
+// 64 bytes (4 blocks) of a row: its low nibbles and its high nibbles go through one dpbusd
+// each into the same lanes (lanes 4j .. 4j+3: block j), then one conversion, one scaled add.
+template <int R>
+AVX512_TARGET void dot_rows_avx512(
+    const uint8_t* group, int64_t nb, const uint8_t* col, const ActLayout& L, bool prefetch, float* out) {
+    const int8_t* a = L.values(col);
+    const float *da = L.scales(col), *off = L.offsets(col);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i quad_idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512 acc[R], offs[R];
+    for (int i = 0; i < R; ++i) acc[i] = offs[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b += kChunk) {
+        const int64_t n = std::min(kChunk, nb - b);
+        const uint8_t* chunk = group + R * b * 18;
+        const auto* dw = reinterpret_cast<const ggml_fp16_t*>(chunk);
+        if (prefetch)
+            for (int64_t o = 0; o < R * n * 2; o += 64) _mm_prefetch(reinterpret_cast<const char*>(chunk) + kPrefetch + o, _MM_HINT_T1);
+        const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
+        const __m512 sa = _mm512_loadu_ps(da + b), so = _mm512_loadu_ps(off + b);
+        __m512 scale[R];
+        for (int i = 0; i < R; ++i) {
+            const __m512 w = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, dw + i * n));
+            scale[i] = _mm512_mul_ps(w, sa);
+            offs[i] = _mm512_fmadd_ps(w, so, offs[i]);
+        }
+        const uint8_t* nibbles = chunk + R * n * 2;
+        for (int64_t p = 0; p < n; p += kGroup) {
+            const __m512i lo = _mm512_loadu_si512(a + (b + p) * kBlock), hi = _mm512_loadu_si512(a + (b + p) * kBlock + 64);
+            const __m512i idx = _mm512_add_epi32(quad_idx, _mm512_set1_epi32(static_cast<int>(p)));
+            const int64_t q = std::min(kGroup, n - p);  // blocks in this quad (under 4 at a row's end)
+            const __mmask64 bytes = q == kGroup ? ~__mmask64(0) : (__mmask64(1) << (q * 16)) - 1;
+            const uint8_t* quad = nibbles + R * p * 16;
+            for (int i = 0; i < R; ++i) {
+                const uint8_t* src = quad + i * q * 16;
+                if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(src) + kPrefetch, _MM_HINT_T1);
+                const __m512i x = q == kGroup ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi8(bytes, src);
+                const __m512i dot = _mm512_dpbusd_epi32(
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(x, low4), lo),
+                    _mm512_and_si512(_mm512_srli_epi16(x, 4), low4), hi);
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, scale[i]), acc[i]);
+            }
+        }
+    }
+    for (int i = 0; i < R; ++i) out[i] = _mm512_reduce_add_ps(acc[i]) - _mm512_reduce_add_ps(offs[i]);
+}
+
+// The same product on AVX2: 32 bytes (2 blocks) of a row a step, maddubs (unsigned nibbles
+// times signed activations, pairs summed in int16: at most 2 * 15 * 127 a pair, two pairs
+// 7620, no saturation) for the low and the high nibbles, their sum widened by madd into
+// lanes 4j .. 4j+3 for block j, then one conversion and one scaled add. With 16 registers
+// a chunk goes row by row (its ~2 KB stay in L1), the rows' sums kept in memory between
+// chunks. A chunk's scales are read through a zeroed copy where it is under 16 blocks (a
+// row group's last): AVX2 has no 16-bit masked load, and the bytes after them are nibbles.
+template <int R>
+AVX2_TARGET void dot_rows_avx2(const uint8_t* group, int64_t nb, const uint8_t* col, const ActLayout& L,
+                               bool prefetch, float* out) {
+    const int8_t* a = L.values(col);
+    const float *da = L.scales(col), *off = L.offsets(col);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    // The lanes of blocks k, k + 1 (k = 0, 2, 4, 6 within 8 scales): a table, not built per step.
+    const __m256i pair_lanes[4] = {_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3),
+                                   _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7)};
+    __m256 acc[R];
+    for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
+    alignas(32) ggml_fp16_t tail[R * kChunk];
+    for (int64_t b = 0; b < nb; b += kChunk) {
+        const int64_t n = std::min(kChunk, nb - b);
+        const uint8_t* chunk = group + R * b * 18;
+        const ggml_fp16_t* dw = reinterpret_cast<const ggml_fp16_t*>(chunk);
+        int64_t dw_stride = n;
+        if (n < kChunk) {
+            std::memset(tail, 0, sizeof(tail));
+            for (int i = 0; i < R; ++i) std::memcpy(tail + i * kChunk, dw + i * n, static_cast<size_t>(n) * 2);
+            dw = tail;
+            dw_stride = kChunk;
+        }
+        if (prefetch)
+            for (int64_t o = 0; o < R * n * 18; o += 64) _mm_prefetch(reinterpret_cast<const char*>(chunk) + kPrefetch + o, _MM_HINT_T1);
+        const __m256 sa0 = _mm256_loadu_ps(da + b), sa1 = _mm256_loadu_ps(da + b + 8);
+        const __m256 so0 = _mm256_loadu_ps(off + b), so1 = _mm256_loadu_ps(off + b + 8);
+        const uint8_t* nibbles = chunk + R * n * 2;
+        for (int i = 0; i < R; ++i) {
+            const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + i * dw_stride)));
+            const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dw + i * dw_stride + 8)));
+            const __m256 scale[2] = {_mm256_mul_ps(w0, sa0), _mm256_mul_ps(w1, sa1)};
+            __m256 sum = _mm256_fnmadd_ps(w0, so0, acc[i]);
+            sum = _mm256_fnmadd_ps(w1, so1, sum);
+            for (int64_t p = 0; p < n; p += kGroup) {
+                const int64_t q = std::min(kGroup, n - p);  // blocks in this quad (under 4 at a row's end)
+                const uint8_t* src = nibbles + R * p * 16 + i * q * 16;
+                for (int64_t h = 0; h < q; h += 2) {  // blocks p + h, p + h + 1
+                    const int64_t j = p + h;
+                    const __m256i x = q - h >= 2 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + h * 16))
+                                                 : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + h * 16)));
+                    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + (b + p) * kBlock + h * 16));
+                    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + (b + p) * kBlock + 64 + h * 16));
+                    const __m256i pairs = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(_mm256_and_si256(x, low4), lo),
+                        _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x, 4), low4), hi));
+                    const __m256i dot = _mm256_madd_epi16(pairs, ones);
+                    sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                          _mm256_permutevar8x32_ps(scale[j >> 3], pair_lanes[(j & 7) >> 1]), sum);
+                }
+            }
+            acc[i] = sum;
+        }
+    }
+    for (int i = 0; i < R; ++i) out[i] = hsum8(acc[i]);
+}
+
+// A row group of G = 1 .. kRows rows times one column, through the CPU's kernel.
+template <int R>
+void dot_rows(const uint8_t* group, int64_t nb, const uint8_t* col, const ActLayout& L, bool prefetch, float* out) {
+    if (use_avx512()) return dot_rows_avx512<R>(group, nb, col, L, prefetch, out);
+    dot_rows_avx2<R>(group, nb, col, L, prefetch, out);
+}
+
+// dot_rows for a group of G = 1 .. kRows rows.
+void dot_group(int64_t G, const uint8_t* group, int64_t nb, const uint8_t* col, const ActLayout& L, bool prefetch,
+               float* out) {
+    switch (G) {
+        case 8: return dot_rows<8>(group, nb, col, L, prefetch, out);
+        case 7: return dot_rows<7>(group, nb, col, L, prefetch, out);
+        case 6: return dot_rows<6>(group, nb, col, L, prefetch, out);
+        case 5: return dot_rows<5>(group, nb, col, L, prefetch, out);
+        case 4: return dot_rows<4>(group, nb, col, L, prefetch, out);
+        case 3: return dot_rows<3>(group, nb, col, L, prefetch, out);
+        case 2: return dot_rows<2>(group, nb, col, L, prefetch, out);
+        default: return dot_rows<1>(group, nb, col, L, prefetch, out);
+    }
+}
+static_assert(kRows == 8, "dot_group's cases");
+
 // y = rows r0 .. r1-1 (r0 the first row of a group) of packed w [K, N] times the quantised
 // columns cols[0 .. M-1] (stride col_stride), column c's rows at y + c * y_stride: a group's
-// weights reused over the columns while they are in the cache, two columns a pass (a
-// guided decoding step's two rows: the weights' nibbles split once for both).
+// weights reused over the columns while they are in the cache.
 void product_rows(const ggml_tensor* w, const uint8_t* cols, int64_t M, size_t col_stride, int64_t r0, int64_t r1,
                   float* y, int64_t y_stride) {
     const int64_t K = w->ne[0], N = w->ne[1], nb = K / kBlock;
@@ -138,13 +307,8 @@ void product_rows(const ggml_tensor* w, const uint8_t* cols, int64_t M, size_t c
     const auto* data = static_cast<const uint8_t*>(w->data);
     for (int64_t r = r0; r < r1; r += kRows) {
         const int64_t G = std::min(kRows, N - r);
-        const uint8_t* group = data + r * nb * 18;
-        float* out = y + (r - r0);
-        int64_t c = 0;
-        for (; c + 2 <= M; c += 2)
-            dot_group2(G, group, nb, cols + c * col_stride, cols + (c + 1) * col_stride, L, c == 0, out + c * y_stride,
-                       out + (c + 1) * y_stride);
-        if (c < M) dot_group(G, group, nb, cols + c * col_stride, L, c == 0, out + c * y_stride);
+        for (int64_t c = 0; c < M; ++c)
+            dot_group(G, data + r * nb * 18, nb, cols + c * col_stride, L, c == 0, y + c * y_stride + (r - r0));
     }
 }
 

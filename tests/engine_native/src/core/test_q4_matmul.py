@@ -53,36 +53,6 @@ def test_q4_products(n, k, m):
         assert _rel(ours, exact) <= 1e-5
 
 
-_COLUMNS_ALONE = """
-import json, numpy as np
-from engine_native import _core
-same = []
-for n, k, m in [(1024, 1024, 2), (4099, 1056, 2), (70, 4096, 3), (515, 544, 7), (301, 1056, 20)]:
-    rng = np.random.default_rng(n + k + m)
-    w = rng.standard_normal((n, k)).astype(np.float32) * 0.05
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    ours = _core.q4_matmul_pair(w, x, threads=2)[0]
-    alone = np.stack([_core.q4_matmul_pair(w, x[c:c + 1], threads=2)[0][0] for c in range(m)])
-    same.append(bool(np.array_equal(ours, alone)))
-print(json.dumps([_core.system_info()["q4_kernel_isa"], same]))
-"""
-
-
-@needs_kernel
-@pytest.mark.parametrize("kernel", ["native", "avx2"])
-def test_q4_kernel_columns_in_pairs_are_bit_identical_to_each_alone(kernel):
-    """The kernel takes a few columns two at a time (cpu/q4_dot.h dot_group2: a guided step's two
-    rows split the weights' nibbles once): each column's result is the one it has alone, bit for
-    bit (the same float operations in the same order), on both forms of the kernel (each read once
-    per process: a process of its own)."""
-    env = dict(os.environ, **({"CBS_Q4_KERNEL": "avx2"} if kernel == "avx2" else {}))
-    done = subprocess.run([sys.executable, "-c", _COLUMNS_ALONE], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    isa, same = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"{isa}: {same}")
-    assert all(same) and (kernel == "native" or isa == "AVX2")
-
-
 _PROMPT_PRODUCTS = """
 import json, numpy as np
 from engine_native import _core
