@@ -8,7 +8,7 @@ CFM over the pass's window; hift ms) and the wall time between chunks, then the 
 room to overlap T3 and S3Gen on two cores?). Runs alternate, so a loaded machine affects
 them alike; figures on a shared machine are loaded figures.
 
-    PYTHONPATH=. python benchmarks/bench_stream_profile.py MODEL.gguf [--tokens 250] [--threads 2]
+    PYTHONPATH=. python benchmarks/bench_stream_profile.py MODEL.gguf [--tokens 250] [--threads 2] [--decoder D.gguf]
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ def batch(engine, preset, n, seed):
     return wall, t["t3_prompt"] + t["t3_steps"], t["s3gen"], t["hift"], n_samples
 
 
-def threads_split(model, n, seed):
+def threads_split(model, n, seed, decoder=None):
     """T3 ms/token and one whole S3Gen pass at 1 and 2 threads (separate engines, alternated)."""
-    engines = {k: Engine(model, threads=k) for k in (1, 2)}
+    engines = {k: Engine(model, threads=k, decoder=decoder) for k in (1, 2)}
     for _ in range(2):
         for k, e in engines.items():
             watch = StageWatch({"t3_steps"})
@@ -82,13 +82,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--presets", nargs="+", default=["low-latency", "quality"])
     ap.add_argument("--threads-split", action="store_true")
+    ap.add_argument("--decoder", help="another model file whose S3Gen and HiFT decode (Engine's decoder)")
     ap.add_argument("--modes", nargs="+", default=["overlap"], choices=sorted(MODES),
                     help="stream modes, run one after another per preset (compare within one run)")
     a = ap.parse_args(argv)
     if a.threads_split:
-        threads_split(a.model, a.tokens, a.seed)
+        threads_split(a.model, a.tokens, a.seed, a.decoder)
         return 0
-    engine = Engine(a.model, threads=a.threads)
+    engine = Engine(a.model, threads=a.threads, decoder=a.decoder)
     print(f"{engine.variant} {engine.info['quantization']}, {a.threads} threads, {a.tokens} tokens")
     for name in a.presets:
         preset = engine.presets[name]
