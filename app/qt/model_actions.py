@@ -125,7 +125,8 @@ class ModelActions(QObject):
             self.status_label.setText("No model loaded")
             return
         variant = info.get("variant", "")
-        decoder = " · Turbo decoder" if info.get("decoder") else ""
+        dv = info.get("decoder_variant")
+        decoder = f" · {VARIANT_NAMES.get(dv, dv)} decoder" if info.get("decoder") else ""
         self.button.setText(f"{VARIANT_NAMES.get(variant, variant or '?')} · {info.get('quantization', '?')}{decoder}")
         self.status_label.setText(f"{os.path.basename(info.get('path', ''))} · {info.get('device', 'cpu')} · "
                                   f"{info.get('threads', '?')} threads · ggml {info.get('ggml_version', '')}")
@@ -139,10 +140,10 @@ class ModelActions(QObject):
         every Turbo or Nano model in the models folder (Engine's decoder)."""
         from app.core.model_manager import ModelManager
 
-        out = [("", "Its own (the reference's sound; 20 CFM passes)")]
+        out = [("", "Its own (the reference model's sound; slower)")]
         for m in ModelManager(self.models_dir()).installed():
             if m.variant in ("turbo", "nano"):
-                out.append((m.file, f"{m.name}'s (2 passes, several times faster): {os.path.basename(m.file)}"))
+                out.append((m.file, f"{m.name}'s: about 3x faster, its sound ({os.path.basename(m.file)})"))
         chosen = self.settings.decoder
         if chosen and chosen not in {p for p, _ in out}:
             out.append((chosen, f"{os.path.basename(chosen)}"))  # chosen from elsewhere (the command line, a move)

@@ -142,4 +142,5 @@ class Stages:
                 "cpu_variant": system["cpu_variant"], "ggml_version": system["ggml_version"],
                 "sample_rate": self.config.sample_rate, "hparams": hp, "defaults": dict(self.config.defaults),
                 "languages": self.text.languages,
-                "decoder": None if self.decoder is None else self.decoder.file.path}
+                "decoder": None if self.decoder is None else self.decoder.file.path,
+                "decoder_variant": None if self.decoder is None else self.decoder.file.variant}
