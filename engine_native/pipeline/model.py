@@ -149,6 +149,17 @@ def builtin_voice(f, config: ModelConfig) -> Voice:
               else "Built-in", "builtin": True})
 
 
+def s3gen_encoder(f):
+    """S3Gen's token encoder of model file `f`; on a GPU with its compute buffers sized for the
+    built-in voice's prompt and S3GEN_RESERVE_SPEECH_TOKENS."""
+    encoder = _core.S3GenEncoder(f)
+    if f.device != "cpu":
+        has_voice = "voice.prompt_token" in f.tensor_names()
+        prompt = f.tensor_f32("voice.prompt_token").size if has_voice else 0
+        encoder.reserve(prompt + S3GEN_RESERVE_SPEECH_TOKENS)
+    return encoder
+
+
 @dataclass
 class Components:
     """The native objects of one loaded model file."""
@@ -175,12 +186,7 @@ class Components:
         t3 = _core.T3(f, threads=n_threads)
         if not s3gen:
             return cls(f, tokenizer, t3, None, None, None, n_threads)
-        encoder = _core.S3GenEncoder(f)
-        if f.device != "cpu":
-            has_voice = "voice.prompt_token" in f.tensor_names()
-            prompt = f.tensor_f32("voice.prompt_token").size if has_voice else 0
-            encoder.reserve(prompt + S3GEN_RESERVE_SPEECH_TOKENS)
-        return cls(f, tokenizer, t3, encoder, _core.S3GenCfm(f), _core.HiFT(f), n_threads)
+        return cls(f, tokenizer, t3, s3gen_encoder(f), _core.S3GenCfm(f), _core.HiFT(f), n_threads)
 
 
 @dataclass
@@ -196,7 +202,7 @@ class DecoderParts:
     @classmethod
     def load(cls, path, device: str, threads: int) -> DecoderParts:
         f = _core.ModelFile(str(path), device=device, threads=threads, lazy=["t3."])  # its T3 never runs
-        return cls(f, _core.S3GenEncoder(f), _core.S3GenCfm(f), _core.HiFT(f))
+        return cls(f, s3gen_encoder(f), _core.S3GenCfm(f), _core.HiFT(f))
 
 
 # What a decoder's S3Gen must share with the model whose tokens and voices it takes.
