@@ -105,44 +105,6 @@ SamplingParams params(const ModelFile& mf, const py::object& temperature, const 
 // (ours, ggml's, w dequantised) for the products of w (f32 [N, K], quantised to Q4_0 here) and x (f32 [M, K]) on a
 // CPU backend: ours through matmul() on the weight in cpu/q4_matmul's packed layout (the
 // kernel below q4_kernel_max_columns(), sgemm or AMX from there), ggml's through ggml_mul_mat on plain Q4_0.
-// Milliseconds per product of our Q4_0 kernel (the packed weight built once, the graph
-// computed `repeat` times): benchmarks/bench_q4_kernel.py.
-static double q4_kernel_ms(F32Array w, F32Array x, int threads, int repeat) {
-    if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32 != 0 || repeat < 1)
-        throw ParameterError("w [N, K] and x [M, K] with K a multiple of 32, repeat >= 1");
-    if (!q4_packed_available()) throw EngineError("this CPU does not run the Q4_0 kernel");
-    const int64_t N = w.shape(0), K = w.shape(1), M = x.shape(0);
-    py::gil_scoped_release nogil;
-    std::vector<uint8_t> raw(ggml_row_size(GGML_TYPE_Q4_0, K) * N), packed(raw.size());
-    ggml_quantize_chunk(GGML_TYPE_Q4_0, w.data(), raw.data(), 0, N, K, nullptr);
-    q4_pack(raw.data(), packed.data(), N, K);
-    BackendPtr backend = make_backend("cpu", threads);
-    ggml_init_params params{ggml_tensor_overhead(), nullptr, true};
-    std::unique_ptr<ggml_context, void (*)(ggml_context*)> weights(ggml_init(params), ggml_free);
-    ggml_tensor* ours = ggml_new_tensor_2d(weights.get(), GGML_TYPE_Q4_0, K, N);
-    std::unique_ptr<ggml_backend_buffer, void (*)(ggml_backend_buffer_t)> buffer(
-        ggml_backend_alloc_ctx_tensors(weights.get(), backend.get()), ggml_backend_buffer_free);
-    ggml_backend_tensor_set(ours, packed.data(), 0, packed.size());
-    q4_mark_packed(ours, true);
-    double ms = 0;
-    try {
-        GraphRunner runner(backend.get());
-        ggml_context* ctx = runner.begin();
-        GraphInputs in;
-        ggml_tensor* xt = in.f32(ctx, std::vector<float>(x.data(), x.data() + M * K), K, M);
-        ggml_tensor* y = matmul(ctx, ours, xt, false);
-        runner.compute(y, in, true);
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < repeat; ++i) runner.rerun(y, in);
-        ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / repeat;
-    } catch (...) {
-        q4_mark_packed(ours, false);
-        throw;
-    }
-    q4_mark_packed(ours, false);
-    return ms;
-}
-
 static py::tuple q4_matmul_pair(F32Array w, F32Array x, int threads) {
     if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32 != 0 || w.shape(0) < 1 ||
         x.shape(0) < 1)
@@ -185,6 +147,40 @@ static py::tuple q4_matmul_pair(F32Array w, F32Array x, int threads) {
     py::array_t<float> dequantised({N, K});
     ggml_get_type_traits(GGML_TYPE_Q4_0)->to_float(raw.data(), dequantised.mutable_data(), N * K);
     return py::make_tuple(arr(out[0]), arr(out[1]), dequantised);
+}
+
+// Milliseconds per product of our Q4_0 kernel (the packed weight built once, the graph
+// computed `repeat` times): benchmarks/bench_q4_kernel.py.
+static double q4_kernel_ms(F32Array w, F32Array x, int threads, int repeat) {
+    if (w.ndim() != 2 || x.ndim() != 2 || w.shape(1) != x.shape(1) || w.shape(1) % 32 != 0 || repeat < 1)
+        throw ParameterError("w [N, K] and x [M, K] with K a multiple of 32, repeat >= 1");
+    if (!q4_packed_available()) throw EngineError("this CPU does not run the Q4_0 kernel");
+    const int64_t N = w.shape(0), K = w.shape(1), M = x.shape(0);
+    py::gil_scoped_release nogil;
+    std::vector<uint8_t> raw(ggml_row_size(GGML_TYPE_Q4_0, K) * N), packed(raw.size());
+    ggml_quantize_chunk(GGML_TYPE_Q4_0, w.data(), raw.data(), 0, N, K, nullptr);
+    q4_pack(raw.data(), packed.data(), N, K);
+    BackendPtr backend = make_backend("cpu", threads);
+    ggml_init_params params{ggml_tensor_overhead(), nullptr, true};
+    std::unique_ptr<ggml_context, void (*)(ggml_context*)> weights(ggml_init(params), ggml_free);
+    ggml_tensor* ours = ggml_new_tensor_2d(weights.get(), GGML_TYPE_Q4_0, K, N);
+    std::unique_ptr<ggml_backend_buffer, void (*)(ggml_backend_buffer_t)> buffer(
+        ggml_backend_alloc_ctx_tensors(weights.get(), backend.get()), ggml_backend_buffer_free);
+    ggml_backend_tensor_set(ours, packed.data(), 0, packed.size());
+    struct Unmark {  // the packed mark goes with the tensor
+        const ggml_tensor* t;
+        ~Unmark() { q4_mark_packed(t, false); }
+    } unmark{ours};
+    q4_mark_packed(ours, true);
+    GraphRunner runner(backend.get());
+    ggml_context* ctx = runner.begin();
+    GraphInputs in;
+    ggml_tensor* xt = in.f32(ctx, std::vector<float>(x.data(), x.data() + M * K), K, M);
+    ggml_tensor* y = matmul(ctx, ours, xt, false);
+    runner.compute(y, in, true);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < repeat; ++i) runner.rerun(y, in);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / repeat;
 }
 
 // An array's values rounded to f16 (an f16 cache's contents).
