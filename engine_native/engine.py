@@ -75,6 +75,7 @@ PRESETS = {
 # steps stays at 0.995 (docs/CPU.md). `Engine.presets` applies it.
 GUIDED_LOW_LATENCY_CFM_STEPS = 7
 
+
 class Engine:
     def __init__(self, model_path: str | os.PathLike, *, device: str = "auto", threads: int | None = None,
                  backend: str | None = None, watermark: bool = True, decoder: str | os.PathLike | None = None):

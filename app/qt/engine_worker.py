@@ -166,19 +166,16 @@ class EngineWorker(QObject):
         (moved, damaged, not a decoder of these tokens) leaves the model's own, with a note."""
         import functools
 
+        from app.core.model_manager import describe_model
         from app.core.speaker_identity import equip
         from engine_native import DeviceError, Engine, ModelError
-        from engine_native.gguf_header import GGUFFileError, read_header
         from engine_native.language import detect_language
 
         self.engine = None  # free the old model first: two models may not fit in memory
         self._voices.clear()
         notes = []
-        if decoder:
-            try:
-                decoder = decoder if read_header(path).kv.get("chatterbox.variant") == "mtl" else ""
-            except (OSError, GGUFFileError):
-                decoder = ""  # the model's own load says what is wrong with it
+        if decoder and getattr(describe_model(path), "variant", "") != "mtl":
+            decoder = ""  # not a Multilingual model (or unreadable: its own load says why)
 
         def load(device: str):
             nonlocal decoder
