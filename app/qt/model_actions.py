@@ -143,7 +143,7 @@ class ModelActions(QObject):
         out = [("", "Its own (the reference model's sound; slower)")]
         for m in ModelManager(self.models_dir()).installed():
             if m.variant in ("turbo", "nano"):
-                out.append((m.file, f"{m.name}'s: about 3x faster, its sound ({os.path.basename(m.file)})"))
+                out.append((m.file, f"{m.name}'s: about 4x faster, its sound ({os.path.basename(m.file)})"))
         chosen = self.settings.decoder
         if chosen and chosen not in {p for p, _ in out}:
             out.append((chosen, f"{os.path.basename(chosen)}"))  # chosen from elsewhere (the command line, a move)
