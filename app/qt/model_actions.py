@@ -132,6 +132,11 @@ class ModelActions(QObject):
                                   f"{info.get('threads', '?')} threads · ggml {info.get('ggml_version', '')}")
         if info.get("device_note"):  # the device asked for could not be used: say so, it runs anyway
             self.w.statusBar().showMessage(info["device_note"], 15000)
+        elif variant == "mtl" and not info.get("decoder") and not self.settings.decoder_tip_shown \
+                and len(self.decoder_choices()) > 1:  # once: a faster decoder is at hand
+            self.settings.decoder_tip_shown = True
+            self.w.statusBar().showMessage("Tip: ⋯ › Multilingual decoder speaks about 4x faster through the Turbo or "
+                                           "Nano model you have", 30000)
 
     # --- the Multilingual decoder ---------------------------------------------------------------------
 

@@ -120,6 +120,7 @@ class Settings:
     sampling_customised = Setting("sampling/customised", bool, False)  # False: use the model's defaults
     sampling_panel_open = Setting("ui/sampling_panel_open", bool, False)
     tour_shown = Setting("ui/tour_shown", bool, False)  # the first-run tour (app.qt.tour) was shown
+    decoder_tip_shown = Setting("ui/decoder_tip_shown", bool, False)  # the status bar named the Multilingual decoder once
     theme = Setting("ui/theme", str, "dark")
     geometry = Setting("ui/geometry", QByteArray, QByteArray())
     window_state = Setting("ui/window_state", QByteArray, QByteArray())

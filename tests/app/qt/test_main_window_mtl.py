@@ -159,6 +159,28 @@ def test_the_decoder_menu_loads_turbos_decoder_and_one_gone_leaves_the_models_ow
         w.client.modelChanged.disconnect(loaded.append)
 
 
+def test_the_status_bar_names_the_decoder_once_where_a_turbo_model_is_installed(window):
+    """A Multilingual model loaded without a decoder while the models folder holds a Turbo model:
+    the status bar says where the faster decoder is, once (remembered)."""
+    from tests.helpers.models import model_path
+
+    w = window
+    link = os.path.join(w.models.models_dir(), "chatterbox-turbo-q4_0.gguf")
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink(str(model_path("turbo")), link)
+    try:
+        assert not w.settings.decoder and not w.settings.decoder_tip_shown
+        load_and_wait(w, str(model_path("mtl", "f32", size="small")))
+        assert "Multilingual decoder" in w.statusBar().currentMessage() and w.settings.decoder_tip_shown
+        assert any(a.text().startswith("Chatterbox Turbo's") for a in (w.models.fill_decoder_menu(),
+                                                                       w.models.decoder_menu.actions())[1])
+        w.statusBar().clearMessage()
+        load_and_wait(w, str(model_path("mtl", "f32", size="small")))
+        assert "Multilingual decoder" not in w.statusBar().currentMessage()  # once
+    finally:
+        os.remove(link)
+
+
 def test_a_turbo_family_model_hides_the_picker_and_its_options(window, qtbot):
     from tests.helpers.models import model_path
 
