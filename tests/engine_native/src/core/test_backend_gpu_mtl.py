@@ -156,3 +156,27 @@ def test_mtl_synthesis_on_the_device_matches_the_cpu(engines, device):
 @gpu
 def test_mtl_stream_agrees_with_batch_on_the_device(engines):
     check_stream_agrees_with_batch(engines, "MTL ", language="en")
+
+
+@pytest.fixture(scope="module")
+def decoder_file():
+    """A Turbo model, whose S3Gen and HiFT decode the Multilingual tokens (test_engine_decoder.py)."""
+    path = os.environ.get("CBS_TEST_MODEL")
+    if path:
+        return path
+    from tests.helpers.models import model_path
+
+    return str(model_path("turbo", "f32"))
+
+
+@gpu
+def test_mtl_with_a_decoder_on_the_device_matches_the_cpu(device, model_file, decoder_file):
+    """`Engine(mtl, decoder=turbo)` loads the decoder's S3Gen and HiFT on the model's device:
+    its synthesis and stream there against the same pair on the CPU."""
+    from engine_native import Engine
+
+    pair = Engine(model_file, device="cpu", decoder=decoder_file), Engine(model_file, device=device, decoder=decoder_file)
+    dev = pair[1]
+    assert dev.info["decoder"] == decoder_file and dev.stages.decoder.file.device == device
+    check_synthesis_matches_the_cpu(pair, device, "MTL + Turbo decoder ", language="en")
+    check_stream_agrees_with_batch(pair, "MTL + Turbo decoder ", language="en")
