@@ -268,6 +268,9 @@ static bool blas_quant_enabled() {  // CBS_BLAS_QUANT=0: ggml's own kernel (benc
     const char* v = std::getenv("CBS_BLAS_QUANT");
     return !v || std::strcmp(v, "0") != 0;
 }
+#else
+// A build without OpenBLAS (the GPU machine's): the caller's im2col path takes every convolution.
+ggml_tensor* causal_conv_product(ggml_context*, ggml_tensor*, ggml_tensor*, int64_t, CpuProducts, bool) { return nullptr; }
 #endif
 
 int64_t q4_kernel_max_columns() {

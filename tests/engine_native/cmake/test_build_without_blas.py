@@ -1,0 +1,89 @@
+"""The engine links without OpenBLAS, as the GPU machine builds it.
+
+Where scipy-openblas32 is missing (the GPU machine's Python) or CBS_BLAS is off, the code under
+`#if... CBS_HAVE_BLAS` is compiled out. A function defined only there but called from outside it
+(causal_conv_product, 2026-12-07) left `_core` with an undefined symbol that only `import` found,
+on that machine. A second whole build would cost CI minutes; this compiles again, without
+CBS_HAVE_BLAS, only the sources that test it (themselves or through a header they include), with
+the installed build's own commands, and checks that every `cbs::` symbol the module's objects
+then need is defined by one of them (the other objects are the build's, unchanged by the flag).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SRC = ROOT / "engine_native" / "src"
+GUARD = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b.*\bCBS_HAVE_BLAS\b", re.M)
+
+
+def _build_dir() -> Path:
+    builds = [p.parent for p in sorted((ROOT / "build").glob("*/build.ninja"))
+              if "_core.dir" in p.read_text(errors="replace")]
+    if not builds:
+        pytest.skip("no CMake build of the engine here (build/<wheel tag>/, which the install leaves)")
+    return max(builds, key=lambda p: (p / "build.ninja").stat().st_mtime)
+
+
+def _guarded_sources() -> set[Path]:
+    """Sources whose text, or a project header they include, has a CBS_HAVE_BLAS directive."""
+    headers = {p.relative_to(SRC).as_posix() for p in SRC.rglob("*.h") if GUARD.search(p.read_text(errors="replace"))}
+    out = set()
+    for p in SRC.rglob("*.cpp"):
+        text = p.read_text(errors="replace")
+        includes = set(re.findall(r'#\s*include\s+"([^"]+)"', text))
+        if GUARD.search(text) or includes & headers:
+            out.add(p.resolve())
+    return out
+
+
+def _symbols(obj: Path) -> tuple[set[str], set[str]]:
+    """(defined, undefined) `cbs::` symbols of an object file, demangled."""
+    out = subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True, check=True).stdout
+    defined, undefined = set(), set()
+    for m in re.finditer(r"^([0-9a-f]*)\s+([A-Za-z])\s+(cbs::.*)$", out, re.M):
+        if m.group(2) == "U":
+            undefined.add(m.group(3))
+        elif m.group(1):  # a weak symbol without an address is not needed
+            defined.add(m.group(3))
+    return defined, undefined
+
+
+def test_every_cbs_symbol_is_defined_in_a_build_without_openblas(tmp_path):
+    build = _build_dir()
+    db = json.loads(subprocess.run(["ninja", "-C", str(build), "-t", "compdb"], capture_output=True, text=True,
+                                   check=True).stdout)
+    entries = [e for e in db if "/_core.dir/" in e.get("output", "") and e["file"].endswith(".cpp")]
+    assert entries, "the build's compile database has no _core sources"
+    guarded = _guarded_sources()
+    assert any(Path(e["file"]).resolve() in guarded for e in entries), "no source tests CBS_HAVE_BLAS: update this test"
+
+    def recompile(e) -> Path:
+        obj = tmp_path / (Path(e["output"]).name)
+        cmd = e["command"].replace("-DCBS_HAVE_BLAS ", "")
+        cmd = re.sub(r"(?<=\s)-o\s+\S+", f"-o {obj}", cmd)
+        cmd = re.sub(r"\s-M[DF]\s+\S+|\s-MD\b|\s-MT\s+\S+", " ", cmd)  # no dependency file
+        out = subprocess.run(cmd, shell=True, cwd=e["directory"], capture_output=True, text=True)
+        assert out.returncode == 0, f"{e['file']} without CBS_HAVE_BLAS:\n{out.stderr[-3000:]}"
+        return obj
+
+    redo = [e for e in entries if Path(e["file"]).resolve() in guarded]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        objects = list(pool.map(recompile, redo))
+    objects += [Path(e["directory"]) / e["output"] for e in entries if Path(e["file"]).resolve() not in guarded]
+    defined, needed = set(), set()
+    for obj in objects:
+        d, u = _symbols(obj)
+        defined |= d
+        needed |= u
+    missing = sorted(needed - defined)
+    print(f"\n{len(redo)} sources compiled without CBS_HAVE_BLAS; {len(needed)} cbs:: symbols needed, "
+          f"{len(missing)} undefined")
+    assert not missing, "undefined without OpenBLAS:\n" + "\n".join(missing)
