@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 SRC = ROOT / "engine_native" / "src"
-GUARD = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b.*\bCBS_HAVE_BLAS\b", re.M)
+GUARD = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif)\b.*\bCBS_HAVE_BLAS\b", re.MULTILINE)
 
 
 def _build_dir() -> Path:
@@ -48,7 +48,7 @@ def _symbols(obj: Path) -> tuple[set[str], set[str]]:
     """(defined, undefined) `cbs::` symbols of an object file, demangled."""
     out = subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True, check=True).stdout
     defined, undefined = set(), set()
-    for m in re.finditer(r"^([0-9a-f]*)\s+([A-Za-z])\s+(cbs::.*)$", out, re.M):
+    for m in re.finditer(r"^([0-9a-f]*)\s+([A-Za-z])\s+(cbs::.*)$", out, re.MULTILINE):
         if m.group(2) == "U":
             undefined.add(m.group(3))
         elif m.group(1):  # a weak symbol without an address is not needed
@@ -70,7 +70,7 @@ def test_every_cbs_symbol_is_defined_in_a_build_without_openblas(tmp_path):
         cmd = e["command"].replace("-DCBS_HAVE_BLAS ", "")
         cmd = re.sub(r"(?<=\s)-o\s+\S+", f"-o {obj}", cmd)
         cmd = re.sub(r"\s-M[DF]\s+\S+|\s-MD\b|\s-MT\s+\S+", " ", cmd)  # no dependency file
-        out = subprocess.run(cmd, shell=True, cwd=e["directory"], capture_output=True, text=True)
+        out = subprocess.run(cmd, check=False, shell=True, cwd=e["directory"], capture_output=True, text=True)
         assert out.returncode == 0, f"{e['file']} without CBS_HAVE_BLAS:\n{out.stderr[-3000:]}"
         return obj
 
