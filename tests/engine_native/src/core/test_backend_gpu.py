@@ -48,14 +48,20 @@ def device():
     return dev
 
 
-@pytest.fixture(scope="module")
-def model_file():
-    path = os.environ.get("CBS_TEST_MODEL")
+def model_from_env(env: str, variant: str, size: str = "full") -> str:
+    """The F32 model a GPU test runs: $env where set (the device machine converts its own),
+    else the CPU tests' cached random-weight one."""
+    path = os.environ.get(env)
     if path:
         return path
     from tests.helpers.models import model_path
 
-    return str(model_path("turbo", "f32"))
+    return str(model_path(variant, "f32", size=size))
+
+
+@pytest.fixture(scope="module")
+def model_file():
+    return model_from_env("CBS_TEST_MODEL", "turbo")
 
 
 @pytest.fixture(scope="module")

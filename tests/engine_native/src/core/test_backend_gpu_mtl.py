@@ -19,7 +19,6 @@ order, so F32 stages agree to about 1e-6..1e-4, not bit for bit.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -27,7 +26,8 @@ import pytest
 from engine_native import _core
 # The GPU device (skips without one) and the (cpu, device) Engine pair over this module's model_file.
 from tests.engine_native.src.core.test_backend_gpu import (_rel, check_stream_agrees_with_batch,  # noqa: F401
-                                                        check_synthesis_matches_the_cpu, device, engines)
+                                                        check_synthesis_matches_the_cpu, device, engines,
+                                                        model_from_env)
 
 gpu = pytest.mark.gpu
 SOT, EOT = 255, 0
@@ -35,12 +35,7 @@ SOT, EOT = 255, 0
 
 @pytest.fixture(scope="module")
 def model_file():
-    path = os.environ.get("CBS_TEST_MTL_MODEL")
-    if path:
-        return path
-    from tests.helpers.models import model_path
-
-    return str(model_path("mtl", "f32", size="small"))
+    return model_from_env("CBS_TEST_MTL_MODEL", "mtl", size="small")
 
 
 @pytest.fixture(scope="module")
@@ -161,12 +156,7 @@ def test_mtl_stream_agrees_with_batch_on_the_device(engines):
 @pytest.fixture(scope="module")
 def decoder_file():
     """A Turbo model, whose S3Gen and HiFT decode the Multilingual tokens (test_engine_decoder.py)."""
-    path = os.environ.get("CBS_TEST_MODEL")
-    if path:
-        return path
-    from tests.helpers.models import model_path
-
-    return str(model_path("turbo", "f32"))
+    return model_from_env("CBS_TEST_MODEL", "turbo")
 
 
 @gpu
@@ -175,8 +165,9 @@ def test_mtl_with_a_decoder_on_the_device_matches_the_cpu(device, model_file, de
     its synthesis and stream there against the same pair on the CPU."""
     from engine_native import Engine
 
-    pair = Engine(model_file, device="cpu", decoder=decoder_file), Engine(model_file, device=device, decoder=decoder_file)
-    dev = pair[1]
+    cpu = Engine(model_file, device="cpu", decoder=decoder_file)
+    dev = Engine(model_file, device=device, decoder=decoder_file)
+    pair = cpu, dev
     assert dev.info["decoder"] == decoder_file and dev.stages.decoder.file.device == device
     check_synthesis_matches_the_cpu(pair, device, "MTL + Turbo decoder ", language="en")
     check_stream_agrees_with_batch(pair, "MTL + Turbo decoder ", language="en")
